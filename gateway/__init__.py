@@ -1,0 +1,1 @@
+"""The cqgate gateway: PostgreSQL wire protocol, sessions, catalog and static tables."""

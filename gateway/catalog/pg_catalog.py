@@ -1,0 +1,417 @@
+"""A pg_catalog that answers what psql, pgjdbc, psqlODBC, asyncpg, psycopg and SQLAlchemy ask.
+
+It lives in an in-memory DuckDB database attached as ``pgcat``: views over DuckDB's own metadata
+functions (always current, transaction-consistent), static tables for types and roles, empty
+tables with the right columns for features cqgate does not have (policies, publications,
+inheritance), and macros for the pg_* functions. ``cq_relations``/``cq_columns`` hold relations
+that are not DuckDB tables (streams and windows, added by later layers) so they list alongside.
+The SQL translator (``gateway/sql/translate.py``) points catalog names at this database.
+"""
+from __future__ import annotations
+
+from ..protocol.types import TYPES, type_oid_case_sql
+
+CATALOG = "pgcat"
+OWNER = "cqgate"
+SERVER_VERSION = "15.18"
+
+# pg_catalog relations with their PostgreSQL OIDs (so 'pg_class'::regclass works).
+SYSTEM_RELATIONS = {
+    "pg_type": 1247, "pg_attribute": 1249, "pg_proc": 1255, "pg_class": 1259,
+    "pg_database": 1262, "pg_namespace": 2615, "pg_constraint": 2606, "pg_description": 2609,
+    "pg_index": 2610, "pg_attrdef": 2604, "pg_am": 2601, "pg_roles": 11700,
+    "pg_settings": 11760,
+}
+
+# Tables clients query for features cqgate does not have: present, with PostgreSQL's columns,
+# and empty.
+EMPTY_TABLES = {
+    "pg_inherits": "inhrelid BIGINT, inhparent BIGINT, inhseqno INTEGER, inhdetachpending BOOLEAN",
+    "pg_policy": "oid BIGINT, polname VARCHAR, polrelid BIGINT, polcmd VARCHAR, "
+                 "polpermissive BOOLEAN, polroles BIGINT[], polqual VARCHAR, polwithcheck VARCHAR",
+    "pg_statistic_ext": "oid BIGINT, stxrelid BIGINT, stxname VARCHAR, stxnamespace BIGINT, "
+                        "stxowner BIGINT, stxstattarget INTEGER, stxkeys SMALLINT[], "
+                        "stxkind VARCHAR[], stxexprs VARCHAR",
+    "pg_publication": "oid BIGINT, pubname VARCHAR, pubowner BIGINT, puballtables BOOLEAN, "
+                      "pubinsert BOOLEAN, pubupdate BOOLEAN, pubdelete BOOLEAN, "
+                      "pubtruncate BOOLEAN, pubviaroot BOOLEAN",
+    "pg_publication_namespace": "oid BIGINT, pnpubid BIGINT, pnnspid BIGINT",
+    "pg_publication_rel": "oid BIGINT, prpubid BIGINT, prrelid BIGINT, prqual VARCHAR, "
+                          "prattrs SMALLINT[]",
+    "pg_range": "rngtypid BIGINT, rngsubtype BIGINT, rngmultitypid BIGINT, "
+                "rngcollation BIGINT, rngsubopc BIGINT, rngcanonical VARCHAR, rngsubdiff VARCHAR",
+    "pg_enum": "oid BIGINT, enumtypid BIGINT, enumsortorder FLOAT, enumlabel VARCHAR",
+    "pg_trigger": "oid BIGINT, tgrelid BIGINT, tgparentid BIGINT, tgname VARCHAR, tgfoid BIGINT, "
+                  "tgtype SMALLINT, tgenabled VARCHAR, tgisinternal BOOLEAN, "
+                  "tgconstraint BIGINT",
+    "pg_rewrite": "oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR, "
+                  "ev_enabled VARCHAR, is_instead BOOLEAN",
+    "pg_opclass": "oid BIGINT, opcmethod BIGINT, opcname VARCHAR, opcnamespace BIGINT, "
+                  "opcowner BIGINT, opcfamily BIGINT, opcintype BIGINT, opcdefault BOOLEAN, "
+                  "opckeytype BIGINT",
+    "pg_sequence": "seqrelid BIGINT, seqtypid BIGINT, seqstart BIGINT, seqincrement BIGINT, "
+                   "seqmax BIGINT, seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
+    "pg_depend": "classid BIGINT, objid BIGINT, objsubid INTEGER, refclassid BIGINT, "
+                 "refobjid BIGINT, refobjsubid INTEGER, deptype VARCHAR",
+    "pg_extension": "oid BIGINT, extname VARCHAR, extowner BIGINT, extnamespace BIGINT, "
+                    "extrelocatable BOOLEAN, extversion VARCHAR",
+    "pg_foreign_table": "ftrelid BIGINT, ftserver BIGINT, ftoptions VARCHAR[]",
+    "pg_partitioned_table": "partrelid BIGINT, partstrat VARCHAR, partnatts SMALLINT",
+    "pg_event_trigger": "oid BIGINT, evtname VARCHAR, evtevent VARCHAR, evtowner BIGINT",
+    "pg_shdescription": "objoid BIGINT, classoid BIGINT, description VARCHAR",
+    "pg_auth_members": "roleid BIGINT, member BIGINT, grantor BIGINT, admin_option BOOLEAN",
+    "pg_foreign_data_wrapper": "oid BIGINT, fdwname VARCHAR, fdwowner BIGINT",
+    "pg_foreign_server": "oid BIGINT, srvname VARCHAR, srvowner BIGINT, srvfdw BIGINT",
+    "pg_cast": "oid BIGINT, castsource BIGINT, casttarget BIGINT, castfunc BIGINT, "
+               "castcontext VARCHAR, castmethod VARCHAR",
+    "pg_operator": "oid BIGINT, oprname VARCHAR, oprnamespace BIGINT, oprleft BIGINT, "
+                   "oprright BIGINT, oprresult BIGINT",
+    "pg_aggregate": "aggfnoid BIGINT, aggkind VARCHAR",
+    "pg_language": "oid BIGINT, lanname VARCHAR, lanowner BIGINT",
+    "pg_collation": "oid BIGINT, collname VARCHAR, collnamespace BIGINT, collowner BIGINT, "
+                    "collprovider VARCHAR, collencoding INTEGER, collcollate VARCHAR, "
+                    "collctype VARCHAR",
+    "pg_tablespace": "oid BIGINT, spcname VARCHAR, spcowner BIGINT, spcacl VARCHAR[], "
+                     "spcoptions VARCHAR[]",
+    "pg_matviews": "schemaname VARCHAR, matviewname VARCHAR, matviewowner VARCHAR, "
+                   "definition VARCHAR",
+    "pg_stat_activity": "datid BIGINT, datname VARCHAR, pid INTEGER, usename VARCHAR, "
+                        "application_name VARCHAR, state VARCHAR, query VARCHAR",
+    "pg_locks": "locktype VARCHAR, relation BIGINT, pid INTEGER, mode VARCHAR, granted BOOLEAN",
+    "pg_timezone_names": "name VARCHAR, abbrev VARCHAR, utc_offset INTERVAL, is_dst BOOLEAN",
+}
+
+# Views and static tables this module defines; the translator redirects these names.
+RELATIONS = set(EMPTY_TABLES) | {
+    "pg_namespace", "pg_class", "pg_attribute", "pg_attrdef", "pg_type", "pg_constraint",
+    "pg_index", "pg_database", "pg_roles", "pg_user", "pg_authid", "pg_am", "pg_proc",
+    "pg_description", "pg_settings", "pg_tables", "pg_views", "pg_indexes",
+}
+
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
+    """The statements that build the ``pgcat`` database for the DuckDB catalog ``db``."""
+    c = f"{CATALOG}.main"
+    hidden = ", ".join(_q(s) for s in hidden_schemas)
+    out = [f"ATTACH ':memory:' AS {CATALOG}"]
+    out += [f"CREATE TABLE {c}.{name} ({cols})" for name, cols in EMPTY_TABLES.items()]
+
+    # cqgate relations that are not DuckDB tables (streams, windows): filled by later layers.
+    out.append(f"""CREATE TABLE {c}.cq_relations (oid BIGINT, nspname VARCHAR, relname VARCHAR,
+        relkind VARCHAR, cq_kind VARCHAR, description VARCHAR)""")
+    out.append(f"""CREATE TABLE {c}.cq_columns (attrelid BIGINT, attname VARCHAR, attnum INTEGER,
+        data_type VARCHAR, is_notnull BOOLEAN)""")
+
+    out.append(f"""CREATE MACRO {c}.cq_nsp_oid(s) AS CASE s WHEN 'pg_catalog' THEN 11
+        WHEN 'information_schema' THEN 13183 WHEN 'public' THEN 2200 ELSE
+        (SELECT min(oid) FROM duckdb_schemas() WHERE database_name = {_q(db)}
+           AND schema_name = s) END""")
+    out.append(f"CREATE MACRO {c}.cq_type_oid(dt) AS {type_oid_case_sql('dt')}")
+
+    # --- pg_type: generated from the one type registry
+    rows = []
+    for t in TYPES:
+        typtype = "p" if t.category in ("P", "X") else "b"
+        inp = "array_in" if t.category == "A" and t.elem_oid else f"{t.name}in"
+        coll = 100 if t.category == "S" else 0
+        rows.append(f"({t.oid}, {_q(t.name)}, 11, 10, {t.typlen}, {str(t.typlen in (1, 2, 4, 8)).lower()},"
+                    f" {_q(typtype)}, {_q(t.category)}, false, true, ',', 0, {t.elem_oid}, {t.array_oid},"
+                    f" {_q(inp)}, {_q(t.name + 'out')}, {_q(t.name + 'recv')}, {_q(t.name + 'send')},"
+                    f" 'i', 'p', false, 0, -1, 0, {coll}, {_q(t.sql_name)})")
+    out.append(f"""CREATE TABLE {c}.pg_type (oid BIGINT, typname VARCHAR, typnamespace BIGINT,
+        typowner BIGINT, typlen SMALLINT, typbyval BOOLEAN, typtype VARCHAR, typcategory VARCHAR,
+        typispreferred BOOLEAN, typisdefined BOOLEAN, typdelim VARCHAR, typrelid BIGINT,
+        typelem BIGINT, typarray BIGINT, typinput VARCHAR, typoutput VARCHAR, typreceive VARCHAR,
+        typsend VARCHAR, typalign VARCHAR, typstorage VARCHAR, typnotnull BOOLEAN,
+        typbasetype BIGINT, typtypmod INTEGER, typndims INTEGER, typcollation BIGINT,
+        cq_format VARCHAR)""")
+    out.append(f"INSERT INTO {c}.pg_type VALUES " + ", ".join(rows))
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typdefault VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typdefaultbin VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typacl VARCHAR[]""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typsubscript VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typmodin VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typmodout VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typanalyze VARCHAR""")
+
+    out.append(f"""CREATE TABLE {c}.pg_am AS SELECT * FROM (VALUES
+        (2::BIGINT, 'heap', 'heap_tableam_handler', 't'),
+        (403::BIGINT, 'btree', 'bthandler', 'i')) v(oid, amname, amhandler, amtype)""")
+    out.append(f"""CREATE TABLE {c}.pg_roles AS SELECT 10::BIGINT AS oid, {_q(OWNER)} AS rolname,
+        true AS rolsuper, true AS rolinherit, true AS rolcreaterole, true AS rolcreatedb,
+        true AS rolcanlogin, false AS rolreplication, -1 AS rolconnlimit,
+        '********' AS rolpassword, NULL::TIMESTAMPTZ AS rolvaliduntil, true AS rolbypassrls,
+        NULL::VARCHAR[] AS rolconfig""")
+    out.append(f"CREATE VIEW {c}.pg_authid AS SELECT * FROM {c}.pg_roles")
+    out.append(f"""CREATE VIEW {c}.pg_user AS SELECT rolname AS usename, oid AS usesysid,
+        rolcreatedb AS usecreatedb, rolsuper AS usesuper, false AS userepl, true AS usebypassrls,
+        '********' AS passwd, rolvaliduntil AS valuntil, rolconfig AS useconfig
+        FROM {c}.pg_roles""")
+    out.append(f"""CREATE TABLE {c}.pg_database AS SELECT 16384::BIGINT AS oid, {_q(db)} AS datname,
+        10::BIGINT AS datdba, 6 AS encoding, 'c' AS datlocprovider, false AS datistemplate,
+        true AS datallowconn, -1 AS datconnlimit, 'C.UTF-8' AS datcollate,
+        'C.UTF-8' AS datctype, NULL::VARCHAR AS daticulocale, NULL::VARCHAR AS datcollversion,
+        NULL::VARCHAR[] AS datacl, 1663::BIGINT AS dattablespace""")
+
+    # --- namespaces
+    out.append(f"""CREATE VIEW {c}.pg_namespace AS
+        SELECT 11::BIGINT AS oid, 'pg_catalog' AS nspname, 10::BIGINT AS nspowner,
+               NULL::VARCHAR[] AS nspacl
+        UNION ALL SELECT 13183, 'information_schema', 10, NULL
+        UNION ALL SELECT {c}.cq_nsp_oid(schema_name), schema_name, 10, NULL
+          FROM duckdb_schemas() WHERE database_name = {_q(db)}
+           AND schema_name NOT IN ({hidden}, 'pg_catalog', 'information_schema')""")
+
+    # --- relations
+    rel_cols = """{oid} AS oid, {name} AS relname, {nsp} AS relnamespace, 0::BIGINT AS reltype,
+        0::BIGINT AS reloftype, 10::BIGINT AS relowner, {am}::BIGINT AS relam,
+        0::BIGINT AS relfilenode, 0::BIGINT AS reltablespace, 0 AS relpages,
+        {tuples}::FLOAT AS reltuples, 0 AS relallvisible, 0::BIGINT AS reltoastrelid,
+        {hasindex} AS relhasindex, false AS relisshared, 'p' AS relpersistence,
+        {kind} AS relkind, {natts}::SMALLINT AS relnatts, 0::SMALLINT AS relchecks,
+        false AS relhasrules, false AS relhastriggers, false AS relhassubclass,
+        false AS relrowsecurity, false AS relforcerowsecurity, true AS relispopulated,
+        'd' AS relreplident, false AS relispartition, 0::BIGINT AS relrewrite,
+        0::BIGINT AS relfrozenxid, 0::BIGINT AS relminmxid, NULL::VARCHAR[] AS relacl,
+        NULL::VARCHAR[] AS reloptions, NULL::VARCHAR AS relpartbound"""
+    tables = rel_cols.format(oid="table_oid", name="table_name", nsp=f"{c}.cq_nsp_oid(schema_name)",
+                             am=2, tuples="estimated_size", hasindex="has_primary_key OR index_count > 0",
+                             kind="'r'", natts="column_count")
+    views = rel_cols.format(oid="view_oid", name="view_name", nsp=f"{c}.cq_nsp_oid(schema_name)",
+                            am=0, tuples=0, hasindex="false", kind="'v'", natts="column_count")
+    indexes = rel_cols.format(oid="4000000 + table_oid * 64 + constraint_index",
+                              name="CASE constraint_type WHEN 'PRIMARY KEY' THEN table_name || '_pkey' ELSE constraint_name END",
+                              nsp=f"{c}.cq_nsp_oid(schema_name)", am=403,
+                              tuples=0, hasindex="false", kind="'i'",
+                              natts="len(constraint_column_indexes)")
+    system = rel_cols.format(oid="v.oid", name="v.name", nsp=11, am=2, tuples=0,
+                             hasindex="false", kind="'r'", natts=0)
+    cqrels = rel_cols.format(oid="oid", name="relname", nsp=f"{c}.cq_nsp_oid(nspname)", am=0,
+                             tuples=0, hasindex="false", kind="relkind",
+                             natts=f"(SELECT count(*) FROM {c}.cq_columns cc WHERE cc.attrelid = r.oid)")
+    sysvals = ", ".join(f"({oid}, {_q(n)})" for n, oid in SYSTEM_RELATIONS.items())
+    out.append(f"""CREATE VIEW {c}.pg_class AS
+        SELECT {tables} FROM duckdb_tables()
+          WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})
+        UNION ALL SELECT {views} FROM duckdb_views()
+          WHERE database_name = {_q(db)} AND NOT internal AND schema_name NOT IN ({hidden})
+        UNION ALL SELECT {indexes} FROM duckdb_constraints()
+          WHERE database_name = {_q(db)} AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')
+           AND schema_name NOT IN ({hidden})
+        UNION ALL SELECT {system} FROM (VALUES {sysvals}) v(oid, name)
+        UNION ALL SELECT {cqrels} FROM {c}.cq_relations r""")
+
+    # --- columns
+    out.append(f"""CREATE VIEW {c}.pg_attribute AS
+        SELECT coalesce(t.table_oid, v.view_oid) AS attrelid, col.column_name AS attname,
+            {c}.cq_type_oid(col.data_type) AS atttypid, -1 AS attstattarget,
+            (SELECT typlen FROM {c}.pg_type WHERE oid = {c}.cq_type_oid(col.data_type)) AS attlen,
+            col.column_index::SMALLINT AS attnum,
+            CASE WHEN col.data_type LIKE '%[]' THEN 1 ELSE 0 END AS attndims,
+            -1 AS attcacheoff,
+            CASE WHEN col.data_type LIKE 'DECIMAL(%' THEN
+                 ((col.numeric_precision << 16) | col.numeric_scale) + 4 ELSE -1 END AS atttypmod,
+            false AS attbyval, 'i' AS attalign, 'p' AS attstorage, '' AS attcompression,
+            NOT col.is_nullable AS attnotnull, col.column_default IS NOT NULL AS atthasdef,
+            false AS atthasmissing, '' AS attidentity, '' AS attgenerated,
+            false AS attisdropped, true AS attislocal, 0 AS attinhcount,
+            CASE WHEN col.data_type = 'VARCHAR' THEN 100 ELSE 0 END::BIGINT AS attcollation,
+            NULL::VARCHAR[] AS attacl, NULL::VARCHAR[] AS attoptions,
+            NULL::VARCHAR[] AS attfdwoptions, col.comment AS cq_comment
+        FROM duckdb_columns() col
+        LEFT JOIN duckdb_tables() t ON t.database_name = col.database_name
+             AND t.schema_name = col.schema_name AND t.table_name = col.table_name
+        LEFT JOIN duckdb_views() v ON v.database_name = col.database_name
+             AND v.schema_name = col.schema_name AND v.view_name = col.table_name
+        WHERE col.database_name = {_q(db)} AND col.schema_name NOT IN ({hidden})
+        UNION ALL
+        SELECT cc.attrelid, cc.attname, {c}.cq_type_oid(cc.data_type), -1,
+            (SELECT typlen FROM {c}.pg_type WHERE oid = {c}.cq_type_oid(cc.data_type)),
+            cc.attnum::SMALLINT, 0, -1, -1, false, 'i', 'p', '', cc.is_notnull, false, false, '', '',
+            false, true, 0, 0::BIGINT, NULL, NULL, NULL, NULL
+        FROM {c}.cq_columns cc""")
+    out.append(f"""CREATE VIEW {c}.pg_attrdef AS
+        SELECT 5000000 + t.table_oid * 1024 + col.column_index AS oid, t.table_oid AS adrelid,
+               col.column_index::SMALLINT AS adnum, col.column_default AS adbin
+        FROM duckdb_columns() col JOIN duckdb_tables() t ON t.database_name = col.database_name
+             AND t.schema_name = col.schema_name AND t.table_name = col.table_name
+        WHERE col.database_name = {_q(db)} AND col.column_default IS NOT NULL""")
+
+    # --- constraints and the indexes behind primary keys / unique constraints
+    out.append(f"""CREATE VIEW {c}.pg_constraint AS
+        SELECT 4000000 + table_oid * 64 + constraint_index + 2000000000 AS oid,
+            CASE constraint_type WHEN 'PRIMARY KEY' THEN table_name || '_pkey'
+                 ELSE constraint_name END AS conname,
+            {c}.cq_nsp_oid(schema_name) AS connamespace,
+            CASE constraint_type WHEN 'PRIMARY KEY' THEN 'p' WHEN 'UNIQUE' THEN 'u'
+                 WHEN 'CHECK' THEN 'c' WHEN 'FOREIGN KEY' THEN 'f' END AS contype,
+            false AS condeferrable, false AS condeferred, true AS convalidated,
+            table_oid AS conrelid, 0::BIGINT AS contypid,
+            CASE WHEN constraint_type IN ('PRIMARY KEY', 'UNIQUE')
+                 THEN 4000000 + table_oid * 64 + constraint_index ELSE 0 END::BIGINT AS conindid,
+            0::BIGINT AS conparentid,
+            coalesce((SELECT min(t2.table_oid) FROM duckdb_tables() t2
+                      WHERE t2.database_name = {_q(db)} AND t2.table_name = referenced_table), 0)
+                AS confrelid,
+            'a' AS confupdtype, 'a' AS confdeltype, 's' AS confmatchtype, true AS conislocal,
+            0 AS coninhcount, true AS connoinherit,
+            list_transform(constraint_column_indexes, lambda i: (i + 1)::SMALLINT) AS conkey,
+            NULL::SMALLINT[] AS confkey, constraint_text AS cq_def, NULL::VARCHAR AS conbin
+        FROM duckdb_constraints()
+        WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})
+          AND constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'CHECK', 'FOREIGN KEY')""")
+    out.append(f"""CREATE VIEW {c}.pg_index AS
+        SELECT 4000000 + table_oid * 64 + constraint_index AS indexrelid, table_oid AS indrelid,
+            len(constraint_column_indexes)::SMALLINT AS indnatts,
+            len(constraint_column_indexes)::SMALLINT AS indnkeyatts,
+            true AS indisunique, false AS indnullsnotdistinct,
+            constraint_type = 'PRIMARY KEY' AS indisprimary, false AS indisexclusion,
+            true AS indimmediate, false AS indisclustered, true AS indisvalid,
+            false AS indcheckxmin, true AS indisready, true AS indislive,
+            false AS indisreplident,
+            list_transform(constraint_column_indexes, lambda i: (i + 1)::SMALLINT) AS indkey,
+            list_transform(constraint_column_indexes, lambda i: 0::BIGINT) AS indcollation,
+            list_transform(constraint_column_indexes, lambda i: 0::BIGINT) AS indclass,
+            list_transform(constraint_column_indexes, lambda i: 0::SMALLINT) AS indoption,
+            NULL::VARCHAR AS indexprs, NULL::VARCHAR AS indpred
+        FROM duckdb_constraints()
+        WHERE database_name = {_q(db)} AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')
+          AND schema_name NOT IN ({hidden})""")
+
+    out.append(f"""CREATE VIEW {c}.pg_description AS
+        SELECT table_oid AS objoid, 1259::BIGINT AS classoid, 0 AS objsubid,
+               comment AS description
+          FROM duckdb_tables() WHERE database_name = {_q(db)} AND comment IS NOT NULL
+        UNION ALL SELECT attrelid, 1259, attnum, cq_comment FROM {c}.pg_attribute
+          WHERE cq_comment IS NOT NULL
+        UNION ALL SELECT oid, 1259, 0, description FROM {c}.cq_relations
+          WHERE description IS NOT NULL""")
+    out.append(f"""CREATE VIEW {c}.pg_proc AS
+        SELECT (100000 + row_number() OVER ())::BIGINT AS oid, function_name AS proname,
+               11::BIGINT AS pronamespace, 10::BIGINT AS proowner,
+               CASE function_type WHEN 'aggregate' THEN 'a' ELSE 'f' END AS prokind,
+               0::BIGINT AS prorettype, NULL::BIGINT[] AS proargtypes, false AS proretset,
+               0::BIGINT AS prolang, '' AS prosrc
+        FROM (SELECT DISTINCT function_name, function_type FROM duckdb_functions()
+              WHERE NOT internal AND database_name = {_q(db)})""")
+    out.append(f"""CREATE TABLE {c}.pg_settings (name VARCHAR, setting VARCHAR, unit VARCHAR,
+        category VARCHAR, short_desc VARCHAR, context VARCHAR, vartype VARCHAR,
+        source VARCHAR, boot_val VARCHAR, reset_val VARCHAR)""")
+    out.append(f"""CREATE VIEW {c}.pg_tables AS SELECT n.nspname AS schemaname,
+        c.relname AS tablename, {_q(OWNER)} AS tableowner, NULL::VARCHAR AS tablespace,
+        c.relhasindex AS hasindexes, false AS hasrules, false AS hastriggers,
+        false AS rowsecurity
+        FROM {c}.pg_class c JOIN {c}.pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind IN ('r', 'p')""")
+    out.append(f"""CREATE VIEW {c}.pg_views AS SELECT schema_name AS schemaname,
+        view_name AS viewname, {_q(OWNER)} AS viewowner, sql AS definition
+        FROM duckdb_views() WHERE database_name = {_q(db)} AND NOT internal""")
+    out.append(f"""CREATE VIEW {c}.pg_indexes AS SELECT n.nspname AS schemaname,
+        t.relname AS tablename, i.relname AS indexname, NULL::VARCHAR AS tablespace,
+        con.cq_def AS indexdef
+        FROM {c}.pg_index x JOIN {c}.pg_class i ON i.oid = x.indexrelid
+        JOIN {c}.pg_class t ON t.oid = x.indrelid
+        JOIN {c}.pg_namespace n ON n.oid = t.relnamespace
+        LEFT JOIN {c}.pg_constraint con ON con.conindid = x.indexrelid""")
+    out += _macros(c, db)
+    return out
+
+
+def _macros(c: str, db: str) -> list[str]:
+    """pg_* functions: each becomes a DuckDB macro the translator calls by qualified name."""
+    m = {
+        "pg_get_userbyid(u)": _q(OWNER),
+        "pg_encoding_to_char(e)": "'UTF8'",
+        "pg_char_to_encoding(e)": "6",
+        "pg_table_is_visible(o)": "true",
+        "pg_type_is_visible(o)": "true",
+        "pg_function_is_visible(o)": "true",
+        "pg_collation_is_visible(o)": "true",
+        "pg_relation_is_publishable(o)": "false",
+        "has_table_privilege(a, b, c := NULL)": "true",
+        "has_schema_privilege(a, b, c := NULL)": "true",
+        "has_database_privilege(a, b, c := NULL)": "true",
+        "has_column_privilege(a, b, c := NULL, d := NULL)": "true",
+        "has_sequence_privilege(a, b, c := NULL)": "true",
+        "pg_has_role(a, b, c := NULL)": "true",
+        "pg_get_expr(e, r, p := false)": "e::VARCHAR",
+        "pg_get_constraintdef(o, p := false)":
+            f"(SELECT min(cq_def) FROM {c}.pg_constraint WHERE oid = o)",
+        "pg_get_indexdef(o, k := 0, p := false)":
+            f"(SELECT min(cq_def) FROM {c}.pg_constraint WHERE conindid = o)",
+        "pg_get_viewdef(o, p := false)":
+            f"(SELECT min(sql) FROM duckdb_views() WHERE view_oid = o)",
+        "pg_get_function_result(o)": "NULL::VARCHAR",
+        "pg_get_function_arguments(o)": "NULL::VARCHAR",
+        "pg_get_function_identity_arguments(o)": "NULL::VARCHAR",
+        "pg_get_statisticsobjdef_columns(o)": "NULL::VARCHAR",
+        "pg_get_serial_sequence(t, col)": "NULL::VARCHAR",
+        "pg_get_partkeydef(o)": "NULL::VARCHAR",
+        "pg_get_triggerdef(o, p := false)": "NULL::VARCHAR",
+        "pg_get_ruledef(o, p := false)": "NULL::VARCHAR",
+        "pg_tablespace_location(o)": "''",
+        "pg_total_relation_size(o)": "0::BIGINT",
+        "pg_relation_size(o, f := 'main')": "0::BIGINT",
+        "pg_table_size(o)": "0::BIGINT",
+        "pg_indexes_size(o)": "0::BIGINT",
+        "pg_database_size(o)": "0::BIGINT",
+        "pg_size_pretty(s)": "format_bytes(s::BIGINT)",
+        "pg_postmaster_start_time()": "now()",
+        "pg_is_in_recovery()": "false",
+        "txid_current()": "1::BIGINT",
+        "pg_current_xact_id()": "1::BIGINT",
+        "obj_description(o, cat := NULL)":
+            f"(SELECT min(description) FROM {c}.pg_description WHERE objoid = o AND objsubid = 0)",
+        "shobj_description(o, cat)": "NULL::VARCHAR",
+        "col_description(o, n)":
+            f"(SELECT min(description) FROM {c}.pg_description WHERE objoid = o AND objsubid = n)",
+        "format_type(t, m)":
+            "CASE WHEN t IS NULL THEN NULL "
+            "WHEN t = 1700 AND m > 4 THEN 'numeric(' || ((m - 4) >> 16) || ',' || ((m - 4) & 65535) || ')' "
+            "WHEN t IN (1043, 1042) AND m > 4 THEN "
+            f"(SELECT min(cq_format) FROM {c}.pg_type WHERE oid = t) || '(' || (m - 4) || ')' "
+            f"ELSE coalesce((SELECT min(cq_format) FROM {c}.pg_type WHERE oid = t), '???') END",
+        "array_upper(a, d)": "CASE WHEN len(a) = 0 THEN NULL ELSE len(a) END",
+        "array_lower(a, d)": "CASE WHEN len(a) = 0 THEN NULL ELSE 1 END",
+        "array_ndims(a)": "CASE WHEN len(a) = 0 THEN NULL ELSE 1 END",
+        "cq_expandarray(a)": "list_transform(range(1, len(a) + 1), lambda i: {'x': a[i], 'n': i})",
+        "current_schemas(b)": "CASE WHEN b THEN ['pg_catalog', 'public'] ELSE ['public'] END",
+        "cq_regclass_oid(n)":
+            f"(SELECT min(c.oid) FROM {c}.pg_class c JOIN {c}.pg_namespace s "
+            f"ON s.oid = c.relnamespace WHERE c.relname = "
+            f"lower(trim(split_part(n::VARCHAR, '.', -1), '\"')) "
+            f"AND (NOT contains(n::VARCHAR, '.') OR s.nspname = "
+            f"trim(split_part(n::VARCHAR, '.', 1), '\"')))",
+        "cq_regclass_name(o)": f"coalesce((SELECT min(relname) FROM {c}.pg_class WHERE oid = o), o::VARCHAR)",
+        "cq_regtype_oid(n)":
+            f"(SELECT min(oid) FROM {c}.pg_type WHERE typname = "
+            f"lower(replace(replace(n::VARCHAR, 'pg_catalog.', ''), '\"', '')) "
+            f"OR cq_format = lower(replace(n::VARCHAR, 'pg_catalog.', '')))",
+        "cq_regtype_name(o)":
+            f"CASE WHEN o IS NULL THEN NULL ELSE coalesce((SELECT min(cq_format) FROM {c}.pg_type "
+            f"WHERE oid = o), o::VARCHAR) END",
+        "cq_regnamespace_name(o)":
+            f"(SELECT min(nspname) FROM {c}.pg_namespace WHERE oid = o)",
+        "cq_regproc_name(p)": "replace(p::VARCHAR, 'pg_catalog.', '')",
+    }
+    return [f"CREATE MACRO {c}.{sig} AS {body}" for sig, body in m.items()]
+
+
+# pg function name -> macro name in pgcat (the translator rewrites calls).
+FUNCTIONS = {sig.split("(")[0] for sig in [
+    "pg_get_userbyid", "pg_encoding_to_char", "pg_char_to_encoding", "pg_table_is_visible",
+    "pg_type_is_visible", "pg_function_is_visible", "pg_collation_is_visible",
+    "pg_relation_is_publishable", "has_table_privilege", "has_schema_privilege",
+    "has_database_privilege", "has_column_privilege", "has_sequence_privilege", "pg_has_role",
+    "pg_get_expr", "pg_get_constraintdef", "pg_get_indexdef", "pg_get_viewdef",
+    "pg_get_function_result", "pg_get_function_arguments", "pg_get_function_identity_arguments",
+    "pg_get_statisticsobjdef_columns", "pg_get_serial_sequence", "pg_get_partkeydef",
+    "pg_get_triggerdef", "pg_get_ruledef", "pg_tablespace_location", "pg_total_relation_size",
+    "pg_relation_size", "pg_table_size", "pg_indexes_size", "pg_database_size", "pg_size_pretty",
+    "pg_postmaster_start_time", "pg_is_in_recovery", "txid_current", "pg_current_xact_id",
+    "obj_description", "shobj_description", "col_description", "format_type", "array_upper",
+    "array_lower", "array_ndims", "current_schemas"]}

@@ -1,0 +1,47 @@
+"""Server configuration: command-line flags, with ``CQGATE_*`` environment variables as
+defaults, and defaults that are safe (loopback only, not port 5432)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+
+def _default_data_dir() -> str:
+    return os.path.join(os.path.expanduser("~"), ".cqgate", "data")
+
+
+@dataclass
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 55433
+    ingest_port: int = 55533
+    data_dir: str = ""
+    auth: str = "trust"                  # trust | password | md5 | scram-sha-256
+    users_file: str | None = None        # lines of user:password
+    users: str | None = None             # inline "user:password,user2:password2"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    require_tls: bool = False
+    max_message_bytes: int = 64 * 1024 * 1024
+    workers: int = 16                    # threads running DuckDB work
+    log_level: str = "INFO"
+
+    def __post_init__(self):
+        if not self.data_dir:
+            self.data_dir = _default_data_dir()
+
+    @classmethod
+    def env_defaults(cls) -> dict:
+        """Values from CQGATE_<FIELD> environment variables, typed like the fields."""
+        out = {}
+        for f in fields(cls):
+            raw = os.environ.get("CQGATE_" + f.name.upper())
+            if raw is None:
+                continue
+            if f.type in ("int", int):
+                out[f.name] = int(raw)
+            elif f.type in ("bool", bool):
+                out[f.name] = raw.lower() in ("1", "true", "yes", "on")
+            else:
+                out[f.name] = raw
+        return out

@@ -1,0 +1,401 @@
+"""The asyncio shell around one client connection: reads bytes into the sans-I/O parser, runs
+the startup/auth exchange, dispatches each frontend message through a table, and writes the
+backend messages the session's results become. A bad connection ends only itself.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import ssl
+from collections import deque
+
+from . import settings as S
+from .commands import CopyRequest
+from .protocol import messages as M
+from .protocol import types as T
+from .protocol.auth import authenticate
+from .protocol.errors import (PgError, ProtocolViolation, InvalidAuthorization, QueryCanceled,
+                              DuplicatePreparedStatement, DuplicateCursor,
+                              InvalidSqlStatementName, InvalidCursorName)
+from .results import Done, Rows, encode_rows, resolve_formats, row_description
+from .session import Portal, Session, TxStatus
+from .sql.lexer import split
+
+log = logging.getLogger("cqgate")
+FLUSH_AT = 256 * 1024
+
+
+class Closed(Exception):
+    """The client went away or must be disconnected."""
+
+
+class Connection:
+    def __init__(self, server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.parser = M.FrontendParser(max_message=server.config.max_message_bytes)
+        self.inbox: deque = deque()
+        self.out = bytearray()
+        self.session: Session | None = None
+        self.skip_until_sync = False
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    # ------------------------------------------------------------------ I/O
+    async def receive(self):
+        while not self.inbox:
+            data = await self.reader.read(65536)
+            if not data:
+                raise Closed()
+            self.inbox.extend(self.parser.feed(data))
+        return self.inbox.popleft()
+
+    def send(self, data: bytes) -> None:
+        self.out += data
+
+    async def flush(self) -> None:
+        if self.out:
+            self.writer.write(bytes(self.out))
+            self.out.clear()
+        await self.writer.drain()
+
+    async def maybe_flush(self) -> None:
+        if len(self.out) >= FLUSH_AT:
+            await self.flush()
+
+    async def _send_now(self, data: bytes) -> None:
+        self.send(data)
+        await self.flush()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def run(self) -> None:
+        try:
+            if await self.startup():
+                await self.serve()
+        except Closed:
+            pass
+        except PgError as e:
+            await self._fatal(e)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
+            pass
+        except Exception as e:  # noqa: BLE001 - a bug must end only this connection
+            log.exception("internal error on connection from %s", self.peer)
+            await self._fatal(PgError(f"internal error: {e}"))
+        finally:
+            await self.cleanup()
+
+    async def _fatal(self, e: PgError) -> None:
+        try:
+            self.send(M.error_response(e.sqlstate, e.message, severity="FATAL",
+                                       detail=e.detail, hint=e.hint))
+            await self.flush()
+        except (ConnectionError, OSError):
+            pass
+
+    async def cleanup(self) -> None:
+        if self.session is not None:
+            self.server.sessions.pop(self.session.pid, None)
+            log.info("client disconnected: pid=%d user=%s", self.session.pid, self.session.user)
+            s = self.session
+            self.session = None
+            await asyncio.get_running_loop().run_in_executor(self.server.pool, s.close)
+        try:
+            self.writer.close()
+        except (ConnectionError, OSError, RuntimeError):
+            pass
+
+    async def startup(self) -> bool:
+        while True:
+            msg = await self.receive()
+            if isinstance(msg, M.SSLRequest):
+                if self.server.ssl_context is not None and \
+                        self.writer.get_extra_info("sslcontext") is None:
+                    await self._send_now(b"S")
+                    await self.writer.start_tls(self.server.ssl_context)
+                else:
+                    await self._send_now(b"N")
+                continue
+            if isinstance(msg, M.GSSENCRequest):
+                await self._send_now(b"N")
+                continue
+            if isinstance(msg, M.CancelRequest):
+                self.server.cancel(msg.pid, msg.secret)
+                return False
+            if isinstance(msg, M.Startup):
+                return await self._start_session(msg.params)
+            raise ProtocolViolation("expected startup message")
+
+    async def _start_session(self, params: dict) -> bool:
+        user = params.get("user")
+        if not user:
+            raise InvalidAuthorization("no PostgreSQL user name specified in startup packet")
+        cfg = self.server.config
+        if cfg.require_tls and self.writer.get_extra_info("sslcontext") is None:
+            raise InvalidAuthorization("this server accepts only TLS connections",
+                                       hint="Connect with sslmode=require.")
+        await authenticate(cfg.auth, user, self.server.users, self._send_now, self.receive)
+        pid = self.server.next_pid()
+        secret = random.getrandbits(31)
+        loop = asyncio.get_running_loop()
+        self.session = await loop.run_in_executor(
+            self.server.pool, lambda: Session(self.server, pid, secret, user=user,
+                                              database=params.get("database") or user))
+        self.session.apply_startup_options(params)
+        self.session.pending_status.clear()
+        self.server.sessions[pid] = self.session
+        self.send(M.authentication_ok())
+        for name in S.REPORTED:
+            self.send(M.parameter_status(name, self.session.settings.get(name, "")))
+        self.send(M.backend_key_data(pid, secret))
+        self.send(M.ready_for_query("I"))
+        await self.flush()
+        log.info("client connected: pid=%d user=%s database=%s application=%s from %s", pid,
+                 user, params.get("database") or user, params.get("application_name", ""),
+                 self.peer)
+        return True
+
+    async def serve(self) -> None:
+        handlers = {
+            M.Query: self.on_query, M.Parse: self.on_parse, M.Bind: self.on_bind,
+            M.Describe: self.on_describe, M.Execute: self.on_execute, M.Close: self.on_close,
+            M.Sync: self.on_sync, M.Flush: self.on_flush,
+            M.CopyData: self._ignore, M.CopyDone: self._ignore, M.CopyFail: self._ignore,
+        }
+        while True:
+            msg = await self.receive()
+            if isinstance(msg, M.Terminate):
+                return
+            handler = handlers.get(type(msg))
+            if handler is None:
+                raise ProtocolViolation(f"unexpected message {type(msg).__name__}")
+            if self.skip_until_sync and not isinstance(msg, (M.Sync, M.Query)):
+                continue
+            try:
+                await handler(msg)
+            except PgError as e:
+                if e.severity == "FATAL":
+                    raise
+                self.send_error(e)
+                if not isinstance(msg, M.Query):
+                    self.skip_until_sync = True
+            except (Closed, ConnectionError, OSError, asyncio.CancelledError):
+                raise
+            except Exception as e:  # noqa: BLE001 - report a bug, keep the session
+                log.exception("internal error in %s", type(msg).__name__)
+                self.send_error(PgError(f"internal error: {e}"))
+                if isinstance(msg, M.Query):
+                    self.ready()
+                    await self.flush()
+                else:
+                    self.skip_until_sync = True
+            await self.maybe_flush()
+
+    async def _ignore(self, msg) -> None:
+        pass
+
+    # ------------------------------------------------------------------ helpers
+    def send_error(self, e: PgError) -> None:
+        self.send(M.error_response(e.sqlstate, e.message, position=e.position,
+                                   detail=e.detail, hint=e.hint))
+        if self.session is not None:
+            self.session.fail_transaction()
+
+    def send_session_news(self) -> None:
+        s = self.session
+        for severity, sqlstate, message in s.notices:
+            self.send(M.notice_response(message, severity=severity, sqlstate=sqlstate))
+        s.notices.clear()
+        for name, value in s.pending_status:
+            self.send(M.parameter_status(name, value))
+        s.pending_status.clear()
+
+    def ready(self) -> None:
+        self.send(M.ready_for_query(self.session.status_letter()))
+
+    # ------------------------------------------------------------------ simple query
+    async def on_query(self, msg: M.Query) -> None:
+        s = self.session
+        self.skip_until_sync = False
+        try:
+            stmts = split(msg.sql)
+        except PgError as e:
+            self.send_error(e)
+            self.ready()
+            await self.flush()
+            return
+        if not stmts:
+            self.send(M.empty_query_response())
+        for stmt in stmts:
+            try:
+                p = s.prepare_statement("", stmt)
+                res = await s.execute(p, [])
+                await self.emit(res, [], 0, describe=True)
+            except PgError as e:
+                self.send_session_news()
+                self.send_error(e)
+                break
+            finally:
+                self.send_session_news()
+            await self.maybe_flush()
+        if s.status == TxStatus.IDLE:
+            s.drop_portals(keep_holdable=True)
+        self.ready()
+        await self.flush()
+
+    async def emit(self, res, formats: tuple, max_rows: int, *, describe: bool,
+                   portal: Portal | None = None) -> None:
+        s = self.session
+        if isinstance(res, CopyRequest):
+            await (self.copy_in(res) if res.direction == "in" else self.copy_out(res))
+            return
+        if isinstance(res, Done):
+            self.send(M.command_complete(res.tag) if res.tag else M.empty_query_response())
+            return
+        fmts = resolve_formats(formats, len(res.fields))
+        if describe:
+            self.send(row_description(res.fields, fmts))
+        sent = 0
+        while True:
+            chunk = max_rows - sent if max_rows > 0 else 2048
+            if chunk <= 0:
+                break
+            data, n = encode_rows(res, min(chunk, 2048), fmts, s.tz)
+            if n == 0:
+                break
+            self.send(data)
+            sent += n
+            await self.maybe_flush()
+            if s.canceled:
+                raise QueryCanceled("canceling statement due to user request")
+        if max_rows > 0 and res.remaining > 0:
+            self.send(M.portal_suspended())
+        else:
+            self.send(M.command_complete(s.rows_tag(res, sent)))
+
+    # ------------------------------------------------------------------ extended query
+    async def on_parse(self, msg: M.Parse) -> None:
+        s = self.session
+        if msg.name and msg.name in s.statements:
+            raise DuplicatePreparedStatement(f'prepared statement "{msg.name}" already exists')
+        s.statements[msg.name] = s.prepare(msg.name, msg.sql, msg.param_oids)
+        self.send(M.parse_complete())
+
+    async def on_bind(self, msg: M.Bind) -> None:
+        s = self.session
+        p = s.statements.get(msg.statement)
+        if p is None:
+            raise InvalidSqlStatementName(f'prepared statement "{msg.statement}" does not exist')
+        if msg.portal and msg.portal in s.portals:
+            raise DuplicateCursor(f'portal "{msg.portal}" already exists')
+        if len(msg.params) != len(p.param_oids):
+            raise PgError(f"bind message supplies {len(msg.params)} parameters, but prepared "
+                          f'statement "{msg.statement}" requires {len(p.param_oids)}',
+                          sqlstate="08P01")
+        fmts = resolve_formats(msg.param_formats, len(msg.params))
+        values = [T.decode_param(raw, oid, f)
+                  for raw, oid, f in zip(msg.params, p.param_oids, fmts)]
+        s.portals[msg.portal] = Portal(msg.portal, p, values, msg.result_formats)
+        self.send(M.bind_complete())
+
+    async def on_describe(self, msg: M.Describe) -> None:
+        s = self.session
+        if msg.kind == "S":
+            p = s.statements.get(msg.name)
+            if p is None:
+                raise InvalidSqlStatementName(f'prepared statement "{msg.name}" does not exist')
+            fields = await s.describe_statement(p)
+            self.send(M.parameter_description(p.param_oids))
+            self.send(row_description(fields, [0] * len(fields)) if fields else M.no_data())
+            return
+        portal = s.portals.get(msg.name)
+        if portal is None:
+            raise InvalidCursorName(f'portal "{msg.name}" does not exist')
+        if portal.result is None and self._returns_rows(portal):
+            portal.result = await s.execute(portal.prepared, portal.params)
+        if isinstance(portal.result, Rows):
+            fmts = resolve_formats(portal.result_formats, len(portal.result.fields))
+            self.send(row_description(portal.result.fields, fmts))
+        else:
+            self.send(M.no_data())
+
+    def _returns_rows(self, portal: Portal) -> bool:
+        p = portal.prepared
+        if p.command is not None:
+            return p.command in ("fetch", "show")
+        return p.translated is not None and p.translated.returns_rows
+
+    async def on_execute(self, msg: M.Execute) -> None:
+        s = self.session
+        portal = s.portals.get(msg.portal)
+        if portal is None:
+            raise InvalidCursorName(f'portal "{msg.portal}" does not exist')
+        try:
+            if portal.result is None:
+                portal.result = await s.execute(portal.prepared, portal.params)
+                if isinstance(portal.result, CopyRequest):
+                    req, portal.result = portal.result, Done("")
+                    await self.emit(req, (), 0, describe=False)
+                    return
+            elif isinstance(portal.result, Done) and not portal.sql_cursor:
+                portal.result = Done(portal.result.tag)
+            await self.emit(portal.result, portal.result_formats, msg.max_rows, describe=False)
+        finally:
+            self.send_session_news()
+
+    async def on_close(self, msg: M.Close) -> None:
+        s = self.session
+        (s.statements if msg.kind == "S" else s.portals).pop(msg.name, None)
+        self.send(M.close_complete())
+
+    async def on_sync(self, msg: M.Sync) -> None:
+        self.skip_until_sync = False
+        s = self.session
+        if s.status == TxStatus.IDLE:
+            s.drop_portals(keep_holdable=True)
+        self.send_session_news()
+        self.ready()
+        await self.flush()
+
+    async def on_flush(self, msg: M.Flush) -> None:
+        await self.flush()
+
+    # ------------------------------------------------------------------ COPY
+    async def copy_in(self, req: CopyRequest) -> None:
+        s = self.session
+        cols = await s._call(s.copy_columns, req)
+        self.send(M.copy_in_response(len(cols)))
+        await self.flush()
+        chunks, failed = [], None
+        while True:
+            msg = await self.receive()
+            if isinstance(msg, M.CopyData):
+                chunks.append(msg.data)
+            elif isinstance(msg, M.CopyDone):
+                break
+            elif isinstance(msg, M.CopyFail):
+                failed = msg.message
+                break
+            elif isinstance(msg, (M.Flush, M.Sync)):
+                continue
+            else:
+                raise ProtocolViolation("unexpected message type during COPY from stdin")
+        if failed is not None:
+            raise QueryCanceled(f"COPY from stdin failed: {failed}")
+        n = await s._call(s.copy_load, req, cols, b"".join(chunks))
+        self.send(M.command_complete(f"COPY {n}"))
+
+    async def copy_out(self, req: CopyRequest) -> None:
+        s = self.session
+        rows = await s._call(s.copy_rows, req)
+        self.send(M.copy_out_response(len(rows.fields)))
+        n = 0
+        for line in s.copy_format(rows, req):
+            self.send(M.copy_data(line))
+            n += 1
+            await self.maybe_flush()
+        if req.header and req.csv:
+            n -= 1
+        self.send(M.copy_done())
+        self.send(M.command_complete(f"COPY {n}"))

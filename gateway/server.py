@@ -1,0 +1,88 @@
+"""The gateway process: listens for PostgreSQL clients, keeps the session registry used by
+CancelRequest, owns the DuckDB store and the worker threads, and shuts down cleanly."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import ssl
+from concurrent.futures import ThreadPoolExecutor
+
+from .config import Config
+from .connection import Connection
+from .protocol.auth import Users, METHODS
+from .store import Store
+
+log = logging.getLogger("cqgate")
+
+
+class Server:
+    def __init__(self, config: Config):
+        if config.auth not in METHODS:
+            raise ValueError(f"unknown auth method {config.auth!r}; use one of {METHODS}")
+        self.config = config
+        self.store = Store(config.data_dir)
+        self.users = Users.load(config.users_file, config.users)
+        self.pool = ThreadPoolExecutor(max_workers=config.workers,
+                                       thread_name_prefix="cqgate-duckdb")
+        self.sessions: dict = {}
+        self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
+        self.ssl_context = None
+        if config.tls_cert and config.tls_key:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(config.tls_cert, config.tls_key)
+            self.ssl_context = ctx
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set = set()
+
+    def next_pid(self) -> int:
+        return next(self._pids)
+
+    def cancel(self, pid: int, secret: int) -> None:
+        s = self.sessions.get(pid)
+        if s is not None and s.secret == secret:
+            log.info("cancel request for pid=%d", pid)
+            s.cancel()
+
+    async def _client(self, reader, writer) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            await Connection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._tasks.discard(task)
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._client, self.config.host,
+                                                  self.config.port, limit=1 << 20)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.store.close()
+
+
+async def serve(config: Config, ready=print) -> None:
+    """Run until SIGTERM/SIGINT; calls ``ready`` with a line containing 'ready' once listening."""
+    server = Server(config)
+    port = await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    ready(f"cqgate ready: accepting PostgreSQL connections on {config.host}:{port} "
+          f"(data directory {config.data_dir}, auth {config.auth}"
+          f"{', TLS' if server.ssl_context else ''})")
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()

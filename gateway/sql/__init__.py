@@ -1,0 +1,1 @@
+"""SQL handling in the gateway: splitting, classifying and translating PostgreSQL to DuckDB."""

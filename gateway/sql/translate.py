@@ -1,0 +1,482 @@
+"""Translate one PostgreSQL statement (already split) into DuckDB SQL with sqlglot.
+
+Catalog names (``pg_catalog.pg_class``, ``format_type(...)``, ``::regclass``, ``OPERATOR(
+pg_catalog.~)``) are pointed at the emulated catalog in ``pgcat``; session values
+(``current_setting``, ``current_user``) become DuckDB variables the session keeps in sync.
+The result also says what the statement is (command tag, whether it returns rows) and the
+types of its parameters, inferred from where they appear.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+import dialect  # noqa: F401  (registers the "cql" dialect)
+
+from ..catalog import pg_catalog
+from ..protocol import types as T
+from ..protocol.errors import SyntaxError_, FeatureNotSupported
+
+CAT = f"{pg_catalog.CATALOG}.main"
+VERSION = (f"PostgreSQL {pg_catalog.SERVER_VERSION} (cqgate) on x86_64-pc-linux-gnu, "
+           "a continuous-query gateway over DuckDB")
+
+
+@dataclass
+class Translated:
+    duck_sql: str
+    tag: str                    # command tag prefix: SELECT, INSERT, CREATE TABLE, ...
+    returns_rows: bool
+    params: dict = field(default_factory=dict)   # $n -> pg oid inferred (0 = unknown)
+    tables: tuple = ()          # (schema|None, name, alias) of user relations read
+    projections: tuple = ()     # (output name, source alias|None, source column|None) | "*"
+    has_set_config: bool = False
+    catalog: bool = False       # reads the emulated pg_catalog
+    ast: exp.Expression | None = None      # rewritten for DuckDB
+    source: exp.Expression | None = None   # as the client wrote it
+
+
+_TAGS = {
+    exp.Select: "SELECT", exp.Union: "SELECT", exp.Intersect: "SELECT", exp.Except: "SELECT",
+    exp.Values: "SELECT", exp.Insert: "INSERT", exp.Update: "UPDATE", exp.Delete: "DELETE",
+    exp.Merge: "MERGE",
+}
+
+
+def _tag_for(node: exp.Expression) -> str:
+    for cls, tag in _TAGS.items():
+        if isinstance(node, cls):
+            return tag
+    if isinstance(node, exp.Create):
+        kind = (node.args.get("kind") or "").upper()
+        return "CREATE " + ("TABLE" if kind == "TABLE" and node.expression is not None
+                            else kind)
+    if isinstance(node, exp.Drop):
+        return "DROP " + (node.args.get("kind") or "").upper()
+    if isinstance(node, exp.Alter):
+        return "ALTER " + (node.args.get("kind") or "TABLE").upper()
+    if isinstance(node, exp.TruncateTable):
+        return "TRUNCATE TABLE"
+    if isinstance(node, exp.Command):
+        return node.this.upper()
+    return node.key.upper()
+
+
+# --------------------------------------------------------------------------- rewrites
+_SPECIAL_CASTS = {"regclass", "regtype", "regproc", "regprocedure", "regnamespace", "regrole",
+                  "regoper"}
+_TYPE_REPLACEMENTS = {
+    "name": "VARCHAR", "char": "VARCHAR", '"char"': "VARCHAR", "bpchar": "VARCHAR",
+    "int2vector": "SMALLINT[]", "oidvector": "BIGINT[]", "xid": "BIGINT", "cid": "BIGINT",
+    "tid": "VARCHAR", "regoperator": "VARCHAR", "jsonb": "JSON", "aclitem": "VARCHAR",
+    "pg_node_tree": "VARCHAR", "text": "VARCHAR", "anyarray": "VARCHAR[]", "money": "DECIMAL(18,2)",
+}
+
+
+def _type_name(dt_: exp.DataType) -> str:
+    """The lower-case PostgreSQL name of a sqlglot DataType (pg_catalog. stripped)."""
+    this = dt_.this
+    if this == exp.DataType.Type.USERDEFINED:
+        kind = dt_.args.get("kind")
+        name = kind.sql("postgres") if kind is not None else ""
+        return name.replace("pg_catalog.", "").strip('"').lower() if name != '"char"' else '"char"'
+    if isinstance(this, str):
+        return this.lower()
+    return dt_.sql("postgres").lower()
+
+
+def _macro(name: str, *args) -> exp.Expression:
+    return exp.Anonymous(this=f"{CAT}.{name}", expressions=list(args))
+
+
+def _rewrite_cast(node: exp.Cast) -> exp.Expression:
+    name = _type_name(node.to)
+    arg = node.this
+    if name in _SPECIAL_CASTS:
+        literal = isinstance(arg, (exp.Literal, exp.Parameter, exp.Placeholder)) and (
+            not isinstance(arg, exp.Literal) or arg.is_string)
+        if name == "regclass":
+            return _macro("cq_regclass_oid" if literal else "cq_regclass_name", arg)
+        if name == "regtype":
+            return _macro("cq_regtype_oid" if literal else "cq_regtype_name", arg)
+        if name == "regnamespace":
+            return _macro("cq_regnamespace_name", arg) if not literal else arg
+        return _macro("cq_regproc_name", arg)
+    if name == "bytea" and isinstance(arg, exp.Literal) and arg.is_string \
+            and arg.name.startswith("\\x"):
+        return exp.Unhex(this=exp.Literal.string(arg.name[2:]))
+    repl = _TYPE_REPLACEMENTS.get(name)
+    if repl is not None and node.to.this in (exp.DataType.Type.USERDEFINED, exp.DataType.Type.NAME,
+                                             exp.DataType.Type.JSONB, exp.DataType.Type.CHAR):
+        node.set("to", exp.DataType.build(repl, dialect="duckdb"))
+    elif node.to.find(exp.DataType) is not None and any(
+            d.this == exp.DataType.Type.USERDEFINED for d in node.to.find_all(exp.DataType)):
+        t = T.lookup_type_name(node.to.sql("postgres"))
+        if t is not None:
+            node.set("to", exp.DataType.build(t.duckdb, dialect="duckdb"))
+    return node
+
+
+_OPERATORS = {
+    "~": lambda a, b: exp.RegexpLike(this=a, expression=b),
+    "!~": lambda a, b: exp.Not(this=exp.RegexpLike(this=a, expression=b)),
+    "~*": lambda a, b: exp.RegexpILike(this=a, expression=b),
+    "!~*": lambda a, b: exp.Not(this=exp.RegexpILike(this=a, expression=b)),
+    "=": lambda a, b: exp.EQ(this=a, expression=b),
+    "<>": lambda a, b: exp.NEQ(this=a, expression=b),
+    "!=": lambda a, b: exp.NEQ(this=a, expression=b),
+    "<": lambda a, b: exp.LT(this=a, expression=b),
+    ">": lambda a, b: exp.GT(this=a, expression=b),
+    "<=": lambda a, b: exp.LTE(this=a, expression=b),
+    ">=": lambda a, b: exp.GTE(this=a, expression=b),
+    "~~": lambda a, b: exp.Like(this=a, expression=b),
+    "!~~": lambda a, b: exp.Not(this=exp.Like(this=a, expression=b)),
+    "||": lambda a, b: exp.DPipe(this=a, expression=b),
+}
+
+
+def _rewrite_operator(node: exp.Operator) -> exp.Expression:
+    op = str(node.args.get("operator") or "").replace("pg_catalog.", "").strip()
+    build = _OPERATORS.get(op)
+    if build is None:
+        raise FeatureNotSupported(f"operator does not exist: OPERATOR({op})")
+    return build(*(a.this if isinstance(a, exp.Collate) else a
+                   for a in (node.this, node.expression)))
+
+
+def _var(name: str) -> exp.Expression:
+    return exp.Anonymous(this="getvariable", expressions=[exp.Literal.string(name)])
+
+
+def setting_variable(name: str) -> str:
+    return "cq_setting_" + name.lower()
+
+
+def _rewrite_anonymous(node: exp.Anonymous) -> exp.Expression:
+    name = node.name.lower()
+    args = node.expressions
+    if name in pg_catalog.FUNCTIONS:
+        return _macro(name, *args)
+    if name == "_pg_expandarray":
+        return exp.Unnest(expressions=[_macro("cq_expandarray", *args)])
+    if name == "version":
+        return exp.Literal.string(VERSION)
+    if name == "current_setting" and args:
+        if isinstance(args[0], exp.Literal):
+            return _var(setting_variable(args[0].name))
+        raise FeatureNotSupported("current_setting needs a constant setting name")
+    if name == "to_regtype":
+        return _macro("cq_regtype_oid", *args)
+    if name == "to_regclass":
+        return _macro("cq_regclass_oid", *args)
+    if name == "pg_backend_pid":
+        return _var("cq_pid")
+    if name in ("inet_server_addr", "inet_client_addr"):
+        return exp.Null()
+    return node
+
+
+def _rewrite(node: exp.Expression, state: dict) -> exp.Expression:
+    new = _rewrite_one(node, state)
+    if new is not node:
+        # transform() does not descend into a replacement; its arguments still need rewriting.
+        new = new.transform(_rewrite, state)
+    return new
+
+
+def _rewrite_one(node: exp.Expression, state: dict) -> exp.Expression:
+    if isinstance(node, exp.Table):
+        db = node.args.get("db")
+        name = node.name.lower()
+        dbname = db.name.lower() if db is not None else None
+        if name in pg_catalog.RELATIONS and dbname in (None, "pg_catalog") \
+                and node.args.get("catalog") is None:
+            state["catalog"] = True
+            node.set("db", exp.to_identifier("main"))
+            node.set("catalog", exp.to_identifier(pg_catalog.CATALOG))
+            node.set("this", exp.to_identifier(name))
+        elif isinstance(node.this, exp.Func):
+            if dbname in ("pg_catalog", "information_schema"):
+                node.set("db", None)       # pg_catalog.generate_series(...) and friends
+        else:
+            state["tables"].append((dbname, node.name, node.alias_or_name))
+        return node
+    if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) \
+            and node.this.name.lower() in ("pg_catalog", "information_schema") \
+            and isinstance(node.expression, exp.Func):
+        return node.expression
+    if isinstance(node, exp.Anonymous):
+        if node.name.lower() == "set_config":
+            state["set_config"] = True
+        return _rewrite_anonymous(node)
+    if isinstance(node, exp.Cast):
+        return _rewrite_cast(node)
+    if isinstance(node, exp.Operator):
+        return _rewrite_operator(node)
+    if isinstance(node, exp.Collate):
+        return node.this
+    if isinstance(node, exp.CurrentUser):
+        return _var("cq_user")
+    if isinstance(node, exp.SessionUser) if hasattr(exp, "SessionUser") else False:
+        return _var("cq_user")
+    if isinstance(node, exp.Column) and not node.table and node.name.lower() in (
+            "session_user", "current_user", "user") and not node.this.quoted:
+        return _var("cq_user")
+    if isinstance(node, exp.CurrentSchema):
+        return exp.Literal.string("public")
+    if isinstance(node, exp.CurrentCatalog) if hasattr(exp, "CurrentCatalog") else False:
+        return exp.Anonymous(this="current_database", expressions=[])
+    return node
+
+
+# --------------------------------------------------------------------------- output names
+_FUNC_NAMES = {exp.CurrentTimestamp: "now", exp.CurrentDate: "current_date",
+               exp.CurrentTime: "current_time", exp.CurrentUser: "current_user",
+               exp.CurrentSchema: "current_schema", exp.Count: "count", exp.Sum: "sum",
+               exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.Coalesce: "coalesce",
+               exp.Case: "case", exp.If: "case", exp.Array: "array", exp.ArrayAgg: "array_agg",
+               exp.Exists: "exists", exp.Substring: "substring", exp.Lower: "lower",
+               exp.Upper: "upper", exp.Length: "length", exp.Nullif: "nullif",
+               exp.Greatest: "greatest", exp.Least: "least", exp.Round: "round",
+               exp.Abs: "abs", exp.Concat: "concat", exp.Trim: "btrim", exp.Extract: "extract",
+               exp.GroupConcat: "string_agg", exp.Stddev: "stddev", exp.Variance: "variance",
+               exp.RowNumber: "row_number"}
+
+
+def pg_column_name(e: exp.Expression) -> str:
+    """The name PostgreSQL gives an unaliased output column (its FigureColname rules)."""
+    if isinstance(e, exp.Column):
+        return e.name
+    if isinstance(e, exp.Dot):
+        return pg_column_name(e.expression)
+    if isinstance(e, exp.Cast):
+        inner = pg_column_name(e.this)
+        if inner != "?column?":
+            return inner
+        name = _type_name(e.to)
+        t = T.lookup_type_name(name)
+        return t.name if t and t.category != "A" else name.split("(")[0]
+    if isinstance(e, exp.Paren):
+        return pg_column_name(e.this)
+    if isinstance(e, exp.Anonymous):
+        return e.name.split(".")[-1].lower()
+    for cls, name in _FUNC_NAMES.items():
+        if isinstance(e, cls):
+            return name
+    if isinstance(e, exp.Func) and not isinstance(e, (exp.Binary, exp.Unary)):
+        return (e.sql_name() or "?column?").lower()
+    if isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select) and e.this.expressions:
+        return e.this.expressions[0].alias_or_name or pg_column_name(e.this.expressions[0])
+    return "?column?"
+
+
+def _name_outputs(select: exp.Expression) -> None:
+    """Alias every unaliased output column of a SELECT with PostgreSQL's name for it."""
+    if isinstance(select, (exp.Union, exp.Intersect, exp.Except)):
+        _name_outputs(select.this)
+        return
+    if not isinstance(select, exp.Select):
+        return
+    named = []
+    for p in select.expressions:
+        if isinstance(p, (exp.Alias, exp.Star)) or (isinstance(p, exp.Column) and
+                                                     (isinstance(p.this, exp.Star) or
+                                                      not isinstance(p.this, exp.Identifier))):
+            named.append(p)
+        elif isinstance(p, exp.Column):
+            named.append(p)
+        else:
+            named.append(exp.alias_(p, pg_column_name(p), quoted=True))
+    select.set("expressions", named)
+
+
+# --------------------------------------------------------------------------- parameter types
+def param_index(node: exp.Expression) -> int | None:
+    if isinstance(node, exp.Parameter):
+        inner = node.this
+        if isinstance(inner, exp.Literal) and inner.is_int:
+            return int(inner.name)
+        if isinstance(inner, exp.Var) and inner.name.isdigit():
+            return int(inner.name)
+    if isinstance(node, exp.Placeholder) and str(node.name).isdigit():
+        return int(node.name)
+    return None
+
+
+def _pg_oid_of_type(dt_: exp.DataType) -> int:
+    t = T.lookup_type_name(_type_name(dt_)) or T.lookup_type_name(dt_.sql("postgres"))
+    return t.oid if t else 0
+
+
+_CMP = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul, exp.Div,
+        exp.Mod, exp.Like, exp.ILike, exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
+def infer_params(ast: exp.Expression, column_type) -> dict:
+    """$n -> pg type OID from the context each parameter appears in; 0 where nothing says."""
+    out: dict[int, int] = {}
+
+    def other_side_type(p: exp.Expression, other: exp.Expression) -> int:
+        if isinstance(other, exp.Column):
+            return column_type(other.table or None, other.name)
+        if isinstance(other, exp.Cast):
+            return _pg_oid_of_type(other.to)
+        if isinstance(other, exp.Literal):
+            return 25 if other.is_string else (23 if other.is_int else 1700)
+        return 0
+
+    for node in ast.walk():
+        idx = param_index(node)
+        if idx is None:
+            continue
+        parent, oid = node.parent, 0
+        while isinstance(parent, exp.Paren):
+            node, parent = parent, parent.parent
+        if isinstance(parent, exp.Cast):
+            oid = _pg_oid_of_type(parent.to)
+        elif isinstance(parent, _CMP):
+            other = parent.expression if parent.this is node else parent.this
+            oid = other_side_type(node, other)
+        elif isinstance(parent, exp.In):
+            oid = other_side_type(node, parent.this)
+        elif isinstance(parent, exp.Between):
+            oid = other_side_type(node, parent.this)
+        elif isinstance(parent, (exp.Limit, exp.Offset)) or isinstance(parent, exp.Fetch):
+            oid = 20
+        elif isinstance(parent, exp.Tuple) and isinstance(parent.parent, exp.Values):
+            ins = parent.find_ancestor(exp.Insert)
+            if ins is not None:
+                pos = parent.expressions.index(node)
+                oid = _insert_column_type(ins, pos, column_type)
+        elif isinstance(parent, exp.EQ) is False and isinstance(parent, exp.Any):
+            cmp = parent.parent
+            if isinstance(cmp, _CMP):
+                other = cmp.this if cmp.expression is parent else cmp.expression
+                elem = other_side_type(node, other)
+                et = T.BY_OID.get(elem)
+                oid = et.array_oid if et and et.array_oid else 0
+        if isinstance(parent, exp.EQ) and isinstance(parent.parent, exp.Update) or (
+                isinstance(parent, exp.EQ) and parent.find_ancestor(exp.Update) is not None
+                and isinstance(parent.this, exp.Column) and parent.expression is node):
+            oid = oid or column_type(None, parent.this.name)
+        if oid or idx not in out:
+            out[idx] = oid
+    return out
+
+
+def _insert_column_type(ins: exp.Insert, pos: int, column_type) -> int:
+    target = ins.this
+    cols = None
+    if isinstance(target, exp.Schema):
+        cols = [c.name for c in target.expressions]
+    if cols is not None:
+        return column_type(None, cols[pos]) if pos < len(cols) else 0
+    return column_type(None, pos)  # positional: the session resolves the nth column
+
+
+# --------------------------------------------------------------------------- entry point
+def parse(sql: str) -> exp.Expression:
+    try:
+        stmts = sqlglot.parse(sql, read="cql")
+    except (ParseError, TokenError) as e:
+        raise _syntax_error(sql, e) from None
+    stmts = [s for s in stmts if s is not None]
+    if len(stmts) != 1:
+        raise SyntaxError_("expected exactly one statement")
+    return stmts[0]
+
+
+def _syntax_error(sql: str, e: Exception) -> SyntaxError_:
+    errs = getattr(e, "errors", None) or []
+    line = col = None
+    token = ""
+    if errs:
+        line, col = errs[0].get("line"), errs[0].get("col")
+        token = (errs[0].get("highlight") or "").strip()
+    pos = None
+    if line:
+        lines = sql.split("\n")
+        pos = sum(len(x) + 1 for x in lines[:line - 1]) + max(col - len(token), 0) + 1
+    msg = f'syntax error at or near "{token}"' if token else "syntax error"
+    if not token and "tokeniz" in str(e).lower():
+        msg = "syntax error: " + str(e).splitlines()[0]
+    detail = str(e).splitlines()[0] if errs else None
+    return SyntaxError_(msg, position=pos, detail=detail)
+
+
+def translate(sql: str, column_type=lambda table, col: 0) -> Translated:
+    """Translate one statement; ``column_type(table_alias, column) -> pg oid`` resolves names."""
+    ast = parse(sql)
+    if isinstance(ast, exp.Command):
+        raise FeatureNotSupported(f"statement not supported: {ast.this.upper()}",
+                                  position=1)
+    state = {"catalog": False, "set_config": False, "tables": []}
+    named = ast.copy()
+    _name_outputs(named)
+    new = named.transform(_rewrite, state)
+    if isinstance(new, exp.Select) and new.args.get("locks"):
+        new.set("locks", None)     # FOR UPDATE/SHARE: DuckDB serialises writers itself
+    tag = _tag_for(ast)
+    returns = isinstance(new, (exp.Select, exp.Union, exp.Values)) or (
+        isinstance(new, (exp.Insert, exp.Update, exp.Delete)) and
+        new.args.get("returning") is not None)
+    duck = new.sql("duckdb")
+    return Translated(duck, tag, returns, infer_params(ast, column_type),
+                      tuple(state["tables"]), _projections(ast), state["set_config"],
+                      state["catalog"], new, ast)
+
+
+def _projections(ast: exp.Expression) -> tuple:
+    """For a plain SELECT: each output column's source (alias, column) if it is a bare column."""
+    if not isinstance(ast, exp.Select):
+        return ()
+    out = []
+    for p in ast.expressions:
+        if isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star)):
+            out.append(("*", (p.table or None) if isinstance(p, exp.Column) else None, None))
+        elif isinstance(p, exp.Column):
+            out.append((p.name, p.table or None, p.name))
+        elif isinstance(p, exp.Alias) and isinstance(p.this, exp.Column):
+            out.append((p.alias, p.this.table or None, p.this.name))
+        else:
+            out.append((p.alias_or_name, None, None))
+    return tuple(out)
+
+
+@lru_cache(maxsize=2048)
+def translate_cached(sql: str) -> Translated:
+    """Translation without parameter types; cheap to repeat for prepared statements."""
+    return translate(sql)
+
+
+def set_config_sql(t: Translated, params: list) -> tuple[str, list[tuple[str, str]]]:
+    """Evaluate ``set_config(name, value, is_local)`` calls; returns new SQL and the settings."""
+    changes = []
+
+    def value_of(e):
+        idx = param_index(e)
+        if idx is not None:
+            v = params[idx - 1]
+            return None if v is None else str(v)
+        if isinstance(e, exp.Literal):
+            return e.name
+        return None
+
+    def fix(node):
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "set_config":
+            name, value = (value_of(a) for a in node.expressions[:2])
+            if name is None:
+                raise FeatureNotSupported("set_config needs a constant setting name")
+            changes.append((name, value or ""))
+            return exp.Literal.string(value or "")
+        return node
+
+    return t.ast.copy().transform(fix).sql("duckdb"), changes
+
+
+IDENT = re.compile(r'^\s*("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)')
