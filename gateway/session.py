@@ -327,7 +327,7 @@ class Session:
             err = pg_error(e)
             if self.canceled:
                 err = E.QueryCanceled("canceling statement due to user request")
-            raise err from None
+            raise _locate(err, p.stmt) from None
 
     def _note_write(self, tr: TR.Translated) -> None:
         if self.status == TxStatus.IN_BLOCK:
@@ -438,3 +438,14 @@ class Session:
 
     def status_letter(self) -> str:
         return self.status.value
+
+
+def _locate(err: E.PgError, stmt: Statement) -> E.PgError:
+    """Point an error about a named object at where the client wrote that name."""
+    m = re.search(r'"([^"]+)"', err.message)
+    if err.position is None and m and err.sqlstate in ("42P01", "42703", "42883", "42704"):
+        name = m.group(1).split(".")[-1]
+        found = re.search(r'(?<![\w"])"?' + re.escape(name) + r'"?(?!\w)', stmt.text, re.I)
+        if found:
+            err.position = stmt.offset + found.start() + 1
+    return err

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install everything cqgate and its tests need on a fresh machine (Python 3.11, JDK 17 and psql
+# are assumed present): the ODBC driver, unixODBC and the JDBC driver from apt when missing, and
+# the Python package with its test extras into the current Python (or $CQGATE_PYTHON).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${CQGATE_PYTHON:-python3}
+
+need_apt=()
+dpkg -s odbc-postgresql >/dev/null 2>&1 || need_apt+=(odbc-postgresql)
+dpkg -s unixodbc >/dev/null 2>&1 || need_apt+=(unixodbc)
+dpkg -s unixodbc-dev >/dev/null 2>&1 || need_apt+=(unixodbc-dev)
+dpkg -s libpostgresql-jdbc-java >/dev/null 2>&1 || need_apt+=(libpostgresql-jdbc-java)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+"$PY" -m pip install -q --disable-pip-version-check -e ".[test]"

@@ -1,0 +1,93 @@
+"""Fixtures: a real cqgate server started as a subprocess on a free port (port 0) with a
+temporary data directory, shared by the tests of one run; helpers to start extra servers."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class ServerProcess:
+    def __init__(self, data_dir: str, *args: str, env: dict | None = None):
+        self.data_dir = data_dir
+        cmd = [sys.executable, "-m", "gateway", "serve", "--port", "0", "--ingest-port", "0",
+               "--data-dir", data_dir, *args]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
+        self.port = None
+        ready = threading.Event()
+        self.lines: list[str] = []
+
+        def pump(stream):
+            for line in stream:
+                self.lines.append(line)
+                m = re.search(r"ready: accepting PostgreSQL connections on [^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+
+        threading.Thread(target=pump, args=(self.proc.stdout,), daemon=True).start()
+        threading.Thread(target=pump, args=(self.proc.stderr,), daemon=True).start()
+        if not ready.wait(60):
+            self.stop()
+            raise RuntimeError("server did not become ready:\n" + "".join(self.lines))
+
+    @property
+    def dsn(self) -> str:
+        return f"host=127.0.0.1 port={self.port} user=cq dbname=cq"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    s = ServerProcess(str(tmp_path_factory.mktemp("cqgate-data")))
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def start_server(tmp_path_factory):
+    started = []
+
+    def start(*args, data_dir=None, env=None):
+        s = ServerProcess(data_dir or str(tmp_path_factory.mktemp("cqgate-extra")), *args,
+                          env=env)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def table_name():
+    return "t_" + uuid.uuid4().hex[:8]
+
+
+def psql(server, *args: str, stdin: str | None = None, env: dict | None = None,
+         timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = ["psql", "-X", "-h", "127.0.0.1", "-p", str(server.port), "-U", "cq", "-d", "cq",
+           "-v", "ON_ERROR_STOP=0", *args]
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PGCONNECT_TIMEOUT": "10", **(env or {})})
