@@ -13,7 +13,7 @@ from sqlglot.tokens import TokenType
 class CQL(Postgres):
     class Tokenizer(Postgres.Tokenizer):
         # PostgreSQL's oid is an unsigned 4-byte integer; as a type token it also takes [].
-        KEYWORDS = {**Postgres.Tokenizer.KEYWORDS, "OID": TokenType.BIGINT}
+        KEYWORDS = {**Postgres.Tokenizer.KEYWORDS, "OID": TokenType.UINT}
 
 
 Dialect.classes["cql"] = CQL

@@ -167,6 +167,8 @@ class Connection:
             msg = await self.receive()
             if isinstance(msg, M.Terminate):
                 return
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("pid=%d <- %r", self.session.pid, msg)
             handler = handlers.get(type(msg))
             if handler is None:
                 raise ProtocolViolation(f"unexpected message {type(msg).__name__}")
@@ -180,6 +182,7 @@ class Connection:
                 self.send_error(e)
                 if not isinstance(msg, M.Query):
                     self.skip_until_sync = True
+                    await self.flush()    # asyncpg waits for the error after a Flush
             except (Closed, ConnectionError, OSError, asyncio.CancelledError):
                 raise
             except Exception as e:  # noqa: BLE001 - report a bug, keep the session

@@ -127,6 +127,8 @@ class Session:
             raise E.UndefinedParameter(f'unrecognized configuration parameter "{name}"')
         if key in S.READ_ONLY:
             raise E.PgError(f'parameter "{name}" cannot be changed', sqlstate="55P02")
+        if key == "client_encoding":
+            value = value.strip().strip("'")
         if key == "client_encoding" and value.lower() not in S.UTF8_NAMES:
             raise E.InvalidParameterValue(
                 f'cqgate speaks UTF8 only; client_encoding "{value}" is not supported',
@@ -261,6 +263,8 @@ class Session:
         ast = tr.ast.copy()
 
         def null_param(node):
+            if isinstance(node, exp.Anonymous) and node.name.lower() == "set_config":
+                return exp.Literal.string("")
             idx = TR.param_index(node)
             if idx is not None:
                 t = T.BY_OID.get(oids[idx - 1] if idx <= len(oids) else 25)
@@ -274,7 +278,7 @@ class Session:
             ret = ast.args["returning"].expressions
             ast = exp.select(*ret).from_(target.copy()).limit(0)
         try:
-            rel = self.con.sql(ast.sql("duckdb"))
+            rel = self.con.sql(self.bind_session_values(ast.sql("duckdb")))
             names, types = rel.columns, [str(x) for x in rel.types]
         except duckdb.Error as e:
             raise pg_error(e) from None
@@ -285,6 +289,9 @@ class Session:
         out = []
         for name, ty, (toid, attnum) in zip(names, types, origins):
             pg = T.duck_to_pg(ty)
+            if tr is not None and tr.catalog and pg.oid in (20, 1016):
+                # catalog OIDs are BIGINT in DuckDB; clients (asyncpg) expect oid / oid[]
+                pg = T.BY_OID[26 if pg.oid == 20 else 1028]
             out.append(Field(name, pg.oid, T.duck_typmod(ty), toid, attnum))
         return out
 

@@ -110,7 +110,7 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
         WHEN 'information_schema' THEN 13183 WHEN 'public' THEN 2200 ELSE
         (SELECT min(oid) FROM duckdb_schemas() WHERE database_name = {_q(db)}
            AND schema_name = s) END""")
-    out.append(f"CREATE MACRO {c}.cq_type_oid(dt) AS {type_oid_case_sql('dt')}")
+    out.append(f"CREATE MACRO {c}.cq_type_oid(dt) AS ({type_oid_case_sql('dt')})::BIGINT")
 
     # --- pg_type: generated from the one type registry
     rows = []

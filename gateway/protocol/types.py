@@ -106,6 +106,7 @@ ALIASES = {
     "interval": "interval", "uuid": "uuid", "json": "json", "jsonb": "jsonb", "bytea": "bytea",
     "oid": "oid", "name": "name", "regclass": "regclass", "regtype": "regtype",
     "regproc": "regproc", "xid": "xid", "timetz": "timetz", "money": "money",
+    "uint": "oid",   # how the cql dialect spells oid
 }
 
 

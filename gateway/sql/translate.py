@@ -110,6 +110,11 @@ def _rewrite_cast(node: exp.Cast) -> exp.Expression:
     if name == "bytea" and isinstance(arg, exp.Literal) and arg.is_string \
             and arg.name.startswith("\\x"):
         return exp.Unhex(this=exp.Literal.string(arg.name[2:]))
+    if node.to.this == exp.DataType.Type.UINT or (node.to.this == exp.DataType.Type.ARRAY and any(
+            d.this == exp.DataType.Type.UINT for d in node.to.find_all(exp.DataType))):
+        node.set("to", exp.DataType.build("BIGINT[]" if node.to.this == exp.DataType.Type.ARRAY
+                                          else "BIGINT", dialect="duckdb"))
+        return node
     repl = _TYPE_REPLACEMENTS.get(name)
     if repl is not None and node.to.this in (exp.DataType.Type.USERDEFINED, exp.DataType.Type.NAME,
                                              exp.DataType.Type.JSONB, exp.DataType.Type.CHAR):
@@ -164,6 +169,8 @@ def _rewrite_anonymous(node: exp.Anonymous) -> exp.Expression:
         return _macro(name, *args)
     if name == "_pg_expandarray":
         return exp.Unnest(expressions=[_macro("cq_expandarray", *args)])
+    if name in ("json_build_object", "jsonb_build_object"):
+        return exp.Anonymous(this="json_object", expressions=args)
     if name == "version":
         return exp.Literal.string(VERSION)
     if name == "current_setting" and args:
@@ -224,6 +231,10 @@ def _rewrite_one(node: exp.Expression, state: dict) -> exp.Expression:
         return _var("cq_user")
     if isinstance(node, exp.SessionUser) if hasattr(exp, "SessionUser") else False:
         return _var("cq_user")
+    if isinstance(node, exp.Column) and node.args.get("db") is not None \
+            and node.args["db"].name.lower() == "pg_catalog":
+        node.set("db", None)       # pg_catalog.pg_class.relname: the table name alone resolves
+        return node
     if isinstance(node, exp.Column) and not node.table and node.name.lower() in (
             "session_user", "current_user", "user") and not node.this.quoted:
         return _var("cq_user")
