@@ -1,0 +1,95 @@
+"""Bad input ends only the connection that sent it: garbage before startup, lying lengths,
+unknown message types, oversized messages, random and mutated byte streams (hypothesis).
+SQL errors carry SQLSTATE and position and never end the session."""
+import socket
+import struct
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+
+def _startup() -> bytes:
+    body = struct.pack("!i", 196608) + b"user\0cq\0database\0cq\0\0"
+    return struct.pack("!i", len(body) + 4) + body
+
+
+def _exchange(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.settimeout(0.3)
+        try:
+            s.sendall(data)
+        except OSError:
+            return b""
+        out = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        except (socket.timeout, OSError):
+            pass
+        return out
+
+
+def _healthy(server) -> None:
+    with psycopg.connect(server.dsn, connect_timeout=10) as c:
+        assert c.execute("SELECT 41 + 1").fetchone() == (42,)
+
+
+def test_garbage_before_startup(server):
+    _exchange(server.port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    _healthy(server)
+
+
+def test_unknown_message_type(server):
+    out = _exchange(server.port, _startup() + b"\x01\x00\x00\x00\x04")
+    assert b"08P01" in out and b"invalid frontend message type" in out
+    _healthy(server)
+
+
+def test_length_that_lies(server):
+    out = _exchange(server.port, _startup() + b"Q\x00\x00\x00\x02")
+    assert b"08P01" in out
+    _healthy(server)
+
+
+def test_message_over_limit(server):
+    out = _exchange(server.port, _startup() + b"Q" + struct.pack("!i", 0x7FFFFFF0))
+    assert b"54000" in out
+    _healthy(server)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.binary(max_size=300),
+                 st.builds(lambda tail: _startup() + tail, st.binary(max_size=300))))
+def test_random_bytes_never_kill_the_server(server, data):
+    _exchange(server.port, data)
+    assert server.alive()
+
+
+def test_sql_errors_have_sqlstate_and_position(server):
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        cases = [("SELECT * FROM missing_table", "42P01", 15),
+                 ("SELECT nocolumn FROM pg_catalog.pg_type", "42703", 8),
+                 ("SELECT 1 +* FROM", "42601", None)]
+        for sql, state, pos in cases:
+            with pytest.raises(psycopg.Error) as e:
+                c.execute(sql)
+            assert e.value.sqlstate == state, (sql, e.value.sqlstate, str(e.value))
+            if pos is not None:
+                assert e.value.diag.statement_position == str(pos)
+        assert c.execute("SELECT 'still here'").fetchone() == ("still here",)
+
+
+def test_error_in_transaction_block(server):
+    with psycopg.connect(server.dsn) as c:
+        c.execute("SELECT 1")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            c.execute("SELECT * FROM nowhere")
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("SELECT 1")
+        c.rollback()
+        assert c.execute("SELECT 2").fetchone() == (2,)
