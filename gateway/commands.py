@@ -15,6 +15,7 @@ import pyarrow as pa
 from . import settings as S
 from .protocol import errors as E
 from .results import Done, Field, Rows
+from .session import Portal, TxStatus
 from .sql.lexer import Statement, strip_leading_comments
 
 _NAME = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)'
@@ -67,7 +68,6 @@ def _warn(session, sqlstate: str, message: str) -> None:
 
 # ---------------------------------------------------------------------- transaction control
 async def _begin(session, p, params):
-    from .session import TxStatus
     if session.status != TxStatus.IDLE:
         _warn(session, "25001", "there is already a transaction in progress")
         return Done("BEGIN")
@@ -76,7 +76,6 @@ async def _begin(session, p, params):
 
 
 async def _commit(session, p, params):
-    from .session import TxStatus
     if session.status == TxStatus.IDLE:
         _warn(session, "25P01", "there is no transaction in progress")
         return Done("COMMIT")
@@ -84,7 +83,6 @@ async def _commit(session, p, params):
 
 
 async def _rollback(session, p, params):
-    from .session import TxStatus
     if session.status == TxStatus.IDLE:
         _warn(session, "25P01", "there is no transaction in progress")
         return Done("ROLLBACK")
@@ -93,7 +91,6 @@ async def _rollback(session, p, params):
 
 
 def _need_block(session, what: str) -> None:
-    from .session import TxStatus
     if session.status == TxStatus.IDLE:
         raise E.NoActiveTransaction(f"{what} can only be used in transaction blocks")
 
@@ -122,7 +119,6 @@ async def _release(session, p, params):
 async def _rollback_to(session, p, params):
     """DuckDB has no nested transactions: a savepoint can be restored only while the transaction
     has written nothing, by restarting it (reads see a fresh snapshot)."""
-    from .session import TxStatus
     _need_block(session, "ROLLBACK TO SAVEPOINT")
     name = ident(re.sub(r"^rollback\s+(work\s+|transaction\s+)?to\s+(savepoint\s+)?", "",
                         _body(p), flags=re.I))
@@ -234,7 +230,6 @@ _DECLARE = re.compile(
 
 
 async def _declare(session, p, params):
-    from .session import Portal, TxStatus
     text = strip_leading_comments(p.stmt.text)
     lead = len(p.stmt.text) - len(text)
     m = _DECLARE.match(text)
@@ -347,7 +342,6 @@ async def _deallocate(session, p, params):
 
 async def _discard(session, p, params):
     what = re.sub(r"^discard\s+", "", _body(p), flags=re.I).strip().lower()
-    from .session import TxStatus
     if what == "all":
         if session.status != TxStatus.IDLE:
             raise E.PgError("DISCARD ALL cannot run inside a transaction block",

@@ -341,8 +341,6 @@ class Connection:
                     req, portal.result = portal.result, Done("")
                     await self.emit(req, (), 0, describe=False)
                     return
-            elif isinstance(portal.result, Done) and not portal.sql_cursor:
-                portal.result = Done(portal.result.tag)
             await self.emit(portal.result, portal.result_formats, msg.max_rows, describe=False)
         finally:
             self.send_session_news()

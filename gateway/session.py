@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 
 import duckdb
-import pyarrow as pa
 from sqlglot import exp
 
 from . import settings as S
@@ -21,7 +20,7 @@ from .protocol import errors as E
 from .protocol import types as T
 from .results import Done, Field, Rows
 from .sql import translate as TR
-from .sql.lexer import Statement, split, strip_leading_comments
+from .sql.lexer import Statement, split
 from .store import pg_error
 
 log = logging.getLogger("cqgate")
@@ -88,7 +87,7 @@ class Session:
             return self.user
         if name == "cq_pid":
             return str(self.pid)
-        key = S.canonical(name[len("cq_setting_"):])
+        key = S.canonical(name[len(TR.SETTING_PREFIX):])
         return self.settings.get(key)
 
     def bind_session_values(self, sql: str) -> str:
@@ -289,9 +288,6 @@ class Session:
         out = []
         for name, ty, (toid, attnum) in zip(names, types, origins):
             pg = T.duck_to_pg(ty)
-            if tr is not None and tr.catalog and pg.oid in (20, 1016):
-                # catalog OIDs are BIGINT in DuckDB; clients (asyncpg) expect oid / oid[]
-                pg = T.BY_OID[26 if pg.oid == 20 else 1028]
             out.append(Field(name, pg.oid, T.duck_typmod(ty), toid, attnum))
         return out
 

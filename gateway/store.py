@@ -58,7 +58,7 @@ _ERROR_MAP = [
      r"column .* does not exist", E.UndefinedColumn, None),
     (duckdb.BinderException, r"No function matches|Could not choose a best candidate",
      E.UndefinedFunction, None),
-    (duckdb.BinderException, r"Cannot compare|cannot be cast|No function matches",
+    (duckdb.BinderException, r"Cannot compare|cannot be cast",
      E.DatatypeMismatch, None),
     (duckdb.BinderException, None, E.SyntaxError_, None),
     (duckdb.ConstraintException, r"NOT NULL", E.NotNullViolation, None),

@@ -25,59 +25,65 @@ SYSTEM_RELATIONS = {
 
 # Tables clients query for features cqgate does not have: present, with PostgreSQL's columns,
 # and empty.
+# Catalog OIDs are UINTEGER (PostgreSQL's oid is an unsigned 4-byte integer): the wire then
+# reports them as oid and oid[], which drivers such as asyncpg require of catalog queries.
+OID = "UINTEGER"
+
+# Tables clients query for features cqgate does not have: present, with PostgreSQL's columns,
+# and empty.
 EMPTY_TABLES = {
-    "pg_inherits": "inhrelid BIGINT, inhparent BIGINT, inhseqno INTEGER, inhdetachpending BOOLEAN",
-    "pg_policy": "oid BIGINT, polname VARCHAR, polrelid BIGINT, polcmd VARCHAR, "
-                 "polpermissive BOOLEAN, polroles BIGINT[], polqual VARCHAR, polwithcheck VARCHAR",
-    "pg_statistic_ext": "oid BIGINT, stxrelid BIGINT, stxname VARCHAR, stxnamespace BIGINT, "
-                        "stxowner BIGINT, stxstattarget INTEGER, stxkeys SMALLINT[], "
+    "pg_inherits": "inhrelid UINTEGER, inhparent UINTEGER, inhseqno INTEGER, inhdetachpending BOOLEAN",
+    "pg_policy": "oid UINTEGER, polname VARCHAR, polrelid UINTEGER, polcmd VARCHAR, "
+                 "polpermissive BOOLEAN, polroles UINTEGER[], polqual VARCHAR, polwithcheck VARCHAR",
+    "pg_statistic_ext": "oid UINTEGER, stxrelid UINTEGER, stxname VARCHAR, stxnamespace UINTEGER, "
+                        "stxowner UINTEGER, stxstattarget INTEGER, stxkeys SMALLINT[], "
                         "stxkind VARCHAR[], stxexprs VARCHAR",
-    "pg_publication": "oid BIGINT, pubname VARCHAR, pubowner BIGINT, puballtables BOOLEAN, "
+    "pg_publication": "oid UINTEGER, pubname VARCHAR, pubowner UINTEGER, puballtables BOOLEAN, "
                       "pubinsert BOOLEAN, pubupdate BOOLEAN, pubdelete BOOLEAN, "
                       "pubtruncate BOOLEAN, pubviaroot BOOLEAN",
-    "pg_publication_namespace": "oid BIGINT, pnpubid BIGINT, pnnspid BIGINT",
-    "pg_publication_rel": "oid BIGINT, prpubid BIGINT, prrelid BIGINT, prqual VARCHAR, "
+    "pg_publication_namespace": "oid UINTEGER, pnpubid UINTEGER, pnnspid UINTEGER",
+    "pg_publication_rel": "oid UINTEGER, prpubid UINTEGER, prrelid UINTEGER, prqual VARCHAR, "
                           "prattrs SMALLINT[]",
-    "pg_range": "rngtypid BIGINT, rngsubtype BIGINT, rngmultitypid BIGINT, "
-                "rngcollation BIGINT, rngsubopc BIGINT, rngcanonical VARCHAR, rngsubdiff VARCHAR",
-    "pg_enum": "oid BIGINT, enumtypid BIGINT, enumsortorder FLOAT, enumlabel VARCHAR",
-    "pg_trigger": "oid BIGINT, tgrelid BIGINT, tgparentid BIGINT, tgname VARCHAR, tgfoid BIGINT, "
+    "pg_range": "rngtypid UINTEGER, rngsubtype UINTEGER, rngmultitypid UINTEGER, "
+                "rngcollation UINTEGER, rngsubopc UINTEGER, rngcanonical VARCHAR, rngsubdiff VARCHAR",
+    "pg_enum": "oid UINTEGER, enumtypid UINTEGER, enumsortorder FLOAT, enumlabel VARCHAR",
+    "pg_trigger": "oid UINTEGER, tgrelid UINTEGER, tgparentid UINTEGER, tgname VARCHAR, tgfoid UINTEGER, "
                   "tgtype SMALLINT, tgenabled VARCHAR, tgisinternal BOOLEAN, "
-                  "tgconstraint BIGINT",
-    "pg_rewrite": "oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR, "
+                  "tgconstraint UINTEGER",
+    "pg_rewrite": "oid UINTEGER, rulename VARCHAR, ev_class UINTEGER, ev_type VARCHAR, "
                   "ev_enabled VARCHAR, is_instead BOOLEAN",
-    "pg_opclass": "oid BIGINT, opcmethod BIGINT, opcname VARCHAR, opcnamespace BIGINT, "
-                  "opcowner BIGINT, opcfamily BIGINT, opcintype BIGINT, opcdefault BOOLEAN, "
-                  "opckeytype BIGINT",
-    "pg_sequence": "seqrelid BIGINT, seqtypid BIGINT, seqstart BIGINT, seqincrement BIGINT, "
+    "pg_opclass": "oid UINTEGER, opcmethod UINTEGER, opcname VARCHAR, opcnamespace UINTEGER, "
+                  "opcowner UINTEGER, opcfamily UINTEGER, opcintype UINTEGER, opcdefault BOOLEAN, "
+                  "opckeytype UINTEGER",
+    "pg_sequence": "seqrelid UINTEGER, seqtypid UINTEGER, seqstart BIGINT, seqincrement BIGINT, "
                    "seqmax BIGINT, seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
-    "pg_depend": "classid BIGINT, objid BIGINT, objsubid INTEGER, refclassid BIGINT, "
-                 "refobjid BIGINT, refobjsubid INTEGER, deptype VARCHAR",
-    "pg_extension": "oid BIGINT, extname VARCHAR, extowner BIGINT, extnamespace BIGINT, "
+    "pg_depend": "classid UINTEGER, objid UINTEGER, objsubid INTEGER, refclassid UINTEGER, "
+                 "refobjid UINTEGER, refobjsubid INTEGER, deptype VARCHAR",
+    "pg_extension": "oid UINTEGER, extname VARCHAR, extowner UINTEGER, extnamespace UINTEGER, "
                     "extrelocatable BOOLEAN, extversion VARCHAR",
-    "pg_foreign_table": "ftrelid BIGINT, ftserver BIGINT, ftoptions VARCHAR[]",
-    "pg_partitioned_table": "partrelid BIGINT, partstrat VARCHAR, partnatts SMALLINT",
-    "pg_event_trigger": "oid BIGINT, evtname VARCHAR, evtevent VARCHAR, evtowner BIGINT",
-    "pg_shdescription": "objoid BIGINT, classoid BIGINT, description VARCHAR",
-    "pg_auth_members": "roleid BIGINT, member BIGINT, grantor BIGINT, admin_option BOOLEAN",
-    "pg_foreign_data_wrapper": "oid BIGINT, fdwname VARCHAR, fdwowner BIGINT",
-    "pg_foreign_server": "oid BIGINT, srvname VARCHAR, srvowner BIGINT, srvfdw BIGINT",
-    "pg_cast": "oid BIGINT, castsource BIGINT, casttarget BIGINT, castfunc BIGINT, "
+    "pg_foreign_table": "ftrelid UINTEGER, ftserver UINTEGER, ftoptions VARCHAR[]",
+    "pg_partitioned_table": "partrelid UINTEGER, partstrat VARCHAR, partnatts SMALLINT",
+    "pg_event_trigger": "oid UINTEGER, evtname VARCHAR, evtevent VARCHAR, evtowner UINTEGER",
+    "pg_shdescription": "objoid UINTEGER, classoid UINTEGER, description VARCHAR",
+    "pg_auth_members": "roleid UINTEGER, member UINTEGER, grantor UINTEGER, admin_option BOOLEAN",
+    "pg_foreign_data_wrapper": "oid UINTEGER, fdwname VARCHAR, fdwowner UINTEGER",
+    "pg_foreign_server": "oid UINTEGER, srvname VARCHAR, srvowner UINTEGER, srvfdw UINTEGER",
+    "pg_cast": "oid UINTEGER, castsource UINTEGER, casttarget UINTEGER, castfunc UINTEGER, "
                "castcontext VARCHAR, castmethod VARCHAR",
-    "pg_operator": "oid BIGINT, oprname VARCHAR, oprnamespace BIGINT, oprleft BIGINT, "
-                   "oprright BIGINT, oprresult BIGINT",
-    "pg_aggregate": "aggfnoid BIGINT, aggkind VARCHAR",
-    "pg_language": "oid BIGINT, lanname VARCHAR, lanowner BIGINT",
-    "pg_collation": "oid BIGINT, collname VARCHAR, collnamespace BIGINT, collowner BIGINT, "
+    "pg_operator": "oid UINTEGER, oprname VARCHAR, oprnamespace UINTEGER, oprleft UINTEGER, "
+                   "oprright UINTEGER, oprresult UINTEGER",
+    "pg_aggregate": "aggfnoid UINTEGER, aggkind VARCHAR",
+    "pg_language": "oid UINTEGER, lanname VARCHAR, lanowner UINTEGER",
+    "pg_collation": "oid UINTEGER, collname VARCHAR, collnamespace UINTEGER, collowner UINTEGER, "
                     "collprovider VARCHAR, collencoding INTEGER, collcollate VARCHAR, "
                     "collctype VARCHAR",
-    "pg_tablespace": "oid BIGINT, spcname VARCHAR, spcowner BIGINT, spcacl VARCHAR[], "
+    "pg_tablespace": "oid UINTEGER, spcname VARCHAR, spcowner UINTEGER, spcacl VARCHAR[], "
                      "spcoptions VARCHAR[]",
     "pg_matviews": "schemaname VARCHAR, matviewname VARCHAR, matviewowner VARCHAR, "
                    "definition VARCHAR",
-    "pg_stat_activity": "datid BIGINT, datname VARCHAR, pid INTEGER, usename VARCHAR, "
+    "pg_stat_activity": "datid UINTEGER, datname VARCHAR, pid INTEGER, usename VARCHAR, "
                         "application_name VARCHAR, state VARCHAR, query VARCHAR",
-    "pg_locks": "locktype VARCHAR, relation BIGINT, pid INTEGER, mode VARCHAR, granted BOOLEAN",
+    "pg_locks": "locktype VARCHAR, relation UINTEGER, pid INTEGER, mode VARCHAR, granted BOOLEAN",
     "pg_timezone_names": "name VARCHAR, abbrev VARCHAR, utc_offset INTERVAL, is_dst BOOLEAN",
 }
 
@@ -101,16 +107,16 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
     out += [f"CREATE TABLE {c}.{name} ({cols})" for name, cols in EMPTY_TABLES.items()]
 
     # cqgate relations that are not DuckDB tables (streams, windows): filled by later layers.
-    out.append(f"""CREATE TABLE {c}.cq_relations (oid BIGINT, nspname VARCHAR, relname VARCHAR,
+    out.append(f"""CREATE TABLE {c}.cq_relations (oid {OID}, nspname VARCHAR, relname VARCHAR,
         relkind VARCHAR, cq_kind VARCHAR, description VARCHAR)""")
-    out.append(f"""CREATE TABLE {c}.cq_columns (attrelid BIGINT, attname VARCHAR, attnum INTEGER,
+    out.append(f"""CREATE TABLE {c}.cq_columns (attrelid {OID}, attname VARCHAR, attnum INTEGER,
         data_type VARCHAR, is_notnull BOOLEAN)""")
 
     out.append(f"""CREATE MACRO {c}.cq_nsp_oid(s) AS CASE s WHEN 'pg_catalog' THEN 11
         WHEN 'information_schema' THEN 13183 WHEN 'public' THEN 2200 ELSE
         (SELECT min(oid) FROM duckdb_schemas() WHERE database_name = {_q(db)}
-           AND schema_name = s) END""")
-    out.append(f"CREATE MACRO {c}.cq_type_oid(dt) AS ({type_oid_case_sql('dt')})::BIGINT")
+           AND schema_name = s) END::{OID}""")
+    out.append(f"CREATE MACRO {c}.cq_type_oid(dt) AS ({type_oid_case_sql('dt')})::{OID}")
 
     # --- pg_type: generated from the one type registry
     rows = []
@@ -122,12 +128,12 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
                     f" {_q(typtype)}, {_q(t.category)}, false, true, ',', 0, {t.elem_oid}, {t.array_oid},"
                     f" {_q(inp)}, {_q(t.name + 'out')}, {_q(t.name + 'recv')}, {_q(t.name + 'send')},"
                     f" 'i', 'p', false, 0, -1, 0, {coll}, {_q(t.sql_name)})")
-    out.append(f"""CREATE TABLE {c}.pg_type (oid BIGINT, typname VARCHAR, typnamespace BIGINT,
-        typowner BIGINT, typlen SMALLINT, typbyval BOOLEAN, typtype VARCHAR, typcategory VARCHAR,
-        typispreferred BOOLEAN, typisdefined BOOLEAN, typdelim VARCHAR, typrelid BIGINT,
-        typelem BIGINT, typarray BIGINT, typinput VARCHAR, typoutput VARCHAR, typreceive VARCHAR,
+    out.append(f"""CREATE TABLE {c}.pg_type (oid {OID}, typname VARCHAR, typnamespace {OID},
+        typowner {OID}, typlen SMALLINT, typbyval BOOLEAN, typtype VARCHAR, typcategory VARCHAR,
+        typispreferred BOOLEAN, typisdefined BOOLEAN, typdelim VARCHAR, typrelid {OID},
+        typelem {OID}, typarray {OID}, typinput VARCHAR, typoutput VARCHAR, typreceive VARCHAR,
         typsend VARCHAR, typalign VARCHAR, typstorage VARCHAR, typnotnull BOOLEAN,
-        typbasetype BIGINT, typtypmod INTEGER, typndims INTEGER, typcollation BIGINT,
+        typbasetype {OID}, typtypmod INTEGER, typndims INTEGER, typcollation {OID},
         cq_format VARCHAR)""")
     out.append(f"INSERT INTO {c}.pg_type VALUES " + ", ".join(rows))
     out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typdefault VARCHAR""")
@@ -139,9 +145,9 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
     out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typanalyze VARCHAR""")
 
     out.append(f"""CREATE TABLE {c}.pg_am AS SELECT * FROM (VALUES
-        (2::BIGINT, 'heap', 'heap_tableam_handler', 't'),
-        (403::BIGINT, 'btree', 'bthandler', 'i')) v(oid, amname, amhandler, amtype)""")
-    out.append(f"""CREATE TABLE {c}.pg_roles AS SELECT 10::BIGINT AS oid, {_q(OWNER)} AS rolname,
+        (2::{OID}, 'heap', 'heap_tableam_handler', 't'),
+        (403::{OID}, 'btree', 'bthandler', 'i')) v(oid, amname, amhandler, amtype)""")
+    out.append(f"""CREATE TABLE {c}.pg_roles AS SELECT 10::{OID} AS oid, {_q(OWNER)} AS rolname,
         true AS rolsuper, true AS rolinherit, true AS rolcreaterole, true AS rolcreatedb,
         true AS rolcanlogin, false AS rolreplication, -1 AS rolconnlimit,
         '********' AS rolpassword, NULL::TIMESTAMPTZ AS rolvaliduntil, true AS rolbypassrls,
@@ -151,15 +157,15 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
         rolcreatedb AS usecreatedb, rolsuper AS usesuper, false AS userepl, true AS usebypassrls,
         '********' AS passwd, rolvaliduntil AS valuntil, rolconfig AS useconfig
         FROM {c}.pg_roles""")
-    out.append(f"""CREATE TABLE {c}.pg_database AS SELECT 16384::BIGINT AS oid, {_q(db)} AS datname,
-        10::BIGINT AS datdba, 6 AS encoding, 'c' AS datlocprovider, false AS datistemplate,
+    out.append(f"""CREATE TABLE {c}.pg_database AS SELECT 16384::{OID} AS oid, {_q(db)} AS datname,
+        10::{OID} AS datdba, 6 AS encoding, 'c' AS datlocprovider, false AS datistemplate,
         true AS datallowconn, -1 AS datconnlimit, 'C.UTF-8' AS datcollate,
         'C.UTF-8' AS datctype, NULL::VARCHAR AS daticulocale, NULL::VARCHAR AS datcollversion,
-        NULL::VARCHAR[] AS datacl, 1663::BIGINT AS dattablespace""")
+        NULL::VARCHAR[] AS datacl, 1663::{OID} AS dattablespace""")
 
     # --- namespaces
     out.append(f"""CREATE VIEW {c}.pg_namespace AS
-        SELECT 11::BIGINT AS oid, 'pg_catalog' AS nspname, 10::BIGINT AS nspowner,
+        SELECT 11::{OID} AS oid, 'pg_catalog' AS nspname, 10::{OID} AS nspowner,
                NULL::VARCHAR[] AS nspacl
         UNION ALL SELECT 13183, 'information_schema', 10, NULL
         UNION ALL SELECT {c}.cq_nsp_oid(schema_name), schema_name, 10, NULL
@@ -167,17 +173,18 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
            AND schema_name NOT IN ({hidden}, 'pg_catalog', 'information_schema')""")
 
     # --- relations
-    rel_cols = """{oid} AS oid, {name} AS relname, {nsp} AS relnamespace, 0::BIGINT AS reltype,
-        0::BIGINT AS reloftype, 10::BIGINT AS relowner, {am}::BIGINT AS relam,
-        0::BIGINT AS relfilenode, 0::BIGINT AS reltablespace, 0 AS relpages,
-        {tuples}::FLOAT AS reltuples, 0 AS relallvisible, 0::BIGINT AS reltoastrelid,
+    rel_cols = """({oid})::{OID} AS oid, {name} AS relname, ({nsp})::{OID} AS relnamespace,
+        0::{OID} AS reltype,
+        0::{OID} AS reloftype, 10::{OID} AS relowner, {am}::{OID} AS relam,
+        0::{OID} AS relfilenode, 0::{OID} AS reltablespace, 0 AS relpages,
+        {tuples}::FLOAT AS reltuples, 0 AS relallvisible, 0::{OID} AS reltoastrelid,
         {hasindex} AS relhasindex, false AS relisshared, 'p' AS relpersistence,
         {kind} AS relkind, {natts}::SMALLINT AS relnatts, 0::SMALLINT AS relchecks,
         false AS relhasrules, false AS relhastriggers, false AS relhassubclass,
         false AS relrowsecurity, false AS relforcerowsecurity, true AS relispopulated,
-        'd' AS relreplident, false AS relispartition, 0::BIGINT AS relrewrite,
+        'd' AS relreplident, false AS relispartition, 0::{OID} AS relrewrite,
         0::BIGINT AS relfrozenxid, 0::BIGINT AS relminmxid, NULL::VARCHAR[] AS relacl,
-        NULL::VARCHAR[] AS reloptions, NULL::VARCHAR AS relpartbound"""
+        NULL::VARCHAR[] AS reloptions, NULL::VARCHAR AS relpartbound""".replace("{OID}", OID)
     tables = rel_cols.format(oid="table_oid", name="table_name", nsp=f"{c}.cq_nsp_oid(schema_name)",
                              am=2, tuples="estimated_size", hasindex="has_primary_key OR index_count > 0",
                              kind="'r'", natts="column_count")
@@ -207,7 +214,7 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
 
     # --- columns
     out.append(f"""CREATE VIEW {c}.pg_attribute AS
-        SELECT coalesce(t.table_oid, v.view_oid) AS attrelid, col.column_name AS attname,
+        SELECT coalesce(t.table_oid, v.view_oid)::{OID} AS attrelid, col.column_name AS attname,
             {c}.cq_type_oid(col.data_type) AS atttypid, -1 AS attstattarget,
             (SELECT typlen FROM {c}.pg_type WHERE oid = {c}.cq_type_oid(col.data_type)) AS attlen,
             col.column_index::SMALLINT AS attnum,
@@ -219,7 +226,7 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
             NOT col.is_nullable AS attnotnull, col.column_default IS NOT NULL AS atthasdef,
             false AS atthasmissing, '' AS attidentity, '' AS attgenerated,
             false AS attisdropped, true AS attislocal, 0 AS attinhcount,
-            CASE WHEN col.data_type = 'VARCHAR' THEN 100 ELSE 0 END::BIGINT AS attcollation,
+            CASE WHEN col.data_type = 'VARCHAR' THEN 100 ELSE 0 END::{OID} AS attcollation,
             NULL::VARCHAR[] AS attacl, NULL::VARCHAR[] AS attoptions,
             NULL::VARCHAR[] AS attfdwoptions, col.comment AS cq_comment
         FROM duckdb_columns() col
@@ -232,10 +239,11 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
         SELECT cc.attrelid, cc.attname, {c}.cq_type_oid(cc.data_type), -1,
             (SELECT typlen FROM {c}.pg_type WHERE oid = {c}.cq_type_oid(cc.data_type)),
             cc.attnum::SMALLINT, 0, -1, -1, false, 'i', 'p', '', cc.is_notnull, false, false, '', '',
-            false, true, 0, 0::BIGINT, NULL, NULL, NULL, NULL
+            false, true, 0, 0::{OID}, NULL, NULL, NULL, NULL
         FROM {c}.cq_columns cc""")
     out.append(f"""CREATE VIEW {c}.pg_attrdef AS
-        SELECT 5000000 + t.table_oid * 1024 + col.column_index AS oid, t.table_oid AS adrelid,
+        SELECT (5000000 + t.table_oid * 1024 + col.column_index)::{OID} AS oid,
+               t.table_oid::{OID} AS adrelid,
                col.column_index::SMALLINT AS adnum, col.column_default AS adbin
         FROM duckdb_columns() col JOIN duckdb_tables() t ON t.database_name = col.database_name
              AND t.schema_name = col.schema_name AND t.table_name = col.table_name
@@ -243,19 +251,19 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
 
     # --- constraints and the indexes behind primary keys / unique constraints
     out.append(f"""CREATE VIEW {c}.pg_constraint AS
-        SELECT 4000000 + table_oid * 64 + constraint_index + 2000000000 AS oid,
+        SELECT (4000000 + table_oid * 64 + constraint_index + 2000000000)::{OID} AS oid,
             CASE constraint_type WHEN 'PRIMARY KEY' THEN table_name || '_pkey'
                  ELSE constraint_name END AS conname,
             {c}.cq_nsp_oid(schema_name) AS connamespace,
             CASE constraint_type WHEN 'PRIMARY KEY' THEN 'p' WHEN 'UNIQUE' THEN 'u'
                  WHEN 'CHECK' THEN 'c' WHEN 'FOREIGN KEY' THEN 'f' END AS contype,
             false AS condeferrable, false AS condeferred, true AS convalidated,
-            table_oid AS conrelid, 0::BIGINT AS contypid,
+            table_oid::{OID} AS conrelid, 0::{OID} AS contypid,
             CASE WHEN constraint_type IN ('PRIMARY KEY', 'UNIQUE')
-                 THEN 4000000 + table_oid * 64 + constraint_index ELSE 0 END::BIGINT AS conindid,
-            0::BIGINT AS conparentid,
+                 THEN 4000000 + table_oid * 64 + constraint_index ELSE 0 END::{OID} AS conindid,
+            0::{OID} AS conparentid,
             coalesce((SELECT min(t2.table_oid) FROM duckdb_tables() t2
-                      WHERE t2.database_name = {_q(db)} AND t2.table_name = referenced_table), 0)
+                      WHERE t2.database_name = {_q(db)} AND t2.table_name = referenced_table), 0)::{OID}
                 AS confrelid,
             'a' AS confupdtype, 'a' AS confdeltype, 's' AS confmatchtype, true AS conislocal,
             0 AS coninhcount, true AS connoinherit,
@@ -265,7 +273,8 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
         WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})
           AND constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'CHECK', 'FOREIGN KEY')""")
     out.append(f"""CREATE VIEW {c}.pg_index AS
-        SELECT 4000000 + table_oid * 64 + constraint_index AS indexrelid, table_oid AS indrelid,
+        SELECT (4000000 + table_oid * 64 + constraint_index)::{OID} AS indexrelid,
+            table_oid::{OID} AS indrelid,
             len(constraint_column_indexes)::SMALLINT AS indnatts,
             len(constraint_column_indexes)::SMALLINT AS indnkeyatts,
             true AS indisunique, false AS indnullsnotdistinct,
@@ -274,8 +283,8 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
             false AS indcheckxmin, true AS indisready, true AS indislive,
             false AS indisreplident,
             list_transform(constraint_column_indexes, lambda i: (i + 1)::SMALLINT) AS indkey,
-            list_transform(constraint_column_indexes, lambda i: 0::BIGINT) AS indcollation,
-            list_transform(constraint_column_indexes, lambda i: 0::BIGINT) AS indclass,
+            list_transform(constraint_column_indexes, lambda i: 0::{OID}) AS indcollation,
+            list_transform(constraint_column_indexes, lambda i: 0::{OID}) AS indclass,
             list_transform(constraint_column_indexes, lambda i: 0::SMALLINT) AS indoption,
             NULL::VARCHAR AS indexprs, NULL::VARCHAR AS indpred
         FROM duckdb_constraints()
@@ -283,7 +292,7 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
           AND schema_name NOT IN ({hidden})""")
 
     out.append(f"""CREATE VIEW {c}.pg_description AS
-        SELECT table_oid AS objoid, 1259::BIGINT AS classoid, 0 AS objsubid,
+        SELECT table_oid::{OID} AS objoid, 1259::{OID} AS classoid, 0 AS objsubid,
                comment AS description
           FROM duckdb_tables() WHERE database_name = {_q(db)} AND comment IS NOT NULL
         UNION ALL SELECT attrelid, 1259, attnum, cq_comment FROM {c}.pg_attribute
@@ -291,11 +300,11 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
         UNION ALL SELECT oid, 1259, 0, description FROM {c}.cq_relations
           WHERE description IS NOT NULL""")
     out.append(f"""CREATE VIEW {c}.pg_proc AS
-        SELECT (100000 + row_number() OVER ())::BIGINT AS oid, function_name AS proname,
-               11::BIGINT AS pronamespace, 10::BIGINT AS proowner,
+        SELECT (100000 + row_number() OVER ())::{OID} AS oid, function_name AS proname,
+               11::{OID} AS pronamespace, 10::{OID} AS proowner,
                CASE function_type WHEN 'aggregate' THEN 'a' ELSE 'f' END AS prokind,
-               0::BIGINT AS prorettype, NULL::BIGINT[] AS proargtypes, false AS proretset,
-               0::BIGINT AS prolang, '' AS prosrc
+               0::{OID} AS prorettype, NULL::{OID}[] AS proargtypes, false AS proretset,
+               0::{OID} AS prolang, '' AS prosrc
         FROM (SELECT DISTINCT function_name, function_type FROM duckdb_functions()
               WHERE NOT internal AND database_name = {_q(db)})""")
     out.append(f"""CREATE TABLE {c}.pg_settings (name VARCHAR, setting VARCHAR, unit VARCHAR,
@@ -317,13 +326,17 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
         JOIN {c}.pg_class t ON t.oid = x.indrelid
         JOIN {c}.pg_namespace n ON n.oid = t.relnamespace
         LEFT JOIN {c}.pg_constraint con ON con.conindid = x.indexrelid""")
-    out += _macros(c, db)
+    out += _macro_sql(c)
     return out
 
 
-def _macros(c: str, db: str) -> list[str]:
+def _macro_sql(c: str) -> list[str]:
     """pg_* functions: each becomes a DuckDB macro the translator calls by qualified name."""
-    m = {
+    return [f"CREATE MACRO {c}.{sig} AS {body}" for sig, body in _macro_bodies(c).items()]
+
+
+def _macro_bodies(c: str) -> dict:
+    return {
         "pg_get_userbyid(u)": _q(OWNER),
         "pg_encoding_to_char(e)": "'UTF8'",
         "pg_char_to_encoding(e)": "6",
@@ -344,7 +357,7 @@ def _macros(c: str, db: str) -> list[str]:
         "pg_get_indexdef(o, k := 0, p := false)":
             f"(SELECT min(cq_def) FROM {c}.pg_constraint WHERE conindid = o)",
         "pg_get_viewdef(o, p := false)":
-            f"(SELECT min(sql) FROM duckdb_views() WHERE view_oid = o)",
+            "(SELECT min(sql) FROM duckdb_views() WHERE view_oid = o)",
         "pg_get_function_result(o)": "NULL::VARCHAR",
         "pg_get_function_arguments(o)": "NULL::VARCHAR",
         "pg_get_function_identity_arguments(o)": "NULL::VARCHAR",
@@ -398,20 +411,8 @@ def _macros(c: str, db: str) -> list[str]:
             f"(SELECT min(nspname) FROM {c}.pg_namespace WHERE oid = o)",
         "cq_regproc_name(p)": "replace(p::VARCHAR, 'pg_catalog.', '')",
     }
-    return [f"CREATE MACRO {c}.{sig} AS {body}" for sig, body in m.items()]
 
 
-# pg function name -> macro name in pgcat (the translator rewrites calls).
-FUNCTIONS = {sig.split("(")[0] for sig in [
-    "pg_get_userbyid", "pg_encoding_to_char", "pg_char_to_encoding", "pg_table_is_visible",
-    "pg_type_is_visible", "pg_function_is_visible", "pg_collation_is_visible",
-    "pg_relation_is_publishable", "has_table_privilege", "has_schema_privilege",
-    "has_database_privilege", "has_column_privilege", "has_sequence_privilege", "pg_has_role",
-    "pg_get_expr", "pg_get_constraintdef", "pg_get_indexdef", "pg_get_viewdef",
-    "pg_get_function_result", "pg_get_function_arguments", "pg_get_function_identity_arguments",
-    "pg_get_statisticsobjdef_columns", "pg_get_serial_sequence", "pg_get_partkeydef",
-    "pg_get_triggerdef", "pg_get_ruledef", "pg_tablespace_location", "pg_total_relation_size",
-    "pg_relation_size", "pg_table_size", "pg_indexes_size", "pg_database_size", "pg_size_pretty",
-    "pg_postmaster_start_time", "pg_is_in_recovery", "txid_current", "pg_current_xact_id",
-    "obj_description", "shobj_description", "col_description", "format_type", "array_upper",
-    "array_lower", "array_ndims", "current_schemas"]}
+# pg function names the translator points at pgcat macros (cq_* helpers it calls itself).
+FUNCTIONS = {sig.split("(")[0] for sig in _macro_bodies(CATALOG)
+             if not sig.startswith("cq_")}

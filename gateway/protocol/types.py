@@ -54,9 +54,9 @@ TYPES: list[PgType] = [
     _T(23, "int4", "integer", 4, 1007, category="N", duckdb="INTEGER"),
     _T(24, "regproc", "regproc", 4, 1008, category="N", duckdb="VARCHAR"),
     _T(25, "text", "text", -1, 1009, category="S", duckdb="VARCHAR"),
-    _T(26, "oid", "oid", 4, 1028, category="N", duckdb="BIGINT"),
+    _T(26, "oid", "oid", 4, 1028, category="N", duckdb="UINTEGER"),
     _T(28, "xid", "xid", 4, 1011, category="U", duckdb="BIGINT"),
-    _T(30, "oidvector", "oidvector", -1, 1013, elem_oid=26, category="A", duckdb="BIGINT[]"),
+    _T(30, "oidvector", "oidvector", -1, 1013, elem_oid=26, category="A", duckdb="UINTEGER[]"),
     _T(114, "json", "json", -1, 199, category="U", duckdb="JSON"),
     _T(142, "xml", "xml", -1, 143, category="U", duckdb="VARCHAR"),
     _T(700, "float4", "real", 4, 1021, category="N", duckdb="FLOAT"),
@@ -76,8 +76,8 @@ TYPES: list[PgType] = [
     _T(1560, "bit", "bit", -1, 1561, category="V", duckdb="BIT"),
     _T(1562, "varbit", "bit varying", -1, 1563, category="V", duckdb="BIT"),
     _T(1700, "numeric", "numeric", -1, 1231, category="N", duckdb="DECIMAL(38,10)"),
-    _T(2205, "regclass", "regclass", 4, 2210, category="N", duckdb="BIGINT"),
-    _T(2206, "regtype", "regtype", 4, 2211, category="N", duckdb="BIGINT"),
+    _T(2205, "regclass", "regclass", 4, 2210, category="N", duckdb="UINTEGER"),
+    _T(2206, "regtype", "regtype", 4, 2211, category="N", duckdb="UINTEGER"),
     _T(2950, "uuid", "uuid", 16, 2951, category="U", duckdb="UUID"),
     _T(3802, "jsonb", "jsonb", -1, 3807, category="U", duckdb="JSON"),
     _T(2249, "record", "record", -1, 2287, category="P", duckdb="VARCHAR"),
@@ -126,7 +126,8 @@ def lookup_type_name(name: str) -> PgType | None:
 # DuckDB type name (str(DuckDBPyType) / duckdb_columns().data_type) -> pg type name
 _DUCK_SCALARS = {
     "BOOLEAN": "bool", "TINYINT": "int2", "SMALLINT": "int2", "UTINYINT": "int2",
-    "INTEGER": "int4", "USMALLINT": "int4", "BIGINT": "int8", "UINTEGER": "int8",
+    # UINTEGER is how the catalog stores oids (and what ::oid becomes), so it is oid on the wire.
+    "INTEGER": "int4", "USMALLINT": "int4", "BIGINT": "int8", "UINTEGER": "oid",
     "UBIGINT": "numeric", "HUGEINT": "numeric", "UHUGEINT": "numeric", "VARINT": "numeric",
     "BIGNUM": "numeric", "FLOAT": "float4", "DOUBLE": "float8", "VARCHAR": "text",
     "BLOB": "bytea", "DATE": "date", "TIME": "time", "TIME WITH TIME ZONE": "timetz",
@@ -248,9 +249,10 @@ def _array_elem_text(v, enc) -> str:
 
 
 def _py_text(v, tz: dt.tzinfo) -> str:
-    """Text form of one Python value as PostgreSQL prints it (used for nested values)."""
-    return _PY_TEXT.get(type(v), str)(v) if not isinstance(v, dt.datetime) or v.tzinfo is None \
-        else _tstz_text(v, tz)
+    """Text form of one Python value as PostgreSQL prints it."""
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        return _tstz_text(v, tz)
+    return _PY_TEXT.get(type(v), str)(v)
 
 
 def _tstz_text(v: dt.datetime, tz: dt.tzinfo) -> str:
@@ -273,16 +275,8 @@ _PY_TEXT: dict[type, Callable] = {
     Decimal: lambda v: str(v),
     uuid.UUID: str,
     dict: lambda v: json.dumps(v, default=str),
+    pa.MonthDayNano: lambda v: interval_text(v.months, v.days, v.nanoseconds // 1000),
 }
-
-
-def _interval_values(arr: pa.Array):
-    return [None if v is None else interval_text(v.months, v.days, v.nanoseconds // 1000)
-            for v in arr.to_pylist()]
-
-
-def _encode_utf8(strs: list) -> list:
-    return [None if s is None else s.encode("utf-8") for s in strs]
 
 
 def _cast_text(arr: pa.Array) -> list:
@@ -301,12 +295,6 @@ def text_column(arr: pa.Array, oid: int, tz: dt.tzinfo) -> list:
     if pa.types.is_floating(t):
         f = _float4_text if t == pa.float32() else _float_text
         return [None if v is None else f(v).encode() for v in arr.to_pylist()]
-    if pa.types.is_timestamp(t):
-        if t.tz:
-            return [None if v is None else _tstz_text(v, tz).encode() for v in arr.to_pylist()]
-        return [None if v is None else _ts_text(v).encode() for v in arr.to_pylist()]
-    if t == pa.month_day_nano_interval():
-        return _encode_utf8(_interval_values(arr))
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return [None if v is None else _list_text(v, tz).encode() for v in arr.to_pylist()]
     if pa.types.is_struct(t) or pa.types.is_map(t):
@@ -379,13 +367,8 @@ _BIN_PY: dict[int, Callable] = {
                                 + v.microsecond),
     1114: lambda v: struct.pack("!q", _ts_micros(v)),
     1184: lambda v: struct.pack("!q", _ts_micros(v if v.tzinfo else v.replace(tzinfo=_UTC))),
-    1186: lambda v: struct.pack("!qii", v[2], v[1], v[0]),
+    1186: lambda v: struct.pack("!qii", v.nanoseconds // 1000, v.days, v.months),
 }
-
-
-def _interval_triples(arr):
-    return [None if v is None else (v.months, v.days, v.nanoseconds // 1000)
-            for v in arr.to_pylist()]
 
 
 def _array_binary(values: list, elem_oid: int) -> bytes:
@@ -415,8 +398,6 @@ def binary_column(arr: pa.Array, oid: int) -> list:
         raw = arr.to_numpy(zero_copy_only=False).astype(dtype).tobytes()
         w = np.dtype(dtype).itemsize
         return [raw[i:i + w] for i in range(0, len(raw), w)]
-    if oid == 1186:
-        return [None if v is None else _BIN_PY[1186](v) for v in _interval_triples(arr)]
     pgt = BY_OID.get(oid)
     if pgt is not None and pgt.elem_oid and pgt.category == "A":
         return [None if v is None else _array_binary(v, pgt.elem_oid) for v in arr.to_pylist()]

@@ -97,16 +97,13 @@ def split(sql: str) -> list[Statement]:
     return out
 
 
-_ONLY_COMMENTS = re.compile(r"^(\s+|--[^\n]*(\n|$)|/\*.*?\*/)*$", re.S)
-
-
-def _emit(out: list, text: str, offset: int, max_param: int) -> None:
-    if text.strip() and not _ONLY_COMMENTS.match(text):
-        out.append(Statement(text, offset, max_param))
-
-
 _LEADING = re.compile(r"^(\s+|--[^\n]*(\n|$)|/\*.*?\*/)*", re.S)
 
 
 def strip_leading_comments(text: str) -> str:
     return text[_LEADING.match(text).end():]
+
+
+def _emit(out: list, text: str, offset: int, max_param: int) -> None:
+    if strip_leading_comments(text):      # a statement of only comments is no statement
+        out.append(Statement(text, offset, max_param))

@@ -2,13 +2,13 @@
 
 Catalog names (``pg_catalog.pg_class``, ``format_type(...)``, ``::regclass``, ``OPERATOR(
 pg_catalog.~)``) are pointed at the emulated catalog in ``pgcat``; session values
-(``current_setting``, ``current_user``) become DuckDB variables the session keeps in sync.
-The result also says what the statement is (command tag, whether it returns rows) and the
-types of its parameters, inferred from where they appear.
+(``current_setting``, ``current_user``) become ``getvariable('cq_…')`` placeholders that the
+session replaces with literals when it runs the statement, so translations can be cached.
+The result also says what the statement is (command tag, whether it returns rows);
+``infer_params`` types its parameters from where they appear.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -72,7 +72,7 @@ _SPECIAL_CASTS = {"regclass", "regtype", "regproc", "regprocedure", "regnamespac
                   "regoper"}
 _TYPE_REPLACEMENTS = {
     "name": "VARCHAR", "char": "VARCHAR", '"char"': "VARCHAR", "bpchar": "VARCHAR",
-    "int2vector": "SMALLINT[]", "oidvector": "BIGINT[]", "xid": "BIGINT", "cid": "BIGINT",
+    "int2vector": "SMALLINT[]", "oidvector": "UINTEGER[]", "xid": "BIGINT", "cid": "BIGINT",
     "tid": "VARCHAR", "regoperator": "VARCHAR", "jsonb": "JSON", "aclitem": "VARCHAR",
     "pg_node_tree": "VARCHAR", "text": "VARCHAR", "anyarray": "VARCHAR[]", "money": "DECIMAL(18,2)",
 }
@@ -110,11 +110,6 @@ def _rewrite_cast(node: exp.Cast) -> exp.Expression:
     if name == "bytea" and isinstance(arg, exp.Literal) and arg.is_string \
             and arg.name.startswith("\\x"):
         return exp.Unhex(this=exp.Literal.string(arg.name[2:]))
-    if node.to.this == exp.DataType.Type.UINT or (node.to.this == exp.DataType.Type.ARRAY and any(
-            d.this == exp.DataType.Type.UINT for d in node.to.find_all(exp.DataType))):
-        node.set("to", exp.DataType.build("BIGINT[]" if node.to.this == exp.DataType.Type.ARRAY
-                                          else "BIGINT", dialect="duckdb"))
-        return node
     repl = _TYPE_REPLACEMENTS.get(name)
     if repl is not None and node.to.this in (exp.DataType.Type.USERDEFINED, exp.DataType.Type.NAME,
                                              exp.DataType.Type.JSONB, exp.DataType.Type.CHAR):
@@ -158,8 +153,11 @@ def _var(name: str) -> exp.Expression:
     return exp.Anonymous(this="getvariable", expressions=[exp.Literal.string(name)])
 
 
+SETTING_PREFIX = "cq_setting_"
+
+
 def setting_variable(name: str) -> str:
-    return "cq_setting_" + name.lower()
+    return SETTING_PREFIX + name.lower()
 
 
 def _rewrite_anonymous(node: exp.Anonymous) -> exp.Expression:
@@ -196,53 +194,66 @@ def _rewrite(node: exp.Expression, state: dict) -> exp.Expression:
     return new
 
 
-def _rewrite_one(node: exp.Expression, state: dict) -> exp.Expression:
-    if isinstance(node, exp.Table):
-        db = node.args.get("db")
-        name = node.name.lower()
-        dbname = db.name.lower() if db is not None else None
-        if name in pg_catalog.RELATIONS and dbname in (None, "pg_catalog") \
-                and node.args.get("catalog") is None:
-            state["catalog"] = True
-            node.set("db", exp.to_identifier("main"))
-            node.set("catalog", exp.to_identifier(pg_catalog.CATALOG))
-            node.set("this", exp.to_identifier(name))
-        elif isinstance(node.this, exp.Func):
-            if dbname in ("pg_catalog", "information_schema"):
-                node.set("db", None)       # pg_catalog.generate_series(...) and friends
-        else:
-            state["tables"].append((dbname, node.name, node.alias_or_name))
-        return node
-    if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) \
-            and node.this.name.lower() in ("pg_catalog", "information_schema") \
-            and isinstance(node.expression, exp.Func):
-        return node.expression
-    if isinstance(node, exp.Anonymous):
-        if node.name.lower() == "set_config":
-            state["set_config"] = True
-        return _rewrite_anonymous(node)
-    if isinstance(node, exp.Cast):
-        return _rewrite_cast(node)
-    if isinstance(node, exp.Operator):
-        return _rewrite_operator(node)
-    if isinstance(node, exp.Collate):
-        return node.this
-    if isinstance(node, exp.CurrentUser):
-        return _var("cq_user")
-    if isinstance(node, exp.SessionUser) if hasattr(exp, "SessionUser") else False:
-        return _var("cq_user")
-    if isinstance(node, exp.Column) and node.args.get("db") is not None \
-            and node.args["db"].name.lower() == "pg_catalog":
-        node.set("db", None)       # pg_catalog.pg_class.relname: the table name alone resolves
-        return node
-    if isinstance(node, exp.Column) and not node.table and node.name.lower() in (
-            "session_user", "current_user", "user") and not node.this.quoted:
-        return _var("cq_user")
-    if isinstance(node, exp.CurrentSchema):
-        return exp.Literal.string("public")
-    if isinstance(node, exp.CurrentCatalog) if hasattr(exp, "CurrentCatalog") else False:
-        return exp.Anonymous(this="current_database", expressions=[])
+def _rewrite_table(node: exp.Table, state: dict) -> exp.Expression:
+    db = node.args.get("db")
+    name = node.name.lower()
+    dbname = db.name.lower() if db is not None else None
+    if name in pg_catalog.RELATIONS and dbname in (None, "pg_catalog") \
+            and node.args.get("catalog") is None:
+        state["catalog"] = True
+        node.set("db", exp.to_identifier("main"))
+        node.set("catalog", exp.to_identifier(pg_catalog.CATALOG))
+        node.set("this", exp.to_identifier(name))
+    elif isinstance(node.this, exp.Func):
+        if dbname in ("pg_catalog", "information_schema"):
+            node.set("db", None)       # pg_catalog.generate_series(...) and friends
+    else:
+        state["tables"].append((dbname, node.name, node.alias_or_name))
     return node
+
+
+def _rewrite_dot(node: exp.Dot, state: dict) -> exp.Expression:
+    if isinstance(node.this, exp.Identifier) and isinstance(node.expression, exp.Func) \
+            and node.this.name.lower() in ("pg_catalog", "information_schema"):
+        return node.expression
+    return node
+
+
+def _rewrite_call(node: exp.Anonymous, state: dict) -> exp.Expression:
+    if node.name.lower() == "set_config":
+        state["set_config"] = True
+    return _rewrite_anonymous(node)
+
+
+def _rewrite_column(node: exp.Column, state: dict) -> exp.Expression:
+    db = node.args.get("db")
+    if db is not None and db.name.lower() == "pg_catalog":
+        node.set("db", None)       # pg_catalog.pg_class.relname: the table name alone resolves
+    elif not node.table and not node.this.quoted and node.name.lower() in (
+            "session_user", "current_user", "user"):
+        return _var("cq_user")
+    return node
+
+
+_REWRITES = {
+    exp.Table: _rewrite_table,
+    exp.Dot: _rewrite_dot,
+    exp.Anonymous: _rewrite_call,
+    exp.Cast: lambda node, state: _rewrite_cast(node),
+    exp.Operator: lambda node, state: _rewrite_operator(node),
+    exp.Collate: lambda node, state: node.this,
+    exp.CurrentUser: lambda node, state: _var("cq_user"),
+    exp.SessionUser: lambda node, state: _var("cq_user"),
+    exp.Column: _rewrite_column,
+    exp.CurrentSchema: lambda node, state: exp.Literal.string("public"),
+    exp.CurrentCatalog: lambda node, state: exp.Anonymous(this="current_database",
+                                                         expressions=[]),
+}
+
+
+def _rewrite_one(node: exp.Expression, state: dict) -> exp.Expression:
+    fn = _REWRITES.get(type(node))
+    return node if fn is None else fn(node, state)
 
 
 # --------------------------------------------------------------------------- output names
@@ -271,7 +282,9 @@ def pg_column_name(e: exp.Expression) -> str:
             return inner
         name = _type_name(e.to)
         t = T.lookup_type_name(name)
-        return t.name if t and t.category != "A" else name.split("(")[0]
+        if t is not None and t.elem_oid:       # PostgreSQL names x::int4[] after int4
+            t = T.BY_OID.get(t.elem_oid)
+        return t.name if t else name.split("(")[0]
     if isinstance(e, exp.Paren):
         return pg_column_name(e.this)
     if isinstance(e, exp.Anonymous):
@@ -328,53 +341,67 @@ _CMP = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp
         exp.Mod, exp.Like, exp.ILike, exp.NullSafeEQ, exp.NullSafeNEQ)
 
 
-def infer_params(ast: exp.Expression, column_type) -> dict:
-    """$n -> pg type OID from the context each parameter appears in; 0 where nothing says."""
-    out: dict[int, int] = {}
+def _other_side_type(other: exp.Expression, column_type) -> int:
+    if isinstance(other, exp.Column):
+        return column_type(other.table or None, other.name)
+    if isinstance(other, exp.Cast):
+        return _pg_oid_of_type(other.to)
+    if isinstance(other, exp.Literal):
+        return 25 if other.is_string else (23 if other.is_int else 1700)
+    return 0
 
-    def other_side_type(p: exp.Expression, other: exp.Expression) -> int:
-        if isinstance(other, exp.Column):
-            return column_type(other.table or None, other.name)
-        if isinstance(other, exp.Cast):
-            return _pg_oid_of_type(other.to)
-        if isinstance(other, exp.Literal):
-            return 25 if other.is_string else (23 if other.is_int else 1700)
+
+def _from_comparison(node, parent, column_type) -> int:
+    other = parent.expression if parent.this is node else parent.this
+    return _other_side_type(other, column_type)
+
+
+def _from_values(node, parent, column_type) -> int:
+    ins = parent.find_ancestor(exp.Insert)
+    if ins is None or not isinstance(parent.parent, exp.Values):
         return 0
+    return _insert_column_type(ins, parent.expressions.index(node), column_type)
 
+
+def _from_any(node, parent, column_type) -> int:
+    cmp = parent.parent
+    if not isinstance(cmp, _CMP):
+        return 0
+    other = cmp.this if cmp.expression is parent else cmp.expression
+    elem = T.BY_OID.get(_other_side_type(other, column_type))
+    return elem.array_oid if elem and elem.array_oid else 0
+
+
+# The parent of a parameter says its type: a cast, the other side of a comparison (also
+# UPDATE's SET col = $n), the column an INSERT value goes to, a LIMIT.
+_PARAM_CONTEXTS = {
+    exp.Cast: lambda node, parent, ct: _pg_oid_of_type(parent.to),
+    **{cls: _from_comparison for cls in _CMP},
+    exp.In: lambda node, parent, ct: _other_side_type(parent.this, ct),
+    exp.Between: lambda node, parent, ct: _other_side_type(parent.this, ct),
+    exp.Limit: lambda node, parent, ct: 20,
+    exp.Offset: lambda node, parent, ct: 20,
+    exp.Fetch: lambda node, parent, ct: 20,
+    exp.Tuple: _from_values,
+    exp.Any: _from_any,
+}
+
+
+def infer_params(ast: exp.Expression, column_type) -> dict:
+    """$n -> pg type OID from the context each parameter appears in; 0 where nothing says.
+
+    ``column_type(table_alias | None, column name | position) -> oid`` resolves columns.
+    """
+    out: dict[int, int] = {}
     for node in ast.walk():
         idx = param_index(node)
         if idx is None:
             continue
-        parent, oid = node.parent, 0
+        parent = node.parent
         while isinstance(parent, exp.Paren):
             node, parent = parent, parent.parent
-        if isinstance(parent, exp.Cast):
-            oid = _pg_oid_of_type(parent.to)
-        elif isinstance(parent, _CMP):
-            other = parent.expression if parent.this is node else parent.this
-            oid = other_side_type(node, other)
-        elif isinstance(parent, exp.In):
-            oid = other_side_type(node, parent.this)
-        elif isinstance(parent, exp.Between):
-            oid = other_side_type(node, parent.this)
-        elif isinstance(parent, (exp.Limit, exp.Offset)) or isinstance(parent, exp.Fetch):
-            oid = 20
-        elif isinstance(parent, exp.Tuple) and isinstance(parent.parent, exp.Values):
-            ins = parent.find_ancestor(exp.Insert)
-            if ins is not None:
-                pos = parent.expressions.index(node)
-                oid = _insert_column_type(ins, pos, column_type)
-        elif isinstance(parent, exp.EQ) is False and isinstance(parent, exp.Any):
-            cmp = parent.parent
-            if isinstance(cmp, _CMP):
-                other = cmp.this if cmp.expression is parent else cmp.expression
-                elem = other_side_type(node, other)
-                et = T.BY_OID.get(elem)
-                oid = et.array_oid if et and et.array_oid else 0
-        if isinstance(parent, exp.EQ) and isinstance(parent.parent, exp.Update) or (
-                isinstance(parent, exp.EQ) and parent.find_ancestor(exp.Update) is not None
-                and isinstance(parent.this, exp.Column) and parent.expression is node):
-            oid = oid or column_type(None, parent.this.name)
+        fn = _PARAM_CONTEXTS.get(type(parent))
+        oid = fn(node, parent, column_type) if fn is not None else 0
         if oid or idx not in out:
             out[idx] = oid
     return out
@@ -420,8 +447,9 @@ def _syntax_error(sql: str, e: Exception) -> SyntaxError_:
     return SyntaxError_(msg, position=pos, detail=detail)
 
 
-def translate(sql: str, column_type=lambda table, col: 0) -> Translated:
-    """Translate one statement; ``column_type(table_alias, column) -> pg oid`` resolves names."""
+def translate(sql: str) -> Translated:
+    """Translate one statement; parameter types are left to the session (``infer_params``),
+    which can resolve column names against the catalog."""
     ast = parse(sql)
     if isinstance(ast, exp.Command):
         raise FeatureNotSupported(f"statement not supported: {ast.this.upper()}",
@@ -437,7 +465,7 @@ def translate(sql: str, column_type=lambda table, col: 0) -> Translated:
         isinstance(new, (exp.Insert, exp.Update, exp.Delete)) and
         new.args.get("returning") is not None)
     duck = new.sql("duckdb")
-    return Translated(duck, tag, returns, infer_params(ast, column_type),
+    return Translated(duck, tag, returns, {},
                       tuple(state["tables"]), _projections(ast), state["set_config"],
                       state["catalog"], new, ast)
 
@@ -459,10 +487,7 @@ def _projections(ast: exp.Expression) -> tuple:
     return tuple(out)
 
 
-@lru_cache(maxsize=2048)
-def translate_cached(sql: str) -> Translated:
-    """Translation without parameter types; cheap to repeat for prepared statements."""
-    return translate(sql)
+translate_cached = lru_cache(maxsize=2048)(translate)
 
 
 def set_config_sql(t: Translated, params: list) -> tuple[str, list[tuple[str, str]]]:
@@ -489,5 +514,3 @@ def set_config_sql(t: Translated, params: list) -> tuple[str, list[tuple[str, st
 
     return t.ast.copy().transform(fix).sql("duckdb"), changes
 
-
-IDENT = re.compile(r'^\s*("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)')
