@@ -1,10 +1,11 @@
-"""Authentication exchanges: trust, cleartext password, md5 and SCRAM-SHA-256 (via scramp).
+"""Authentication exchanges: trust, cleartext password, md5 and SCRAM-SHA-256.
 
 Each method is a coroutine that talks through ``send``/``receive`` callables, so it can be driven
 by the connection shell or by a test without sockets.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import os
@@ -74,36 +75,69 @@ async def _md5(user, users, send, receive):
         raise _fail(user)
 
 
+def _hmac(key: bytes, msg: bytes) -> bytes:
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def scram_keys(password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
+    """(StoredKey, ServerKey) of RFC 5802 for SCRAM-SHA-256."""
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
+    return hashlib.sha256(_hmac(salted, b"Client Key")).digest(), _hmac(salted, b"Server Key")
+
+
+def _attrs(msg: str) -> dict:
+    return dict(part.split("=", 1) for part in msg.split(",") if "=" in part)
+
+
 async def _scram(user, users, send, receive):
-    import scramp
+    """SCRAM-SHA-256 without channel binding (RFC 5802, 7677). libpq sends an empty user name
+    in the SCRAM messages: the startup packet's user is the one authenticated."""
     mech_name = "SCRAM-SHA-256"
     await send(M.authentication_sasl([mech_name]))
     msg = await receive()
     if not isinstance(msg, M.PasswordMessage):
         raise ProtocolViolation("expected SASL response")
     data = msg.payload
-    end = data.index(b"\0")
-    if data[:end].decode() != mech_name:
-        raise InvalidAuthorization("unsupported SASL mechanism")
+    end = data.find(b"\0")
+    if end < 0 or data[:end].decode("ascii", "replace") != mech_name:
+        raise InvalidAuthorization("unsupported SASL mechanism; use SCRAM-SHA-256")
     (n,) = struct.unpack_from("!i", data, end + 1)
-    first = data[end + 5:end + 5 + n].decode()
-    expected = users.passwords.get(user)
-    mech = scramp.ScramMechanism(mech_name)
+    client_first = data[end + 5:end + 5 + n].decode("utf-8")
+    if not client_first.startswith(("n,", "y,")):
+        raise InvalidAuthorization("SCRAM channel binding is not supported")
+    gs2_end = client_first.index(",", 2) + 1
+    gs2, first_bare = client_first[:gs2_end], client_first[gs2_end:]
+    client_nonce = _attrs(first_bare).get("r")
+    if not client_nonce:
+        raise ProtocolViolation("malformed SCRAM client-first message")
+    password = users.passwords.get(user)
     # An unknown user still runs the exchange (with a throwaway secret) so it fails at the end.
-    auth_info = mech.make_auth_info(expected if expected is not None else os.urandom(16).hex())
-    server = mech.make_server(lambda _u: auth_info)
-    try:
-        server.set_client_first(first)
-        await send(M.authentication_sasl_continue(server.get_server_first().encode()))
-        msg = await receive()
-        if not isinstance(msg, M.PasswordMessage):
-            raise ProtocolViolation("expected SASL response")
-        server.set_client_final(msg.payload.decode())
-    except scramp.ScramException:
-        raise _fail(user) from None
-    if expected is None:
+    salt, iterations = os.urandom(16), 4096
+    stored_key, server_key = scram_keys(password if password is not None else os.urandom(16).hex(),
+                                        salt, iterations)
+    nonce = client_nonce + base64.b64encode(os.urandom(18)).decode()
+    server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={iterations}"
+    await send(M.authentication_sasl_continue(server_first.encode()))
+    msg = await receive()
+    if not isinstance(msg, M.PasswordMessage):
+        raise ProtocolViolation("expected SASL response")
+    client_final = msg.payload.decode("utf-8")
+    attrs = _attrs(client_final)
+    without_proof = client_final[:client_final.rfind(",p=")]
+    if attrs.get("r") != nonce or attrs.get("c") != base64.b64encode(gs2.encode()).decode():
         raise _fail(user)
-    await send(M.authentication_sasl_final(server.get_server_final().encode()))
+    auth_message = f"{first_bare},{server_first},{without_proof}".encode()
+    try:
+        proof = base64.b64decode(attrs.get("p", ""), validate=True)
+    except ValueError:
+        raise _fail(user) from None
+    signature = _hmac(stored_key, auth_message)
+    client_key = bytes(a ^ b for a, b in zip(proof, signature))
+    if password is None or len(proof) != len(signature) or \
+            not hmac.compare_digest(hashlib.sha256(client_key).digest(), stored_key):
+        raise _fail(user)
+    server_sig = base64.b64encode(_hmac(server_key, auth_message)).decode()
+    await send(M.authentication_sasl_final(f"v={server_sig}".encode()))
 
 
 AUTHENTICATORS = {"trust": _trust, "password": _password, "md5": _md5,
