@@ -10,6 +10,7 @@ import threading
 import duckdb
 
 from .catalog.pg_catalog import setup_sql
+from .settings import DEFAULTS
 from .protocol import errors as E
 
 DB_NAME = "cqgate"
@@ -22,7 +23,7 @@ class Store:
         self.db = duckdb.connect(self.path)
         self.name = self.db.execute("SELECT current_database()").fetchone()[0]
         self.db.execute("CREATE SCHEMA IF NOT EXISTS public")
-        for stmt in setup_sql(self.name):
+        for stmt in setup_sql(self.name, DEFAULTS):
             self.db.execute(stmt)
         self.catalog_version = 0
         self._lock = threading.Lock()

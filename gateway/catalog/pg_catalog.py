@@ -99,8 +99,9 @@ def _q(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
-    """The statements that build the ``pgcat`` database for the DuckDB catalog ``db``."""
+def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -> list[str]:
+    """The statements that build the ``pgcat`` database for the DuckDB catalog ``db``;
+    ``settings`` (name -> default) fill pg_settings."""
     c = f"{CATALOG}.main"
     hidden = ", ".join(_q(s) for s in hidden_schemas)
     out = [f"ATTACH ':memory:' AS {CATALOG}"]
@@ -310,6 +311,10 @@ def setup_sql(db: str, hidden_schemas=("main",)) -> list[str]:
     out.append(f"""CREATE TABLE {c}.pg_settings (name VARCHAR, setting VARCHAR, unit VARCHAR,
         category VARCHAR, short_desc VARCHAR, context VARCHAR, vartype VARCHAR,
         source VARCHAR, boot_val VARCHAR, reset_val VARCHAR)""")
+    if settings:
+        out.append(f"INSERT INTO {c}.pg_settings VALUES " + ", ".join(
+            f"({_q(k)}, {_q(v)}, NULL, 'cqgate', '', 'user', 'string', 'default', {_q(v)}, "
+            f"{_q(v)})" for k, v in settings.items()))
     out.append(f"""CREATE VIEW {c}.pg_tables AS SELECT n.nspname AS schemaname,
         c.relname AS tablename, {_q(OWNER)} AS tableowner, NULL::VARCHAR AS tablespace,
         c.relhasindex AS hasindexes, false AS hasrules, false AS hastriggers,

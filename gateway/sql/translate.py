@@ -94,9 +94,19 @@ def _macro(name: str, *args) -> exp.Expression:
     return exp.Anonymous(this=f"{CAT}.{name}", expressions=list(args))
 
 
+_NAMES_OF = {"regclass": ("cq_regclass_oid", "cq_regclass_name"),
+             "regtype": ("cq_regtype_oid", "cq_regtype_name")}
+
+
 def _rewrite_cast(node: exp.Cast) -> exp.Expression:
     name = _type_name(node.to)
     arg = node.this
+    if name in ("text", "varchar", "name") and isinstance(arg, exp.Cast) \
+            and _type_name(arg.to) in _NAMES_OF and isinstance(arg.this, exp.Literal):
+        # 'int8'::regtype::text is the type's name, not its OID printed as text
+        to_oid, to_name = _NAMES_OF[_type_name(arg.to)]
+        node.set("this", _macro(to_name, _macro(to_oid, arg.this)))
+        return node
     if name in _SPECIAL_CASTS:
         literal = isinstance(arg, (exp.Literal, exp.Parameter, exp.Placeholder)) and (
             not isinstance(arg, exp.Literal) or arg.is_string)
@@ -246,6 +256,7 @@ _REWRITES = {
     exp.SessionUser: lambda node, state: _var("cq_user"),
     exp.Column: _rewrite_column,
     exp.CurrentSchema: lambda node, state: exp.Literal.string("public"),
+    exp.CurrentVersion: lambda node, state: exp.Literal.string(VERSION),
     exp.CurrentCatalog: lambda node, state: exp.Anonymous(this="current_database",
                                                          expressions=[]),
 }
