@@ -296,7 +296,7 @@ def _fetch_indices(rows: Rows, direction: str, count: str | None) -> list:
         backward, k = not backward, -k
     cur = min(rows.pos, n_total)
     if backward:
-        start = max(cur - 1 - k, -1)
+        start = max(cur - 2 - k, -1)
         idx = list(range(cur - 2, start, -1)) if cur >= 2 else []
         rows.pos = max(cur - k, 0)
         return idx
