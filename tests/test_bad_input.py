@@ -4,6 +4,7 @@ SQL errors carry SQLSTATE and position and never end the session."""
 import socket
 import struct
 
+import pgwire
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -68,6 +69,33 @@ def test_message_over_limit(server):
 def test_random_bytes_never_kill_the_server(server, data):
     _exchange(server.port, data)
     assert server.alive()
+
+
+_VALID = (_startup() + pgwire.parse("s", "SELECT $1::int + 1") + pgwire.bind("", "s", [b"41"])
+          + pgwire.msg(b"D", b"P\0") + pgwire.execute("", 0) + pgwire.sync()
+          + pgwire.query("SELECT 'x'; BEGIN; SELECT 1/0; ROLLBACK"))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)),
+                min_size=1, max_size=8),
+       st.integers(0, len(_VALID)))
+def test_mutated_sessions_never_kill_the_server(server, flips, cut):
+    data = bytearray(_VALID)
+    for pos, value in flips:
+        data[pos] = value
+    _exchange(server.port, bytes(data[:max(cut, 1)]))
+    assert server.alive()
+
+
+def test_valid_session_bytes_work(server):
+    out = _exchange(server.port, _VALID)
+    assert b"D\x00\x00\x00\x0c\x00\x01\x00\x00\x00\x0242" in out    # the row 42
+    # ReadyForQuery after startup, after Sync, and after the query string; the error skips
+    # the rest of the string (ROLLBACK), so the block is left failed: status E
+    assert b"22012" in out and out.count(b"Z\x00\x00\x00\x05") == 3
+    assert out.endswith(b"Z\x00\x00\x00\x05E")
 
 
 def test_sql_errors_have_sqlstate_and_position(server):
