@@ -24,6 +24,7 @@ from .sql.lexer import split
 
 log = logging.getLogger("cqgate")
 FLUSH_AT = 256 * 1024
+ENCODE_BATCH = 16384     # rows encoded per step: large enough to amortise the Arrow kernels
 
 
 class Closed(Exception):
@@ -261,10 +262,10 @@ class Connection:
             self.send(row_description(res.fields, fmts))
         sent = 0
         while True:
-            chunk = max_rows - sent if max_rows > 0 else 2048
+            chunk = max_rows - sent if max_rows > 0 else ENCODE_BATCH
             if chunk <= 0:
                 break
-            data, n = encode_rows(res, min(chunk, 2048), fmts, s.tz)
+            data, n = encode_rows(res, min(chunk, ENCODE_BATCH), fmts, s.tz)
             if n == 0:
                 break
             self.send(data)

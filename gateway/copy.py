@@ -78,7 +78,7 @@ def format_rows(fields, table: pa.Table, tz, csv: bool, header: bool, delimiter:
         yield (delimiter.join(_csv_field(f.name, delimiter, quote, null) for f in fields)
                + "\n").encode()
     cols = [[None if v is None else v.decode() for v in
-             T.text_column(table.column(i).combine_chunks(), f.type_oid, tz)]
+             T.text_column(table.column(i).combine_chunks(), f.type_oid, tz).to_pylist()]
             for i, f in enumerate(fields)]
     for values in zip(*cols):
         if csv:

@@ -81,5 +81,4 @@ def encode_rows(rows: Rows, limit: int, formats: list, tz: dt.tzinfo) -> tuple[b
                 f"binary output of type {f.type_oid} is not supported; ask for text")
         else:
             cols.append(T.text_column(arr, f.type_oid, tz))
-    data_row = M.data_row
-    return b"".join(data_row(vals) for vals in zip(*cols)), n
+    return M.data_rows(cols), n

@@ -6,6 +6,9 @@ Nothing here touches a socket; the asyncio shell in ``gateway/server.py`` feeds 
 from __future__ import annotations
 
 import struct
+
+import numpy as np
+import pyarrow as pa
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -381,6 +384,55 @@ def data_row(values: Sequence[bytes | None]) -> bytes:
             parts.append(_I32.pack(len(v)))
             parts.append(v)
     return _msg(b"D", b"".join(parts))
+
+
+def _put_be(out: np.ndarray, pos: np.ndarray, values: np.ndarray, width: int) -> None:
+    """Write big-endian integers of ``width`` bytes at byte positions ``pos``."""
+    v = values.astype(np.int64)
+    for k in range(width):
+        out[pos + k] = (v >> (8 * (width - 1 - k))) & 0xFF
+
+
+def data_rows(columns: Sequence[pa.Array]) -> bytes:
+    """DataRow messages for a batch, built without a Python loop over rows: each column is an
+    Arrow binary array of already-encoded values (null = SQL NULL); lengths, headers and value
+    bytes are scattered into one buffer with numpy."""
+    if not columns:
+        return b""
+    n = len(columns[0])
+    if n == 0:
+        return b""
+    lens, nulls, datas, offs = [], [], [], []
+    for col in columns:
+        col = col.cast(pa.binary()) if col.type != pa.binary() else col
+        valid = np.ones(n, bool) if col.null_count == 0 else \
+            col.is_valid().to_numpy(zero_copy_only=False)
+        o = np.frombuffer(col.buffers()[1], dtype=np.int32)[col.offset:col.offset + n + 1]
+        lens.append(np.where(valid, np.diff(o), 0))
+        nulls.append(~valid)
+        offs.append(o)
+        datas.append(np.frombuffer(col.buffers()[2], dtype=np.uint8)
+                     if col.buffers()[2] is not None else np.empty(0, np.uint8))
+    cell_total = sum(lens) + 4 * len(columns)
+    row_len = cell_total + 6                      # the length word counts itself and ncols
+    starts = np.zeros(n, np.int64)
+    np.cumsum(row_len[:-1] + 1, out=starts[1:])
+    out = np.empty(int(starts[-1] + row_len[-1] + 1), np.uint8)
+    out[starts] = ord("D")
+    _put_be(out, starts + 1, row_len, 4)
+    _put_be(out, starts + 5, np.full(n, len(columns)), 2)
+    cell = starts + 7
+    for ln, null, o, data in zip(lens, nulls, offs, datas):
+        _put_be(out, cell, np.where(null, -1, ln).astype(np.int64) & 0xFFFFFFFF, 4)
+        total = int(ln.sum())
+        if total:
+            before = np.cumsum(ln) - ln            # bytes of earlier values in this column
+            idx = np.arange(total, dtype=np.int64)
+            src = np.repeat(o[:-1] - before, ln) + idx
+            dest = np.repeat(cell + 4 - before, ln) + idx
+            out[dest] = data[src]
+        cell = cell + 4 + ln
+    return out.tobytes()
 
 
 def command_complete(tag: str) -> bytes:

@@ -172,16 +172,19 @@ def type_oid_case_sql(column: str) -> str:
 
 # --------------------------------------------------------------------------- text output
 def _float_text(v: float) -> str:
-    """Shortest round-trip digits, like PostgreSQL 12+ (scientific from 1e15 on, as Ryu does)."""
+    """Shortest round-trip digits as PostgreSQL 12+ prints them: scientific notation below
+    1e-4 and from 1e15 on (Python's repr switches at 1e16), ``Infinity``/``NaN``."""
     if math.isnan(v):
         return "NaN"
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
     r = repr(v)
     if "e" not in r and abs(v) >= 1e15:
-        digits = r.split(".")[0].lstrip("-").rstrip("0")
+        sign, body = ("-", r[1:]) if r[0] == "-" else ("", r)
+        whole, _, frac = body.partition(".")
+        digits = (whole + frac.rstrip("0")).rstrip("0")
         mant = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        r = ("-" if v < 0 else "") + f"{mant}e+{len(r.split('.')[0].lstrip('-')) - 1:02d}"
+        return f"{sign}{mant}e+{len(whole) - 1:02d}"
     return r[:-2] if r.endswith(".0") else r
 
 
@@ -279,31 +282,76 @@ _PY_TEXT: dict[type, Callable] = {
 }
 
 
-def _cast_text(arr: pa.Array) -> list:
+def _cast_text(arr: pa.Array) -> pa.Array:
     """Vectorised: Arrow's own string cast already prints what PostgreSQL prints."""
-    return pc.cast(pc.cast(arr, pa.string()), pa.binary()).to_pylist()
+    return pc.cast(pc.cast(arr, pa.string()), pa.binary())
 
 
-def text_column(arr: pa.Array, oid: int, tz: dt.tzinfo) -> list:
-    """Encode a whole Arrow column to PostgreSQL text format: list of bytes | None."""
+def _float_column_text(arr: pa.Array) -> pa.Array:
+    """Arrow prints the same shortest digits as PostgreSQL but switches to scientific notation
+    at other exponents; values outside [1e-4, 1e14) and non-finite ones go through Python."""
+    f = _float4_text if arr.type == pa.float32() else _float_text
+    out = _cast_text(arr)
+    a = pc.abs(arr)
+    odd = pc.or_kleene(pc.greater_equal(a, 1e14),
+                       pc.and_kleene(pc.less(a, 1e-4), pc.not_equal(a, 0)))
+    odd = pc.fill_null(pc.or_kleene(odd, pc.is_nan(arr)), False)
+    if not pc.any(odd).as_py():
+        return out
+    fixed = [f(v).encode() for v in pc.filter(arr, odd).to_pylist()]
+    return pc.replace_with_mask(out, odd, pa.array(fixed, pa.binary()))
+
+
+_TRAILING_ZEROS = r"(\.\d*[1-9])0+$|\.0+$"
+
+
+def _timestamp_text(arr: pa.Array) -> pa.Array:
+    """'YYYY-MM-DD HH:MM:SS[.ffffff]' with trailing fractional zeros dropped, as a string array."""
+    if arr.type.unit != "us":
+        arr = arr.cast(pa.timestamp("us", tz=arr.type.tz), safe=False)
+    return pc.replace_substring_regex(pc.cast(arr, pa.string()), _TRAILING_ZEROS, r"\1")
+
+
+def _timestamptz_text(arr: pa.Array, tz: dt.tzinfo) -> pa.Array:
+    """Local time in the session zone plus its UTC offset; offsets are few, so they are
+    formatted once each and gathered."""
+    name = getattr(tz, "key", "UTC")
+    utc = arr.cast(pa.timestamp("us", tz="UTC"), safe=False)
+    local = pc.local_timestamp(utc.cast(pa.timestamp("us", tz=name)))
+    offsets = pc.subtract(local.cast(pa.int64()), utc.cast(pa.int64()))
+    uniq = pc.unique(offsets)
+    labels = pa.array([None if o is None else _offset_text(dt.timedelta(microseconds=o))
+                       for o in uniq.to_pylist()], pa.string())
+    suffix = pc.take(labels, pc.index_in(offsets, uniq))
+    text = pc.binary_join_element_wise(_timestamp_text(local), suffix, "")
+    return pc.cast(text, pa.binary())
+
+
+def text_column(arr: pa.Array, oid: int, tz: dt.tzinfo) -> pa.Array:
+    """Encode a whole Arrow column to PostgreSQL text format: a binary array (null = NULL)."""
     t = arr.type
     if pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_string(t) \
             or pa.types.is_large_string(t) or pa.types.is_date32(t):
         return _cast_text(arr)
     if pa.types.is_boolean(t):
-        return pc.cast(pc.if_else(arr, "t", "f"), pa.binary()).to_pylist()
+        return pc.cast(pc.if_else(arr, "t", "f"), pa.binary())
     if pa.types.is_floating(t):
-        f = _float4_text if t == pa.float32() else _float_text
-        return [None if v is None else f(v).encode() for v in arr.to_pylist()]
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [None if v is None else _list_text(v, tz).encode() for v in arr.to_pylist()]
-    if pa.types.is_struct(t) or pa.types.is_map(t):
-        return [None if v is None else json.dumps(v if not isinstance(v, list) else dict(v),
-                                                  default=str).encode()
-                for v in arr.to_pylist()]
+        return _float_column_text(arr)
+    if pa.types.is_timestamp(t):
+        if t.tz:
+            return _timestamptz_text(arr, tz)
+        return pc.cast(_timestamp_text(arr), pa.binary())
     if isinstance(t, pa.ExtensionType):
         return text_column(arr.storage if isinstance(arr, pa.ExtensionArray) else arr, oid, tz)
-    return [None if v is None else _py_text(v, tz).encode() for v in arr.to_pylist()]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        enc = lambda v: _list_text(v, tz)  # noqa: E731
+    elif pa.types.is_struct(t) or pa.types.is_map(t):
+        enc = lambda v: json.dumps(v if not isinstance(v, list) else dict(v),  # noqa: E731
+                                   default=str)
+    else:
+        enc = lambda v: _py_text(v, tz)  # noqa: E731
+    return pa.array([None if v is None else enc(v).encode() for v in arr.to_pylist()],
+                    pa.binary())
 
 
 # --------------------------------------------------------------------------- binary output
@@ -389,22 +437,49 @@ def _array_binary(values: list, elem_oid: int) -> bytes:
     return b"".join(out)
 
 
-def binary_column(arr: pa.Array, oid: int) -> list:
-    """Encode a whole Arrow column to PostgreSQL binary format."""
+_TEXT_LIKE = {25, 1043, 19, 1042, 18, 114, 705}
+_PG_EPOCH_US = 946_684_800_000_000      # 2000-01-01 in Unix microseconds
+_PG_EPOCH_DAYS = 10_957
+
+
+def _fixed_width(arr: pa.Array, oid: int):
+    """(numpy values, big-endian dtype) for types whose binary form is one fixed-width number."""
     t = arr.type
-    if oid in (20, 23, 21, 700, 701) and arr.null_count == 0 and \
-            (pa.types.is_integer(t) or pa.types.is_floating(t)):
-        dtype = {20: ">i8", 23: ">i4", 21: ">i2", 700: ">f4", 701: ">f8"}[oid]
-        raw = arr.to_numpy(zero_copy_only=False).astype(dtype).tobytes()
+    if oid in (20, 23, 21, 26, 700, 701) and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        dtype = {20: ">i8", 23: ">i4", 21: ">i2", 26: ">u4", 700: ">f4", 701: ">f8"}[oid]
+        return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False), dtype
+    if oid in (1114, 1184) and pa.types.is_timestamp(t):
+        us = arr.cast(pa.timestamp("us", tz=t.tz), safe=False).cast(pa.int64())
+        return pc.subtract(pc.fill_null(us, 0), _PG_EPOCH_US).to_numpy(), ">i8"
+    if oid == 1082 and pa.types.is_date32(t):
+        days = pc.fill_null(arr.cast(pa.int32()), 0)
+        return pc.subtract(days, _PG_EPOCH_DAYS).to_numpy(), ">i4"
+    if oid == 16 and pa.types.is_boolean(t):
+        return pc.fill_null(arr, False).to_numpy(zero_copy_only=False), ">u1"
+    return None, None
+
+
+def binary_column(arr: pa.Array, oid: int) -> pa.Array:
+    """Encode a whole Arrow column to PostgreSQL binary format: a binary array."""
+    if oid in _TEXT_LIKE and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return _cast_text(arr)           # their binary form is their UTF-8 text
+    values, dtype = _fixed_width(arr, oid)
+    if values is not None:
         w = np.dtype(dtype).itemsize
-        return [raw[i:i + w] for i in range(0, len(raw), w)]
+        offsets = np.arange(0, (len(arr) + 1) * w, w, dtype=np.int32)
+        out = pa.Array.from_buffers(pa.binary(), len(arr), [
+            None, pa.py_buffer(offsets), pa.py_buffer(values.astype(dtype).tobytes())])
+        if arr.null_count:
+            out = pc.if_else(pc.is_valid(arr), out, pa.scalar(None, pa.binary()))
+        return out
     pgt = BY_OID.get(oid)
     if pgt is not None and pgt.elem_oid and pgt.category == "A":
-        return [None if v is None else _array_binary(v, pgt.elem_oid) for v in arr.to_pylist()]
-    enc = _BIN_PY.get(oid)
+        enc = lambda v: _array_binary(v, pgt.elem_oid)  # noqa: E731
+    else:
+        enc = _BIN_PY.get(oid)
     if enc is None:
         raise FeatureNotSupported(f"binary output of type {oid} is not supported")
-    return [None if v is None else enc(v) for v in arr.to_pylist()]
+    return pa.array([None if v is None else enc(v) for v in arr.to_pylist()], pa.binary())
 
 
 def binary_supported(oid: int) -> bool:
