@@ -391,13 +391,11 @@ class Connection:
     async def copy_out(self, req: CopyRequest) -> None:
         s = self.session
         rows = await s._call(s.copy_rows, req)
+        lines = await s._call(s.copy_format, rows, req)
         self.send(M.copy_out_response(len(rows.fields)))
-        n = 0
-        for line in s.copy_format(rows, req):
-            self.send(M.copy_data(line))
-            n += 1
+        copy_data = M.copy_data
+        for i in range(0, len(lines), ENCODE_BATCH):     # one CopyData per row, as PostgreSQL
+            self.send(b"".join(copy_data(line) for line in lines[i:i + ENCODE_BATCH]))
             await self.maybe_flush()
-        if req.header and req.csv:
-            n -= 1
         self.send(M.copy_done())
-        self.send(M.command_complete(f"COPY {n}"))
+        self.send(M.command_complete(f"COPY {rows.table.num_rows}"))

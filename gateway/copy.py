@@ -1,10 +1,12 @@
 """COPY data formats: PostgreSQL's text format (tab-separated, ``\\N`` nulls, backslash escapes)
-and CSV, both ways. Parsing yields an Arrow table of strings that DuckDB casts on INSERT."""
+and CSV, both ways, on whole Arrow columns. Parsing yields an Arrow table of strings that
+DuckDB casts on INSERT; formatting yields one encoded line per row."""
 from __future__ import annotations
 
 import re
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from .protocol.errors import BadCopyFormat
@@ -14,7 +16,7 @@ _ESC = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": 
 _ESC_RE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|.)")
 
 
-def _unescape(m: re.Match) -> str:
+def _unescape_one(m: re.Match) -> str:
     s = m.group(1)
     if s[0] == "x":
         return chr(int(s[1:], 16))
@@ -23,67 +25,93 @@ def _unescape(m: re.Match) -> str:
     return _ESC.get(s, s)
 
 
-def parse_text(data: bytes, ncols: int, delimiter: str, null: str) -> pa.Table:
-    lines = data.decode("utf-8").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    cols = [[] for _ in range(ncols)]
-    for lineno, line in enumerate(lines, 1):
-        line = line[:-1] if line.endswith("\r") else line
-        if line == "\\.":
-            break
-        fields = line.split(delimiter)
-        if len(fields) != ncols:
-            raise BadCopyFormat(
-                f"{'extra' if len(fields) > ncols else 'missing'} data for column"
-                f"{'' if len(fields) > ncols else ' ' + str(len(fields) + 1)}",
-                detail=f"COPY line {lineno}: {line[:80]!r}")
-        for i, f in enumerate(fields):
-            cols[i].append(None if f == null else _ESC_RE.sub(_unescape, f) if "\\" in f else f)
-    return pa.table({f"c{i}": pa.array(c, pa.string()) for i, c in enumerate(cols)})
+def _unescape(col: pa.Array) -> pa.Array:
+    """Backslash escapes, decoded only in the values that have any (usually none)."""
+    has = pc.fill_null(pc.match_substring(col, "\\"), False)
+    if not pc.any(has).as_py():
+        return col
+    fixed = [_ESC_RE.sub(_unescape_one, v) for v in pc.filter(col, has).to_pylist()]
+    return pc.replace_with_mask(col, has, pa.array(fixed, pa.string()))
 
 
-def parse_csv(data: bytes, ncols: int, delimiter: str, null: str, quote: str, escape: str,
-              header: bool) -> pa.Table:
-    if data.endswith(b"\\.\n"):
-        data = data[:-3]
-    opts = pacsv.ReadOptions(column_names=[f"c{i}" for i in range(ncols)],
-                             skip_rows=1 if header else 0)
-    parse = pacsv.ParseOptions(delimiter=delimiter, quote_char=quote,
-                               escape_char=escape if escape != quote else False,
-                               double_quote=escape == quote, newlines_in_values=True)
-    conv = pacsv.ConvertOptions(column_types={f"c{i}": pa.string() for i in range(ncols)},
+def _read(data: bytes, ncols: int, parse: pacsv.ParseOptions, null: str, header: bool,
+          quoted_null: bool) -> pa.Table:
+    names = [f"c{i}" for i in range(ncols)]
+    opts = pacsv.ReadOptions(column_names=names, skip_rows=1 if header else 0,
+                             block_size=max(1 << 20, min(len(data) + 1, 64 << 20)))
+    conv = pacsv.ConvertOptions(column_types={n: pa.string() for n in names},
                                 null_values=[null], strings_can_be_null=True,
-                                quoted_strings_can_be_null=False)
+                                quoted_strings_can_be_null=quoted_null)
     try:
         return pacsv.read_csv(pa.py_buffer(data), read_options=opts, parse_options=parse,
                               convert_options=conv)
     except pa.ArrowInvalid as e:
-        raise BadCopyFormat(f"invalid CSV data for COPY: {e}") from None
+        msg = str(e)
+        m = re.search(r"Expected (\d+) columns, got (\d+): (.*)", msg)
+        if m:
+            kind = "extra data after last expected column" if int(m.group(2)) > ncols \
+                else "missing data for column"
+            raise BadCopyFormat(kind, detail=f"COPY line: {m.group(3)[:80]!r}") from None
+        raise BadCopyFormat(f"invalid COPY data: {msg.splitlines()[0]}") from None
 
 
-_TEXT_ESC = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+def _strip_end_marker(data: bytes) -> bytes:
+    if data.endswith(b"\\.\n"):
+        return data[:-3]
+    if data.endswith(b"\\.\r\n"):
+        return data[:-4]
+    return data
 
 
-def _csv_field(v: str, delimiter: str, quote: str, null: str) -> str:
-    if v == "" or v == null or any(c in v for c in (delimiter, quote, "\n", "\r")):
-        return quote + v.replace(quote, quote + quote) + quote
-    return v
+def parse_text(data: bytes, ncols: int, delimiter: str, null: str) -> pa.Table:
+    data = _strip_end_marker(data)
+    if not data:
+        return pa.table({f"c{i}": pa.array([], pa.string()) for i in range(ncols)})
+    parse = pacsv.ParseOptions(delimiter=delimiter, quote_char=False, escape_char=False,
+                               double_quote=False, ignore_empty_lines=False)
+    table = _read(data, ncols, parse, null, False, True)
+    return pa.table({n: _unescape(table.column(n).combine_chunks())
+                     for n in table.column_names})
+
+
+def parse_csv(data: bytes, ncols: int, delimiter: str, null: str, quote: str, escape: str,
+              header: bool) -> pa.Table:
+    data = _strip_end_marker(data)
+    parse = pacsv.ParseOptions(delimiter=delimiter, quote_char=quote,
+                               escape_char=escape if escape != quote else False,
+                               double_quote=escape == quote, newlines_in_values=True)
+    return _read(data, ncols, parse, null, header, False)
+
+
+def _text_field(col: pa.Array, null: str) -> pa.Array:
+    s = pc.cast(col, pa.string())
+    for a, b in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+        s = pc.replace_substring(s, a, b)
+    return pc.fill_null(s, null)
+
+
+def _csv_field(col: pa.Array, delimiter: str, quote: str, null: str) -> pa.Array:
+    s = pc.cast(col, pa.string())
+    special = "[" + re.escape(delimiter + quote) + "\\n\\r]"
+    needs = pc.or_(pc.match_substring_regex(s, special), pc.equal(s, null))
+    quoted = pc.binary_join_element_wise(quote, pc.replace_substring(s, quote, quote * 2),
+                                         quote, "")
+    return pc.fill_null(pc.if_else(pc.fill_null(needs, False), quoted, s), null)
 
 
 def format_rows(fields, table: pa.Table, tz, csv: bool, header: bool, delimiter: str,
-                null: str, quote: str):
-    """Yield one encoded line per row (and a header line first for CSV HEADER)."""
+                null: str, quote: str) -> list:
+    """One encoded line (bytes) per row, plus a header line first for CSV HEADER."""
+    cols = []
+    for i, f in enumerate(fields):
+        text = T.text_column(table.column(i).combine_chunks(), f.type_oid, tz)
+        cols.append(_csv_field(text, delimiter, quote, null) if csv else _text_field(text, null))
+    lines = []
     if csv and header:
-        yield (delimiter.join(_csv_field(f.name, delimiter, quote, null) for f in fields)
-               + "\n").encode()
-    cols = [[None if v is None else v.decode() for v in
-             T.text_column(table.column(i).combine_chunks(), f.type_oid, tz).to_pylist()]
-            for i, f in enumerate(fields)]
-    for values in zip(*cols):
-        if csv:
-            line = delimiter.join(null if v is None else _csv_field(v, delimiter, quote, null)
-                                  for v in values)
-        else:
-            line = delimiter.join(null if v is None else v.translate(_TEXT_ESC) for v in values)
-        yield (line + "\n").encode()
+        names = pa.array([f.name for f in fields], pa.string())
+        lines.append((delimiter.join(_csv_field(names, delimiter, quote, null).to_pylist())
+                      + "\n").encode())
+    if cols and table.num_rows:
+        joined = pc.binary_join_element_wise(*cols, pa.scalar(delimiter))
+        lines += pc.cast(pc.binary_join_element_wise(joined, "\n", ""), pa.binary()).to_pylist()
+    return lines

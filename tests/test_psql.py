@@ -51,6 +51,26 @@ def test_copy_in_and_out(server, table_name, tmp_path):
     assert "     3 |     2" in r.stdout
 
 
+def test_copy_csv_in_with_quotes_and_nulls(server, table_name, tmp_path):
+    src = tmp_path / "in.csv"
+    src.write_text('a,b\n1,"comma, inside"\n2,\n3,""\n4,"say ""hi"""\n')
+    r = psql(server, "-c", f"CREATE TABLE {table_name} (a INT, b TEXT)",
+             "-c", f"\\copy {table_name} from '{src}' csv header",
+             "-c", f"SELECT a, b IS NULL, b FROM {table_name} ORDER BY a", "-A", "-t")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-4:] == ["1|f|comma, inside", "2|t|", "3|f|", '4|f|say "hi"']
+
+
+def test_copy_bad_data_is_reported(server, table_name, tmp_path):
+    src = tmp_path / "bad.tsv"
+    src.write_text("1\tok\n2\tok\textra\n")
+    r = psql(server, "-c", f"CREATE TABLE {table_name} (a INT, b TEXT)",
+             "-c", f"\\copy {table_name} from '{src}'",
+             "-c", f"SELECT count(*) FROM {table_name}", "-A", "-t")
+    assert "ERROR:  extra data after last expected column" in r.stderr
+    assert r.stdout.splitlines()[-1] == "0"        # COPY is all or nothing
+
+
 def test_errors_keep_the_session(server):
     r = psql(server, "-c", "SELECT * FROM no_such_table", "-c", "SELEC 1", "-c", "SELECT 2 AS two")
     assert 'ERROR:  relation "no_such_table" does not exist' in r.stderr
