@@ -80,6 +80,9 @@ async def serve(config: Config, ready=print) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if config.auth == "trust" and config.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("auth is 'trust' on %s: anyone who reaches this address can connect; "
+                    "use --auth scram-sha-256 with --users or --users-file", config.host)
     ready(f"cqgate ready: accepting PostgreSQL connections on {config.host}:{port} "
           f"(data directory {config.data_dir}, auth {config.auth}"
           f"{', TLS' if server.ssl_context else ''})")

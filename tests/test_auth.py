@@ -77,3 +77,11 @@ def test_tls(start_server, tmp_path):
     with pytest.raises(psycopg.OperationalError) as e:
         psycopg.connect(s.dsn + " sslmode=disable")
     assert "accepts only TLS connections" in str(e.value)
+
+
+def test_settings_from_environment(start_server):
+    s = start_server(env={"CQGATE_AUTH": "md5", "CQGATE_USERS": "dave:pw"})
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(f"host=127.0.0.1 port={s.port} user=dave password=nope")
+    with psycopg.connect(f"host=127.0.0.1 port={s.port} user=dave password=pw") as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)

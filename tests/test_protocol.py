@@ -16,6 +16,25 @@ def tags(messages) -> list:
     return [t.decode() for t, _ in messages]
 
 
+def test_gssenc_and_ssl_requests_answered_n(server):
+    import socket
+    import struct
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(struct.pack("!ii", 8, 80877104))      # GSSENCRequest
+        assert sock.recv(1) == b"N"
+        sock.sendall(struct.pack("!ii", 8, 80877103))      # SSLRequest, no certificate
+        assert sock.recv(1) == b"N"
+
+
+def test_cqgate_command_help():
+    import subprocess
+    r = subprocess.run(["cqgate", "serve", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0
+    for flag in ("--host", "--port", "--ingest-port", "--data-dir", "CQGATE_PORT"):
+        assert flag in r.stdout
+
+
 def test_error_discards_until_sync(server):
     c = Client(server.port)
     try:
