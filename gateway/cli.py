@@ -11,8 +11,11 @@ from .config import Config
 
 
 def _serve(args) -> int:
-    cfg = Config(**{k: v for k, v in vars(args).items()
-                    if k in Config.__dataclass_fields__ and v is not None})
+    # flags win over CQGATE_* variables, which win over the defaults (also for settings that
+    # have no flag, such as CQGATE_MAX_MESSAGE_BYTES and CQGATE_WORKERS)
+    cfg = Config(**{**Config.env_defaults(),
+                    **{k: v for k, v in vars(args).items()
+                       if k in Config.__dataclass_fields__ and v is not None}})
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s cqgate %(levelname)s %(message)s")
     try:

@@ -62,6 +62,14 @@ def test_message_over_limit(server):
     _healthy(server)
 
 
+def test_configured_message_limit(start_server):
+    s = start_server(env={"CQGATE_MAX_MESSAGE_BYTES": "1000"})
+    sql = b"SELECT '" + b"x" * 2000 + b"'\0"
+    out = _exchange(s.port, _startup() + b"Q" + struct.pack("!i", len(sql) + 4) + sql)
+    assert b"54000" in out and b"exceeds the limit of 1000 bytes" in out
+    _healthy(s)
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(st.binary(max_size=300),
