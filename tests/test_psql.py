@@ -16,7 +16,7 @@ def test_tables_and_describe(server, table_name):
     assert " a      | integer       |           | not null | " in out
     assert " b      | text          |           | not null | 'q'" in out
     assert " c      | numeric(10,2) |           |          | " in out
-    assert f'"{table_name}_pkey" PRIMARY KEY' in out
+    assert f'"{table_name}_pkey" PRIMARY KEY, btree (a)' in out
     assert "List of schemas" in out and " public | cqgate" in out
     assert "List of databases" in out and " cqgate | cqgate | UTF8" in out
 

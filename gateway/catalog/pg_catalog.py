@@ -269,7 +269,10 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
             'a' AS confupdtype, 'a' AS confdeltype, 's' AS confmatchtype, true AS conislocal,
             0 AS coninhcount, true AS connoinherit,
             list_transform(constraint_column_indexes, lambda i: (i + 1)::SMALLINT) AS conkey,
-            NULL::SMALLINT[] AS confkey, constraint_text AS cq_def, NULL::VARCHAR AS conbin
+            NULL::SMALLINT[] AS confkey,
+            CASE WHEN constraint_type IN ('PRIMARY KEY', 'UNIQUE') THEN constraint_type || ' ('
+                 || array_to_string(constraint_column_names, ', ') || ')'
+                 ELSE constraint_text END AS cq_def, NULL::VARCHAR AS conbin
         FROM duckdb_constraints()
         WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})
           AND constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'CHECK', 'FOREIGN KEY')""")
@@ -287,7 +290,11 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
             list_transform(constraint_column_indexes, lambda i: 0::{OID}) AS indcollation,
             list_transform(constraint_column_indexes, lambda i: 0::{OID}) AS indclass,
             list_transform(constraint_column_indexes, lambda i: 0::SMALLINT) AS indoption,
-            NULL::VARCHAR AS indexprs, NULL::VARCHAR AS indpred
+            NULL::VARCHAR AS indexprs, NULL::VARCHAR AS indpred,
+            'CREATE UNIQUE INDEX ' || CASE constraint_type WHEN 'PRIMARY KEY'
+                 THEN table_name || '_pkey' ELSE constraint_name END || ' ON ' || schema_name
+                 || '.' || table_name || ' USING btree ('
+                 || array_to_string(constraint_column_names, ', ') || ')' AS cq_indexdef
         FROM duckdb_constraints()
         WHERE database_name = {_q(db)} AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')
           AND schema_name NOT IN ({hidden})""")
@@ -326,7 +333,7 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         FROM duckdb_views() WHERE database_name = {_q(db)} AND NOT internal""")
     out.append(f"""CREATE VIEW {c}.pg_indexes AS SELECT n.nspname AS schemaname,
         t.relname AS tablename, i.relname AS indexname, NULL::VARCHAR AS tablespace,
-        con.cq_def AS indexdef
+        x.cq_indexdef AS indexdef
         FROM {c}.pg_index x JOIN {c}.pg_class i ON i.oid = x.indexrelid
         JOIN {c}.pg_class t ON t.oid = x.indrelid
         JOIN {c}.pg_namespace n ON n.oid = t.relnamespace
@@ -360,7 +367,7 @@ def _macro_bodies(c: str) -> dict:
         "pg_get_constraintdef(o, p := false)":
             f"(SELECT min(cq_def) FROM {c}.pg_constraint WHERE oid = o)",
         "pg_get_indexdef(o, k := 0, p := false)":
-            f"(SELECT min(cq_def) FROM {c}.pg_constraint WHERE conindid = o)",
+            f"(SELECT min(cq_indexdef) FROM {c}.pg_index WHERE indexrelid = o)",
         "pg_get_viewdef(o, p := false)":
             "(SELECT min(sql) FROM duckdb_views() WHERE view_oid = o)",
         "pg_get_function_result(o)": "NULL::VARCHAR",
