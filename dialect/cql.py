@@ -1,19 +1,40 @@
 """``class CQL(Postgres)``: a thin sqlglot dialect declaration, registered as ``read="cql"``.
 
-For now it differs from Postgres only where PostgreSQL clients need it (``oid`` as a type that
-takes ``[]``); the stream syntax of later layers is added here through the dispatch tables.
+The tokenizer knows ``oid`` as a type (so ``$1::oid[]`` parses) and keeps semicolons inside
+parentheses and braces from ending a statement (the StreaQueL loop); the parser and generator
+live in ``dialect/parser.py`` and ``dialect/generator.py``.
 """
 from __future__ import annotations
 
-from sqlglot.dialects.dialect import Dialect
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.tokens import TokenType
 
+from .generator import CQLGenerator
+from .parser import LOOP_SEMICOLON, CQLParser
+
+_OPEN = {TokenType.L_PAREN, TokenType.L_BRACE}
+_CLOSE = {TokenType.R_PAREN, TokenType.R_BRACE}
+
 
 class CQL(Postgres):
+    # print function names as written: Stream(x), wtime(*), distance(a, b)
+    NORMALIZE_FUNCTIONS = False
+
     class Tokenizer(Postgres.Tokenizer):
         # PostgreSQL's oid is an unsigned 4-byte integer; as a type token it also takes [].
         KEYWORDS = {**Postgres.Tokenizer.KEYWORDS, "OID": TokenType.UINT}
 
+        def tokenize(self, sql: str):
+            tokens = super().tokenize(sql)
+            depth = 0
+            for tok in tokens:
+                if tok.token_type in _OPEN:
+                    depth += 1
+                elif tok.token_type in _CLOSE:
+                    depth = max(depth - 1, 0)
+                elif tok.token_type == TokenType.SEMICOLON and depth:
+                    tok.token_type = LOOP_SEMICOLON
+            return tokens
 
-Dialect.classes["cql"] = CQL
+    Parser = CQLParser
+    Generator = CQLGenerator

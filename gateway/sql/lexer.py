@@ -1,4 +1,5 @@
-"""A small PostgreSQL lexer: splits a query string into statements at top-level semicolons and
+"""A small PostgreSQL lexer: splits a query string into statements at top-level semicolons (not
+inside parentheses or braces, where a StreaQueL loop has its own) and
 normalises ``$n`` parameters, honouring quotes, E-strings, dollar quotes and nested comments.
 
 Positions are kept so errors can point into the client's original text.
@@ -12,7 +13,8 @@ from ..protocol.errors import SyntaxError_
 
 _TOKEN = re.compile(
     r"""(?P<squote>[eE]?')|(?P<dquote>")|(?P<dollar>\$(?P<tag>[A-Za-z_][A-Za-z0-9_]*)?\$)
-      |(?P<param>\$\d+)|(?P<line>--)|(?P<block>/\*)|(?P<semi>;)""", re.X)
+      |(?P<param>\$\d+)|(?P<line>--)|(?P<block>/\*)|(?P<semi>;)|(?P<open>[({])|(?P<close>[)}])""",
+    re.X)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ def split(sql: str) -> list[Statement]:
     """Split into statements; empty statements are dropped (an all-empty string gives [])."""
     out: list[Statement] = []
     start, i, pieces, max_param, seg = 0, 0, [], 0, 0
+    depth = 0      # a StreaQueL loop keeps its semicolons inside ( ) and { }
     while True:
         m = _TOKEN.search(sql, i)
         if m is None:
@@ -87,7 +90,12 @@ def split(sql: str) -> list[Statement]:
             i = len(sql) if j < 0 else j + 1
         elif kind == "block":
             i = _end_of_block(sql, m.end())
-        else:  # semicolon
+        elif kind in ("open", "close"):
+            depth = depth + 1 if kind == "open" else max(depth - 1, 0)
+            i = m.end()
+        elif depth:
+            i = m.end()
+        else:  # a semicolon at the top level
             pieces.append(sql[seg:m.start()])
             _emit(out, "".join(pieces), start, max_param)
             pieces, max_param = [], 0

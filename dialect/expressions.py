@@ -1,0 +1,118 @@
+"""Syntax-tree nodes the CQL dialect adds to sqlglot's: stream references with a window, the
+window specification itself, ``Stream(x)``, the TelegraphCQ ``WINDOW alias [...]`` clause, the
+StreaQueL ``for (...) { WindowIs(...) }`` loop, and the stream DDL statements.
+
+Each node is a plain sqlglot expression; ``dialect/cql.py`` holds the parser and generator
+entries that read and print them.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+
+class WindowSpec(exp.Expression):
+    """What stands between the brackets after a stream.
+
+    ``kind`` is one of range, slide, rows, now, unbounded, between; ``style`` remembers how it
+    was written (short ``['2 minutes']``, ``RANGE``, ``RANGE BY``, ``RANGE UNBOUNDED``) so that
+    it prints back as written.
+    """
+    arg_types = {"kind": True, "style": False, "size": False, "slide": False, "start": False,
+                 "rows": False, "partition_by": False, "where": False, "low": False,
+                 "high": False}
+
+
+class StreamRef(exp.Expression):
+    """A relation in FROM with a window: ``S [RANGE 10 SECONDS] AS s``."""
+    arg_types = {"this": True, "window": True, "alias": False, "alias_first": False}
+
+    @property
+    def name(self) -> str:
+        return self.this.name
+
+
+class StreamOf(exp.Expression):
+    """``Stream(x)``: the stream of a relation's changes (seed 002)."""
+    arg_types = {"this": True}
+
+    @property
+    def name(self) -> str:
+        return self.this.name
+
+
+class UnitInterval(exp.Expression):
+    """An interval written as a number and a unit word, ``2 sec`` or ``1 Day``, kept as written."""
+    arg_types = {"this": True, "unit": True}
+
+
+class StreamWindowClause(exp.Expression):
+    """TelegraphCQ's ``WINDOW alias ['2 minutes']`` after GROUP BY."""
+    arg_types = {"this": True, "window": True}
+
+
+class LoopStep(exp.Expression):
+    """The step of a StreaQueL loop: ``t++``, ``t += k``, ``t -= k``, ``t = t + k``."""
+    arg_types = {"this": True, "op": True, "amount": False}
+
+
+class WindowIs(exp.Expression):
+    """``WindowIs(S, left, right)`` inside a StreaQueL loop body."""
+    arg_types = {"this": True, "left": True, "right": True}
+
+
+class StreaQueLLoop(exp.Expression):
+    """``for (t = init; condition; step) { WindowIs(...); ... }`` after a query."""
+    arg_types = {"this": True, "init": True, "condition": True, "step": True,
+                 "windows": True}
+
+
+class TimestampColumnConstraint(exp.Expression, exp.ColumnConstraintKind):
+    """``TIMESTAMPCOLUMN`` (event time) or ``ENDTIMESTAMPCOLUMN`` (end of validity)."""
+    arg_types = {"end": False}
+
+
+class CreateStream(exp.Expression):
+    """``CREATE STREAM [IF NOT EXISTS] s (cols) [TYPE ARCHIVED|UNARCHIVED] [WITH (...)]
+    [ON OVERLOAD ...]`` or ``CREATE STREAM d AS SELECT ...``."""
+    arg_types = {"this": True, "exists": False, "archived": False, "options": False,
+                 "overload": False, "expression": False}
+
+
+class CreateWindow(exp.Expression):
+    """``CREATE WINDOW w AS SELECT ...``: a named, shared, time-varying relation."""
+    arg_types = {"this": True, "exists": False, "expression": True}
+
+
+class CreateWrapper(exp.Expression):
+    """``CREATE WRAPPER w (init = ..., next = ..., done = ...)``."""
+    arg_types = {"this": True, "options": True}
+
+
+class DropStreamObject(exp.Expression):
+    """``DROP STREAM|WINDOW|WRAPPER [IF EXISTS] name [CASCADE]``."""
+    arg_types = {"this": True, "kind": True, "exists": False, "cascade": False}
+
+
+class AlterStream(exp.Expression):
+    """``ALTER STREAM s ADD WRAPPER w`` | ``ADD COLUMN c type`` | ``SET (k = v, ...)``."""
+    arg_types = {"this": True, "action": True, "wrapper": False, "column": False,
+                 "options": False}
+
+
+class StreamOption(exp.Expression):
+    """``name = value`` inside WITH (...) or a wrapper definition."""
+    arg_types = {"this": True, "value": True}
+
+
+
+
+class Explain(exp.Expression):
+    """``EXPLAIN [ANALYZE] [VERBOSE] statement``: the gateway prints the temporal-algebra plan."""
+    arg_types = {"this": True, "options": False}
+
+
+# sqlglot finds a generator's ``<key>_sql`` methods through this registry of node classes.
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, exp.Expression) \
+            and _cls.__module__ == __name__:
+        exp.EXPR_CLASSES[_cls.key] = _cls

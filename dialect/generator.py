@@ -1,0 +1,119 @@
+"""The CQL generator: Postgres's, plus one ``<node>_sql`` method per node of
+``dialect/expressions.py``, so every statement and window form prints back as written."""
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.generators.postgres import PostgresGenerator
+
+from . import expressions as X
+
+
+class CQLGenerator(PostgresGenerator):
+    TYPE_MAPPING = {**PostgresGenerator.TYPE_MAPPING, exp.DType.UINT: "OID"}
+
+    def windowspec_sql(self, e: X.WindowSpec) -> str:
+        kind, style = e.args["kind"], e.args.get("style")
+        if kind == "now":
+            body = "NOW"
+        elif kind == "unbounded":
+            body = "RANGE UNBOUNDED" if style == "range" else "UNBOUNDED"
+        elif kind == "between":
+            body = f"BETWEEN {self.sql(e, 'low')} AND {self.sql(e, 'high')}"
+        elif kind == "rows":
+            part = e.args.get("partition_by")
+            body = (f"PARTITION BY {self.expressions(e, key='partition_by', flat=True)} "
+                    if part else "") + f"ROWS {self.sql(e, 'rows')}"
+            if e.args.get("where") is not None:
+                body += f" WHERE {self.sql(e, 'where')}"
+        elif style == "short":
+            body = self.sql(e, "size")
+        else:
+            by = " BY" if style == "range_by" else ""
+            body = f"RANGE{by} {self.sql(e, 'size')}"
+            if e.args.get("slide") is not None:
+                body += f" SLIDE{by} {self.sql(e, 'slide')}"
+            if e.args.get("start") is not None:
+                body += f" START AT {self.sql(e, 'start')}"
+        return f"[{body}]"
+
+    def streamref_sql(self, e: X.StreamRef) -> str:
+        alias = self.sql(e, "alias")
+        window = self.sql(e, "window")
+        if alias and e.args.get("alias_first"):
+            return f"{self.sql(e, 'this')} {alias} {window}"
+        return f"{self.sql(e, 'this')} {window}" + (f" AS {alias}" if alias else "")
+
+    def streamof_sql(self, e: X.StreamOf) -> str:
+        return f"Stream({self.sql(e, 'this')})"
+
+    def unitinterval_sql(self, e: X.UnitInterval) -> str:
+        return f"{self.sql(e, 'this')} {self.sql(e, 'unit')}"
+
+    def streamwindowclause_sql(self, e: X.StreamWindowClause) -> str:
+        return f"{self.sql(e, 'this')} {self.sql(e, 'window')}"
+
+    def loopstep_sql(self, e: X.LoopStep) -> str:
+        var, op = self.sql(e, "this"), e.args["op"]
+        if op == "++":
+            return f"{var}++"
+        return f"{var} {op} {self.sql(e, 'amount')}"
+
+    def windowis_sql(self, e: X.WindowIs) -> str:
+        return (f"WindowIs({self.sql(e, 'this')}, {self.sql(e, 'left')}, "
+                f"{self.sql(e, 'right')})")
+
+    def streaquelloop_sql(self, e: X.StreaQueLLoop) -> str:
+        body = "; ".join(self.sql(w) for w in e.args["windows"])
+        return (f"for ({self.sql(e, 'this')} = {self.sql(e, 'init')}; "
+                f"{self.sql(e, 'condition')}; {self.sql(e, 'step')}) {{ {body} }}")
+
+    def select_sql(self, e: exp.Select) -> str:
+        sql = super().select_sql(e)
+        loop = e.args.get("streaquel")
+        return f"{sql} {self.sql(loop)}" if loop is not None else sql
+
+    def explain_sql(self, e: X.Explain) -> str:
+        opts = " ".join(e.args.get("options") or [])
+        return f"EXPLAIN {opts + ' ' if opts else ''}{self.sql(e, 'this')}"
+
+    def timestampcolumnconstraint_sql(self, e: X.TimestampColumnConstraint) -> str:
+        return "ENDTIMESTAMPCOLUMN" if e.args.get("end") else "TIMESTAMPCOLUMN"
+
+    def streamoption_sql(self, e: X.StreamOption) -> str:
+        return f"{self.sql(e, 'this')} = {self.sql(e, 'value')}"
+
+    def _options(self, e: exp.Expression, key: str = "options") -> str:
+        return f"({self.expressions(e, key=key, flat=True)})"
+
+    def createstream_sql(self, e: X.CreateStream) -> str:
+        exists = " IF NOT EXISTS" if e.args.get("exists") else ""
+        sql = f"CREATE STREAM{exists} {self.sql(e, 'this')}"
+        if e.args.get("expression") is not None:
+            return f"{sql} AS {self.sql(e, 'expression')}"
+        archived = e.args.get("archived")
+        if archived is not None:
+            sql += " TYPE ARCHIVED" if archived else " TYPE UNARCHIVED"
+        if e.args.get("options"):
+            sql += f" WITH {self._options(e)}"
+        if e.args.get("overload"):
+            sql += f" ON OVERLOAD {e.args['overload']}"
+        return sql
+
+    def createwindow_sql(self, e: X.CreateWindow) -> str:
+        exists = " IF NOT EXISTS" if e.args.get("exists") else ""
+        return f"CREATE WINDOW{exists} {self.sql(e, 'this')} AS {self.sql(e, 'expression')}"
+
+    def createwrapper_sql(self, e: X.CreateWrapper) -> str:
+        return f"CREATE WRAPPER {self.sql(e, 'this')} {self._options(e)}"
+
+    def dropstreamobject_sql(self, e: X.DropStreamObject) -> str:
+        exists = " IF EXISTS" if e.args.get("exists") else ""
+        cascade = {True: " CASCADE", False: " RESTRICT", None: ""}[e.args.get("cascade")]
+        return f"DROP {e.args['kind']}{exists} {self.sql(e, 'this')}{cascade}"
+
+    def alterstream_sql(self, e: X.AlterStream) -> str:
+        action = e.args["action"]
+        target = {"ADD WRAPPER": lambda: self.sql(e, "wrapper"),
+                  "ADD COLUMN": lambda: self.sql(e, "column"),
+                  "SET": lambda: self._options(e)}[action]()
+        return f"ALTER STREAM {self.sql(e, 'this')} {action} {target}"

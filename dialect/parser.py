@@ -1,0 +1,306 @@
+"""The CQL parser: Postgres's, plus windows after stream references, ``Stream(x)``, the
+TelegraphCQ WINDOW clause, the StreaQueL loop and the stream DDL. Additions go through the
+dispatch tables (``QUERY_MODIFIER_PARSERS``, ``CONSTRAINT_PARSERS``, ``STREAM_CREATABLES``);
+the few overridden methods fall back to Postgres's parsing when the input is not CQL.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.parsers.postgres import PostgresParser
+from sqlglot.tokens import TokenType
+
+from . import expressions as X
+
+# Semicolons nested in parentheses or braces (the StreaQueL loop header and body) are retyped
+# by the tokenizer so that they do not end the statement; this is the type they get.
+LOOP_SEMICOLON = TokenType.SETTINGS
+
+OVERLOAD_POLICIES = ("BLOCK", "DROP", "KEEP COUNTS", "KEEP SAMPLE")
+
+
+class CQLParser(PostgresParser):
+    CONSTRAINT_PARSERS = {
+        **PostgresParser.CONSTRAINT_PARSERS,
+        "TIMESTAMPCOLUMN": lambda self: self.expression(X.TimestampColumnConstraint()),
+        "ENDTIMESTAMPCOLUMN": lambda self: self.expression(
+            X.TimestampColumnConstraint(end=True)),
+    }
+
+    QUERY_MODIFIER_PARSERS = {
+        **PostgresParser.QUERY_MODIFIER_PARSERS,
+        TokenType.FOR: lambda self: self._parse_for_modifier(),
+    }
+
+    # CREATE <kind>: the statement parser for each stream object (the leading word's text)
+    STREAM_CREATABLES = {
+        "STREAM": lambda self: self._parse_create_stream(),
+        "WINDOW": lambda self: self._parse_create_window(),
+        "WRAPPER": lambda self: self._parse_create_wrapper(),
+    }
+    STREAM_DROPPABLES = ("STREAM", "WINDOW", "WRAPPER")
+
+    # ------------------------------------------------------------------ stream references
+    def _parse_bracket(self, this=None):
+        # After a table name a bracket opens a window, not a subscript: leave it to _parse_table.
+        if isinstance(this, exp.Table) and self._curr \
+                and self._curr.token_type == TokenType.L_BRACKET:
+            return this
+        return super()._parse_bracket(this)
+
+    def _parse_table(self, *args, **kwargs):
+        this = super()._parse_table(*args, **kwargs)
+        if isinstance(this, exp.Table) and isinstance(this.this, exp.Anonymous) \
+                and this.this.name.upper() == "STREAM" and len(this.this.expressions) == 1:
+            inner = this.this.expressions[0]
+            table = exp.to_table(inner.sql(dialect="postgres")) \
+                if isinstance(inner, (exp.Column, exp.Dot)) else inner
+            alias = this.args.get("alias")
+            this = X.StreamOf(this=table)
+            if alias is not None:
+                this = exp.Table(this=this, alias=alias)
+        if this is not None and self._match(TokenType.L_BRACKET):
+            window = self._parse_window_spec()
+            alias = this.args.pop("alias", None) if isinstance(this, exp.Table) else None
+            alias_first = alias is not None
+            if alias is None:
+                alias = self._parse_table_alias()
+            if isinstance(this, exp.Table) and isinstance(this.this, X.StreamOf):
+                this = this.this
+            return self.expression(X.StreamRef(this=this, window=window, alias=alias,
+                                               alias_first=alias_first or None))
+        return this
+
+    def _parse_window_interval(self) -> exp.Expression:
+        """'2 minutes' | INTERVAL '1 day' | 2 sec | 10 | an expression (START AT, BETWEEN)."""
+        if self._match(TokenType.NUMBER):
+            number = exp.Literal.number(self._prev.text)
+            if self._curr and self._curr.token_type not in (TokenType.R_BRACKET,) \
+                    and self._curr.text.isalpha() \
+                    and self._curr.text.upper() not in ("SLIDE", "START", "WHERE", "AND"):
+                self._advance()
+                return self.expression(X.UnitInterval(this=number,
+                                                      unit=exp.var(self._prev.text)))
+            return number
+        return self._parse_bitwise()
+
+    def _parse_window_spec(self) -> X.WindowSpec:
+        """Everything between ``[`` (already matched) and ``]``."""
+        spec: dict = {}
+        if self._match_text_seq("NOW"):
+            spec["kind"] = "now"
+        elif self._match_text_seq("UNBOUNDED"):
+            spec["kind"] = "unbounded"
+        elif self._match(TokenType.BETWEEN):
+            spec.update(kind="between", low=self._parse_bitwise())
+            self._match(TokenType.AND) or self.raise_error("Expected AND in [BETWEEN ... AND ...]")
+            spec["high"] = self._parse_bitwise()
+        elif self._match(TokenType.PARTITION_BY) or self._match_text_seq("PARTITION", "BY"):
+            spec["partition_by"] = self._parse_csv(self._parse_bitwise)
+            self._parse_rows_window(spec)
+        elif self._match(TokenType.ROWS):
+            self._retreat(self._index - 1)
+            self._parse_rows_window(spec)
+        elif self._match(TokenType.RANGE):
+            if self._match_text_seq("UNBOUNDED"):
+                spec.update(kind="unbounded", style="range")
+            else:
+                by = self._match_text_seq("BY")
+                spec.update(kind="range", style="range_by" if by else "range",
+                            size=self._parse_window_interval())
+                if self._match_text_seq("SLIDE"):
+                    if by:
+                        self._match_text_seq("BY")
+                    spec.update(kind="slide", slide=self._parse_window_interval())
+                if self._match_text_seq("START", "AT"):
+                    spec["start"] = self._parse_bitwise()
+        else:
+            spec.update(kind="range", style="short", size=self._parse_window_interval())
+        if not self._match(TokenType.R_BRACKET):
+            self.raise_error("Expected ] to close the window")
+        return self.expression(X.WindowSpec(**spec))
+
+    def _parse_rows_window(self, spec: dict) -> None:
+        if not self._match(TokenType.ROWS):
+            self.raise_error("Expected ROWS in a partitioned window")
+        spec.update(kind="rows", rows=self._parse_bitwise())
+        if self._match(TokenType.WHERE):
+            spec["where"] = self._parse_disjunction()
+            if spec["where"] is None:
+                self.raise_error("Expected a condition after WHERE in the window")
+
+    # ------------------------------------------------------------------ WINDOW alias [...]
+    def _parse_window_clause(self):
+        if not self._match(TokenType.WINDOW):
+            return None
+        nxt = self._tokens[self._index + 1] if self._index + 1 < len(self._tokens) else None
+        if nxt is not None and nxt.token_type == TokenType.L_BRACKET:
+            return self._parse_csv(self._parse_stream_window_clause)
+        return self._parse_csv(self._parse_named_window)
+
+    def _parse_stream_window_clause(self) -> X.StreamWindowClause:
+        alias = self._parse_id_var()
+        if not self._match(TokenType.L_BRACKET):
+            self.raise_error("Expected [ after the stream alias in WINDOW")
+        return self.expression(X.StreamWindowClause(this=alias,
+                                                    window=self._parse_window_spec()))
+
+    # ------------------------------------------------------------------ StreaQueL loop
+    def _parse_for_modifier(self):
+        if self._next and self._next.token_type == TokenType.L_PAREN:
+            return "streaquel", self._parse_streaquel()
+        return "locks", self._parse_locks()
+
+    def _expect(self, token_type: TokenType, what: str) -> None:
+        if not self._match(token_type):
+            self.raise_error(f"Expected {what}")
+
+    def _parse_streaquel(self) -> X.StreaQueLLoop:
+        self._expect(TokenType.FOR, "for")
+        self._expect(TokenType.L_PAREN, "( after for")
+        var = self._parse_id_var()
+        self._expect(TokenType.EQ, "= in the loop's start")
+        init = self._parse_bitwise()
+        self._expect(LOOP_SEMICOLON, "; after the loop's start")
+        condition = self._parse_disjunction()
+        self._expect(LOOP_SEMICOLON, "; after the loop's condition")
+        step = self._parse_loop_step()
+        self._expect(TokenType.R_PAREN, ") after the loop's step")
+        self._expect(TokenType.L_BRACE, "{ before WindowIs")
+        windows = []
+        while not self._match(TokenType.R_BRACE):
+            if not self._match_text_seq("WINDOWIS"):
+                self.raise_error("Expected WindowIs(stream, left, right) in the loop body")
+            self._expect(TokenType.L_PAREN, "( after WindowIs")
+            stream = self._parse_table_parts()
+            self._expect(TokenType.COMMA, ", after the stream in WindowIs")
+            left = self._parse_bitwise()
+            self._expect(TokenType.COMMA, ", after the left edge in WindowIs")
+            right = self._parse_bitwise()
+            self._expect(TokenType.R_PAREN, ") after WindowIs")
+            windows.append(self.expression(X.WindowIs(this=stream, left=left, right=right)))
+            self._match(LOOP_SEMICOLON)
+        return self.expression(X.StreaQueLLoop(this=var, init=init, condition=condition,
+                                               step=step, windows=windows))
+
+    def _parse_loop_step(self) -> X.LoopStep:
+        # (t-- cannot be offered: "--" starts a SQL comment; t -= 1 says the same)
+        var = self._parse_id_var()
+        if self._match(TokenType.PLUS):
+            if self._match(TokenType.PLUS):
+                return self.expression(X.LoopStep(this=var, op="++"))
+            self._expect(TokenType.EQ, "++, += or = in the loop's step")
+            return self.expression(X.LoopStep(this=var, op="+=", amount=self._parse_bitwise()))
+        if self._match(TokenType.DASH):
+            self._expect(TokenType.EQ, "-= in the loop's step")
+            return self.expression(X.LoopStep(this=var, op="-=", amount=self._parse_bitwise()))
+        self._expect(TokenType.EQ, "++, +=, -= or = in the loop's step")
+        return self.expression(X.LoopStep(this=var, op="=", amount=self._parse_bitwise()))
+
+    # ------------------------------------------------------------------ EXPLAIN
+    def _parse_command(self):
+        if self._prev.text.upper() != "EXPLAIN":
+            return super()._parse_command()
+        # The tokenizer hands a command's remainder over as one string token: parse it as a
+        # statement of this dialect.
+        rest = self._curr.text if self._curr else ""
+        self._advance()
+        options = []
+        words = rest.split(None, 1)
+        while words and words[0].upper() in ("ANALYZE", "VERBOSE"):
+            options.append(words[0].upper())
+            rest = words[1] if len(words) > 1 else ""
+            words = rest.split(None, 1)
+        statements = self.dialect.parse(rest)
+        if len(statements) != 1 or statements[0] is None:
+            self.raise_error("Expected one statement after EXPLAIN")
+        return self.expression(X.Explain(this=statements[0], options=options or None))
+
+    # ------------------------------------------------------------------ DDL
+    def _parse_create(self):
+        word = self._curr.text.upper() if self._curr else ""
+        parse = self.STREAM_CREATABLES.get(word)
+        if parse is None:
+            return super()._parse_create()
+        self._advance()
+        return parse(self)
+
+    def _parse_stream_option(self) -> X.StreamOption:
+        name = self._parse_id_var(any_token=True)
+        self._expect(TokenType.EQ, "= in an option")
+        value = self._parse_primary() or self._parse_id_var(any_token=True)
+        return self.expression(X.StreamOption(this=name, value=value))
+
+    def _parse_stream_options(self) -> list:
+        self._expect(TokenType.L_PAREN, "( before the options")
+        options = self._parse_csv(self._parse_stream_option)
+        self._expect(TokenType.R_PAREN, ") after the options")
+        return options
+
+    def _parse_create_stream(self) -> X.CreateStream:
+        exists = self._parse_exists(not_=True)
+        name = self._parse_table_parts(schema=True)
+        args: dict = {"exists": exists or None}
+        if self._match(TokenType.ALIAS):
+            args["expression"] = self._parse_select()
+            return self.expression(X.CreateStream(this=name, **args))
+        this = self._parse_schema(this=name)
+        while True:
+            if self._match_text_seq("TYPE"):
+                if self._match_text_seq("ARCHIVED"):
+                    args["archived"] = True
+                elif self._match_text_seq("UNARCHIVED"):
+                    args["archived"] = False
+                else:
+                    self.raise_error("Expected ARCHIVED or UNARCHIVED after TYPE")
+            elif self._match(TokenType.WITH):
+                args["options"] = self._parse_stream_options()
+            elif self._match_text_seq("ON", "OVERLOAD"):
+                for policy in OVERLOAD_POLICIES:
+                    if self._match_text_seq(*policy.split()):
+                        args["overload"] = policy
+                        break
+                else:
+                    self.raise_error("Expected BLOCK, DROP, KEEP COUNTS or KEEP SAMPLE")
+            else:
+                break
+        return self.expression(X.CreateStream(this=this, **args))
+
+    def _parse_create_window(self) -> X.CreateWindow:
+        exists = self._parse_exists(not_=True)
+        name = self._parse_table_parts(schema=True)
+        self._expect(TokenType.ALIAS, "AS after the window's name")
+        return self.expression(X.CreateWindow(this=name, exists=exists or None,
+                                              expression=self._parse_select()))
+
+    def _parse_create_wrapper(self) -> X.CreateWrapper:
+        name = self._parse_id_var()
+        return self.expression(X.CreateWrapper(this=name, options=self._parse_stream_options()))
+
+    def _parse_drop(self, exists: bool = False, kind: str | None = None):
+        word = self._curr.text.upper() if self._curr else ""
+        if word not in self.STREAM_DROPPABLES:
+            return super()._parse_drop(exists=exists, kind=kind)
+        self._advance()
+        if_exists = self._parse_exists()
+        name = self._parse_table_parts()
+        cascade = True if self._match_text_seq("CASCADE") else (
+            False if self._match_text_seq("RESTRICT") else None)
+        return self.expression(X.DropStreamObject(this=name, kind=word, exists=if_exists or None,
+                                                  cascade=cascade))
+
+    def _parse_alter(self):
+        if not (self._curr and self._curr.text.upper() == "STREAM"):
+            return super()._parse_alter()
+        self._advance()
+        name = self._parse_table_parts()
+        if self._match_text_seq("ADD", "WRAPPER"):
+            return self.expression(X.AlterStream(this=name, action="ADD WRAPPER",
+                                                 wrapper=self._parse_id_var()))
+        if self._match_text_seq("ADD"):
+            self._match_text_seq("COLUMN")
+            return self.expression(X.AlterStream(this=name, action="ADD COLUMN",
+                                                 column=self._parse_field_def()))
+        if self._match(TokenType.SET):
+            return self.expression(X.AlterStream(this=name, action="SET",
+                                                 options=self._parse_stream_options()))
+        self.raise_error("Expected ADD WRAPPER, ADD COLUMN or SET after ALTER STREAM")
