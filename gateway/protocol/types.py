@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dialect.names import pg_type_name
+
 from .errors import InvalidTextRepresentation, FeatureNotSupported
 
 PG_EPOCH_DATE = dt.date(2000, 1, 1)
@@ -93,31 +95,10 @@ for _t in list(TYPES):
         BY_OID[_arr.oid] = _arr
         BY_NAME[_arr.name] = _arr
 
-# SQL spellings a user may write in a cast -> pg type name
-ALIASES = {
-    "integer": "int4", "int": "int4", "int4": "int4", "smallint": "int2", "int2": "int2",
-    "bigint": "int8", "int8": "int8", "real": "float4", "float4": "float4",
-    "double precision": "float8", "double": "float8", "float8": "float8", "float": "float8",
-    "boolean": "bool", "bool": "bool", "text": "text", "varchar": "varchar",
-    "character varying": "varchar", "char": "bpchar", "character": "bpchar", "bpchar": "bpchar",
-    "numeric": "numeric", "decimal": "numeric", "date": "date", "time": "time",
-    "timestamp": "timestamp", "timestamptz": "timestamptz",
-    "timestamp with time zone": "timestamptz", "timestamp without time zone": "timestamp",
-    "interval": "interval", "uuid": "uuid", "json": "json", "jsonb": "jsonb", "bytea": "bytea",
-    "oid": "oid", "name": "name", "regclass": "regclass", "regtype": "regtype",
-    "regproc": "regproc", "xid": "xid", "timetz": "timetz", "money": "money",
-    "uint": "oid",   # how the cql dialect spells oid
-}
-
-
 def lookup_type_name(name: str) -> PgType | None:
     """Resolve a SQL type spelling (``int4``, ``integer[]``, ``pg_catalog.text``) to a PgType."""
-    n = name.strip().lower().replace("pg_catalog.", "").strip('"')
-    arr = n.endswith("[]")
-    if arr:
-        n = n[:-2].strip()
-    n = re.sub(r"\s*\(.*\)$", "", n)
-    base = BY_NAME.get(ALIASES.get(n, n))
+    n, arr = pg_type_name(name)
+    base = BY_NAME.get(n)
     if base is None:
         return None
     return BY_OID.get(base.array_oid) if arr else base

@@ -18,6 +18,8 @@ from sqlglot.errors import ParseError, TokenError
 
 import dialect  # noqa: F401  (registers the "cql" dialect)
 
+from dialect.names import pg_column_name, type_name
+
 from ..catalog import pg_catalog
 from ..protocol import types as T
 from ..protocol.errors import SyntaxError_, FeatureNotSupported
@@ -78,18 +80,6 @@ _TYPE_REPLACEMENTS = {
 }
 
 
-def _type_name(dt_: exp.DataType) -> str:
-    """The lower-case PostgreSQL name of a sqlglot DataType (pg_catalog. stripped)."""
-    this = dt_.this
-    if this == exp.DataType.Type.USERDEFINED:
-        kind = dt_.args.get("kind")
-        name = kind.sql("postgres") if kind is not None else ""
-        return name.replace("pg_catalog.", "").strip('"').lower() if name != '"char"' else '"char"'
-    if isinstance(this, str):
-        return this.lower()
-    return dt_.sql("postgres").lower()
-
-
 def _macro(name: str, *args) -> exp.Expression:
     return exp.Anonymous(this=f"{CAT}.{name}", expressions=list(args))
 
@@ -99,12 +89,12 @@ _NAMES_OF = {"regclass": ("cq_regclass_oid", "cq_regclass_name"),
 
 
 def _rewrite_cast(node: exp.Cast) -> exp.Expression:
-    name = _type_name(node.to)
+    name = type_name(node.to)
     arg = node.this
     if name in ("text", "varchar", "name") and isinstance(arg, exp.Cast) \
-            and _type_name(arg.to) in _NAMES_OF and isinstance(arg.this, exp.Literal):
+            and type_name(arg.to) in _NAMES_OF and isinstance(arg.this, exp.Literal):
         # 'int8'::regtype::text is the type's name, not its OID printed as text
-        to_oid, to_name = _NAMES_OF[_type_name(arg.to)]
+        to_oid, to_name = _NAMES_OF[type_name(arg.to)]
         node.set("this", _macro(to_name, _macro(to_oid, arg.this)))
         return node
     if name in _SPECIAL_CASTS:
@@ -268,48 +258,6 @@ def _rewrite_one(node: exp.Expression, state: dict) -> exp.Expression:
 
 
 # --------------------------------------------------------------------------- output names
-_FUNC_NAMES = {exp.CurrentTimestamp: "now", exp.CurrentDate: "current_date",
-               exp.CurrentTime: "current_time", exp.CurrentUser: "current_user",
-               exp.CurrentSchema: "current_schema", exp.Count: "count", exp.Sum: "sum",
-               exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.Coalesce: "coalesce",
-               exp.Case: "case", exp.If: "case", exp.Array: "array", exp.ArrayAgg: "array_agg",
-               exp.Exists: "exists", exp.Substring: "substring", exp.Lower: "lower",
-               exp.Upper: "upper", exp.Length: "length", exp.Nullif: "nullif",
-               exp.Greatest: "greatest", exp.Least: "least", exp.Round: "round",
-               exp.Abs: "abs", exp.Concat: "concat", exp.Trim: "btrim", exp.Extract: "extract",
-               exp.GroupConcat: "string_agg", exp.Stddev: "stddev", exp.Variance: "variance",
-               exp.RowNumber: "row_number"}
-
-
-def pg_column_name(e: exp.Expression) -> str:
-    """The name PostgreSQL gives an unaliased output column (its FigureColname rules)."""
-    if isinstance(e, exp.Column):
-        return e.name
-    if isinstance(e, exp.Dot):
-        return pg_column_name(e.expression)
-    if isinstance(e, exp.Cast):
-        inner = pg_column_name(e.this)
-        if inner != "?column?":
-            return inner
-        name = _type_name(e.to)
-        t = T.lookup_type_name(name)
-        if t is not None and t.elem_oid:       # PostgreSQL names x::int4[] after int4
-            t = T.BY_OID.get(t.elem_oid)
-        return t.name if t else name.split("(")[0]
-    if isinstance(e, exp.Paren):
-        return pg_column_name(e.this)
-    if isinstance(e, exp.Anonymous):
-        return e.name.split(".")[-1].lower()
-    for cls, name in _FUNC_NAMES.items():
-        if isinstance(e, cls):
-            return name
-    if isinstance(e, exp.Func) and not isinstance(e, (exp.Binary, exp.Unary)):
-        return (e.sql_name() or "?column?").lower()
-    if isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select) and e.this.expressions:
-        return e.this.expressions[0].alias_or_name or pg_column_name(e.this.expressions[0])
-    return "?column?"
-
-
 def _name_outputs(select: exp.Expression) -> None:
     """Alias every unaliased output column of a SELECT with PostgreSQL's name for it."""
     if isinstance(select, (exp.Union, exp.Intersect, exp.Except)):
@@ -344,7 +292,7 @@ def param_index(node: exp.Expression) -> int | None:
 
 
 def _pg_oid_of_type(dt_: exp.DataType) -> int:
-    t = T.lookup_type_name(_type_name(dt_)) or T.lookup_type_name(dt_.sql("postgres"))
+    t = T.lookup_type_name(type_name(dt_)) or T.lookup_type_name(dt_.sql("postgres"))
     return t.oid if t else 0
 
 

@@ -1,0 +1,42 @@
+"""Errors the dialect and planner raise, each with the SQLSTATE PostgreSQL would use; the
+gateway turns them into ErrorResponse (it reads ``sqlstate``, ``message``, ``hint``,
+``position``)."""
+from __future__ import annotations
+
+
+class PlanError(Exception):
+    sqlstate = "XX000"
+
+    def __init__(self, message: str, *, hint: str | None = None, position: int | None = None,
+                 detail: str | None = None):
+        super().__init__(message)
+        self.message, self.hint, self.position, self.detail = message, hint, position, detail
+        self.severity = "ERROR"
+
+
+class UndefinedRelation(PlanError):
+    sqlstate = "42P01"
+
+
+class UndefinedColumn(PlanError):
+    sqlstate = "42703"
+
+
+class AmbiguousColumn(PlanError):
+    sqlstate = "42702"
+
+
+class DatatypeMismatch(PlanError):
+    sqlstate = "42804"
+
+
+class GroupingError(PlanError):
+    sqlstate = "42803"
+
+
+class Unsupported(PlanError):
+    sqlstate = "0A000"
+
+
+class InvalidWindow(PlanError):
+    sqlstate = "22023"

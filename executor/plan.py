@@ -1,0 +1,353 @@
+"""The logical temporal algebra: the contract between the planner (dialect) and the back end.
+
+Frozen, serialisable data classes with no sqlglot inside. Every tuple carries a validity
+interval [valid_from, valid_to) in event-time microseconds; operators are σ filter, μ map,
+ω window, ⋈ join, ∪ union, α aggregation, δ duplicate elimination, − difference, and limit.
+
+Expressions are ``Expr``: DuckDB SQL text over the operator's input columns (quoted names),
+the columns it reads and its DuckDB result type, so the back end evaluates them on whole Arrow
+batches without a SQL parser of its own. ``to_dict``/``from_dict`` turn a plan into plain data
+(JSON-able) for the plan queue; ``explain`` prints the tree with the algebra's symbols.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Union
+
+# --------------------------------------------------------------------------- building blocks
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str            # DuckDB type spelling, e.g. INTEGER, DOUBLE, TIMESTAMP, VARCHAR
+
+
+@dataclass(frozen=True)
+class Expr:
+    """DuckDB SQL over the input columns, e.g. ``"S.price" * 0.908``."""
+    sql: str
+    columns: tuple = ()  # names of the input columns it reads
+    type: str = ""
+
+
+@dataclass(frozen=True)
+class NamedExpr:
+    name: str
+    expr: Expr
+
+
+# --------------------------------------------------------------------------- windows (ω)
+
+
+@dataclass(frozen=True)
+class RangeWindow:
+    """[RANGE i]: te = ts + i. At instant t the window holds tuples with t - i < ts <= t."""
+    size_us: int
+
+
+@dataclass(frozen=True)
+class SlideWindow:
+    """[RANGE i SLIDE j]: the range window sampled at τ = start + k·j; the answer for
+    τ - i < ts <= τ is valid for [τ, τ + j) and wtime(*) is τ. ``start_us`` None means the
+    largest multiple of j before the query started (TelegraphCQ's rule)."""
+    size_us: int
+    slide_us: int
+    start_us: int | None = None
+
+
+@dataclass(frozen=True)
+class RowsWindow:
+    """[ROWS n] / [PARTITION BY keys ROWS n WHERE p]: te = ts of the n-th later tuple in the
+    same partition; ``where`` filters before windowing."""
+    rows: int
+    partition_by: tuple = ()      # tuple[Expr]
+    where: Expr | None = None
+
+
+@dataclass(frozen=True)
+class NowWindow:
+    """[NOW]: te = ts + 1 µs."""
+
+
+@dataclass(frozen=True)
+class UnboundedWindow:
+    """[UNBOUNDED] (also a stream without a window): te = ∞."""
+
+
+@dataclass(frozen=True)
+class FixedWindow:
+    """[BETWEEN t1 AND t2]: the tuples with t1 <= ts < t2, valid over [t1, t2)."""
+    low_us: int
+    high_us: int
+
+
+@dataclass(frozen=True)
+class IntervalWindow:
+    """A stream with an ENDTIMESTAMPCOLUMN keeps each tuple's own [ts, te)."""
+
+
+@dataclass(frozen=True)
+class LoopWindow:
+    """A StreaQueL loop: for (t = init; condition; t = next) { WindowIs(S, left, right) }.
+    Each expression is DuckDB SQL in the loop variable ``t`` (a TIMESTAMP); numbers in the
+    loop are seconds. Edges that do not mention ``t`` are landmarks."""
+    var: str
+    init: Expr
+    condition: Expr
+    next: Expr
+    left: Expr
+    right: Expr
+
+
+WindowKind = Union[RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
+                   FixedWindow, IntervalWindow, LoopWindow]
+
+# --------------------------------------------------------------------------- operators
+
+
+@dataclass(frozen=True)
+class StreamScan:
+    """The tuples of a stream as they reach the back end, with ts from its TIMESTAMPCOLUMN
+    (and te from its ENDTIMESTAMPCOLUMN when it has one; zero-length otherwise)."""
+    stream: str
+    alias: str
+    schema: tuple                 # tuple[Column], names qualified "alias.col"
+    timestamp_column: str
+    end_column: str | None = None
+
+
+@dataclass(frozen=True)
+class TableScan:
+    """A static table as a time-tabular collection (seed 000 §2.5): a row is valid from when
+    it was inserted until it is updated or deleted, in the joined stream's event time."""
+    table: str
+    alias: str
+    schema: tuple
+
+
+@dataclass(frozen=True)
+class WindowRelationScan:
+    """A named window (CREATE WINDOW) or derived stream (CREATE STREAM AS) read by name."""
+    name: str
+    alias: str
+    schema: tuple
+    kind: str                     # "window" | "derived"
+
+
+@dataclass(frozen=True)
+class Window:                                              # ω
+    input: "Node"
+    window: WindowKind
+    schema: tuple
+
+
+@dataclass(frozen=True)
+class Filter:                                              # σ
+    input: "Node"
+    predicate: Expr
+    schema: tuple
+
+
+@dataclass(frozen=True)
+class Map:                                                 # μ
+    input: "Node"
+    outputs: tuple                # tuple[NamedExpr]
+    schema: tuple
+
+
+@dataclass(frozen=True)
+class Join:                                                # ⋈
+    """Result interval = intersection. ``equi`` pairs (left Expr, right Expr) go through a
+    hash index; ``residual`` is the rest of the predicate. ``kind`` is stream-stream or
+    stream-table (the right side is then a time-tabular table)."""
+    left: "Node"
+    right: "Node"
+    equi: tuple = ()              # tuple[tuple[Expr, Expr]]
+    residual: Expr | None = None
+    kind: str = "stream-stream"
+    schema: tuple = ()
+
+
+@dataclass(frozen=True)
+class Union_:                                              # ∪ (UNION ALL)
+    inputs: tuple
+    schema: tuple
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Phase one of an aggregate: ``func`` is sum, count, count_star, min, max,
+    count_distinct or a user aggregate's registered name."""
+    name: str
+    func: str
+    arg: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Aggregate:                                           # α
+    """The aggregate index of seed 000 §3.4. ``partials`` are computed per group and
+    interval; ``finals`` are expressions over the keys and partials (AVG = sum/count)."""
+    input: "Node"
+    keys: tuple                   # tuple[NamedExpr]
+    partials: tuple               # tuple[Partial]
+    finals: tuple                 # tuple[NamedExpr] over keys and partial names
+    schema: tuple
+
+
+@dataclass(frozen=True)
+class Distinct:                                            # δ
+    input: "Node"
+    schema: tuple
+
+
+@dataclass(frozen=True)
+class Difference:                                          # −
+    left: "Node"
+    right: "Node"
+    schema: tuple
+
+
+@dataclass(frozen=True)
+class Limit:
+    input: "Node"
+    count: int
+    schema: tuple
+
+
+Node = Union[StreamScan, TableScan, WindowRelationScan, Window, Filter, Map, Join, Union_,
+             Aggregate, Distinct, Difference, Limit]
+
+PSEUDO_COLUMNS = ("valid_from", "valid_to", "wtime")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A planned statement. ``mode``: continuous (the back end runs it until it ends),
+    snapshot (evaluated at now, finite), archive (a fixed window wholly in the past: Spark)."""
+    root: Node
+    mode: str
+    output: tuple                 # tuple[Column]: what the client sees (pseudo-columns included)
+    pseudo: tuple = ()            # which of valid_from / valid_to / wtime were selected
+    sql: str = ""
+
+
+# --------------------------------------------------------------------------- serialisation
+_TYPES = {cls.__name__: cls for cls in (
+    Column, Expr, NamedExpr, RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
+    FixedWindow, IntervalWindow, LoopWindow, StreamScan, TableScan, WindowRelationScan, Window,
+    Filter, Map, Join, Union_, Partial, Aggregate, Distinct, Difference, Limit, Plan)}
+
+
+def to_dict(obj):
+    """A plan (or any part) as plain dicts, lists and scalars, each object tagged ``"@"``."""
+    if dataclasses.is_dataclass(obj):
+        out = {"@": type(obj).__name__}
+        for f in dataclasses.fields(obj):
+            out[f.name] = to_dict(getattr(obj, f.name))
+        return out
+    if isinstance(obj, (tuple, list)):
+        return [to_dict(x) for x in obj]
+    return obj
+
+
+def from_dict(data):
+    if isinstance(data, dict) and "@" in data:
+        cls = _TYPES[data["@"]]
+        return cls(**{k: from_dict(v) for k, v in data.items() if k != "@"})
+    if isinstance(data, list):
+        return tuple(from_dict(x) for x in data)
+    return data
+
+
+def to_json(plan) -> str:
+    return json.dumps(to_dict(plan), separators=(",", ":"))
+
+
+def from_json(text: str):
+    return from_dict(json.loads(text))
+
+
+# --------------------------------------------------------------------------- EXPLAIN
+def _us_text(us: int) -> str:
+    for unit, size in (("day", 86_400_000_000), ("hour", 3_600_000_000),
+                       ("minute", 60_000_000), ("second", 1_000_000), ("ms", 1000)):
+        if us % size == 0 and us >= size:
+            n = us // size
+            return f"{n} {unit}" + ("s" if n != 1 and unit != "ms" else "")
+    return f"{us} µs"
+
+
+def _window_text(w) -> str:
+    labels = {
+        RangeWindow: lambda w: f"range {_us_text(w.size_us)}",
+        SlideWindow: lambda w: f"range {_us_text(w.size_us)} slide {_us_text(w.slide_us)}"
+        + (f" start {w.start_us} µs" if w.start_us is not None else ""),
+        RowsWindow: lambda w: (f"partition by {', '.join(e.sql for e in w.partition_by)} "
+                               if w.partition_by else "") + f"rows {w.rows}"
+        + (f" where {w.where.sql}" if w.where is not None else ""),
+        NowWindow: lambda w: "now",
+        UnboundedWindow: lambda w: "unbounded",
+        FixedWindow: lambda w: f"between {w.low_us} and {w.high_us} µs",
+        IntervalWindow: lambda w: "own intervals",
+        LoopWindow: lambda w: f"loop {w.var} = {w.init.sql}; {w.condition.sql}; "
+                              f"{w.var} = {w.next.sql} → [{w.left.sql}, {w.right.sql}]",
+    }
+    return labels[type(w)](w)
+
+
+def _names(exprs) -> str:
+    return ", ".join(f"{n.name} = {n.expr.sql}" if n.expr.sql != f'"{n.name}"' else n.name
+                     for n in exprs)
+
+
+_LABELS = {
+    StreamScan: lambda n: f"stream {n.stream}" + (f" as {n.alias}" if n.alias != n.stream else "")
+    + (f" [ts {n.timestamp_column}, te {n.end_column}]" if n.end_column
+       else f" [ts {n.timestamp_column}]"),
+    TableScan: lambda n: f"table {n.table}" + (f" as {n.alias}" if n.alias != n.table else "")
+    + " (time-tabular)",
+    WindowRelationScan: lambda n: f"{n.kind} {n.name}"
+    + (f" as {n.alias}" if n.alias != n.name else ""),
+    Window: lambda n: f"ω {_window_text(n.window)}",
+    Filter: lambda n: f"σ {n.predicate.sql}",
+    Map: lambda n: f"μ {_names(n.outputs)}",
+    Join: lambda n: f"⋈ {n.kind}"
+    + (" hash " + " AND ".join(f"{a.sql} = {b.sql}" for a, b in n.equi) if n.equi else "")
+    + (f" residual {n.residual.sql}" if n.residual is not None else ""),
+    Union_: lambda n: "∪ all",
+    Aggregate: lambda n: "α" + (f" keys {_names(n.keys)}" if n.keys else "")
+    + " partial " + ", ".join(f"{p.name} = {p.func}({p.arg.sql if p.arg else '*'})"
+                              for p in n.partials)
+    + " final " + _names(n.finals),
+    Distinct: lambda n: "δ",
+    Difference: lambda n: "−",
+    Limit: lambda n: f"limit {n.count}",
+}
+
+
+def children(node) -> tuple:
+    if isinstance(node, (Join, Difference)):
+        return (node.left, node.right)
+    if isinstance(node, Union_):
+        return node.inputs
+    inp = getattr(node, "input", None)
+    return (inp,) if inp is not None else ()
+
+
+def explain(plan: Plan) -> list[str]:
+    """The plan as indented lines, root first."""
+    lines = [f"{plan.mode} query → " + ", ".join(c.name for c in plan.output)]
+
+    def walk(node, prefix: str, last: bool, top: bool) -> None:
+        branch = "" if top else ("└─ " if last else "├─ ")
+        lines.append(prefix + branch + _LABELS[type(node)](node))
+        kids = children(node)
+        ext = "" if top else ("   " if last else "│  ")
+        for i, k in enumerate(kids):
+            walk(k, prefix + ext, i == len(kids) - 1, False)
+
+    walk(plan.root, "", True, True)
+    return lines
