@@ -92,8 +92,9 @@ class IntervalWindow:
 @dataclass(frozen=True)
 class LoopWindow:
     """A StreaQueL loop: for (t = init; condition; t = next) { WindowIs(S, left, right) }.
-    Each expression is DuckDB SQL in the loop variable ``t`` (a TIMESTAMP); numbers in the
-    loop are seconds. Edges that do not mention ``t`` are landmarks."""
+    Each expression is DuckDB SQL in the loop variable (a TIMESTAMP) and the names ``ST`` (the
+    query's start) and ``NOW`` (the current time), which the back end binds; numbers written
+    in the loop are seconds. Edges that do not mention the variable are landmarks."""
     var: str
     init: Expr
     condition: Expr
@@ -111,12 +112,14 @@ WindowKind = Union[RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWin
 @dataclass(frozen=True)
 class StreamScan:
     """The tuples of a stream as they reach the back end, with ts from its TIMESTAMPCOLUMN
-    (and te from its ENDTIMESTAMPCOLUMN when it has one; zero-length otherwise)."""
+    (and te from its ENDTIMESTAMPCOLUMN when it has one; zero-length otherwise).
+    ``of_table``: ``Stream(t)`` of a table, the stream of its changes stamped when made."""
     stream: str
     alias: str
     schema: tuple                 # tuple[Column], names qualified "alias.col"
-    timestamp_column: str
+    timestamp_column: str | None
     end_column: str | None = None
+    of_table: bool = False
 
 
 @dataclass(frozen=True)
@@ -304,9 +307,10 @@ def _names(exprs) -> str:
 
 
 _LABELS = {
-    StreamScan: lambda n: f"stream {n.stream}" + (f" as {n.alias}" if n.alias != n.stream else "")
+    StreamScan: lambda n: (f"changes of table {n.stream}" if n.of_table else f"stream {n.stream}")
+    + (f" as {n.alias}" if n.alias != n.stream else "")
     + (f" [ts {n.timestamp_column}, te {n.end_column}]" if n.end_column
-       else f" [ts {n.timestamp_column}]"),
+       else f" [ts {n.timestamp_column}]" if n.timestamp_column else ""),
     TableScan: lambda n: f"table {n.table}" + (f" as {n.alias}" if n.alias != n.table else "")
     + " (time-tabular)",
     WindowRelationScan: lambda n: f"{n.kind} {n.name}"

@@ -1,0 +1,74 @@
+"""The planner: a parsed CQL statement plus a catalog in, a ``executor.plan.Plan`` out.
+
+``plan`` handles SELECT (with windows, joins, aggregates, DISTINCT, LIMIT), UNION [ALL],
+EXCEPT and EXPLAIN; ``is_continuous`` tells the gateway which statements need it at all
+(those that read a stream, a named window or a derived stream).
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from executor import plan as P
+
+from .. import expressions as X
+from .build import Builder, timestamp_us
+from .catalog import Catalog, MemoryCatalog, Relation
+from .check_bounded_state import check_bounded_state
+
+__all__ = ["plan", "explain", "is_continuous", "Catalog", "MemoryCatalog", "Relation",
+           "timestamp_us"]
+
+
+def _relations(tree: exp.Expression):
+    for node in tree.find_all(exp.Table, X.StreamOf):
+        t = node.this if isinstance(node, X.StreamOf) else node
+        if isinstance(t, exp.Table) and not isinstance(t.this, exp.Func):
+            yield (t.db or None), t.name
+
+
+def is_continuous(tree: exp.Expression, catalog: Catalog) -> bool:
+    """Whether the statement reads a stream, a named window or a derived stream."""
+    if tree.find(X.StreamRef, X.StreamOf, X.StreaQueLLoop) is not None:
+        return True
+    for schema, name in _relations(tree):
+        rel = catalog.relation(schema, name)
+        if rel is not None and rel.kind != "table":
+            return True
+    return False
+
+
+def _mode(root, snapshot: bool, now_us: int | None) -> str:
+    streams, fixed_past = [], True
+
+    def walk(node):
+        nonlocal fixed_past
+        if isinstance(node, P.Window):
+            streams.append(node)
+            if not (isinstance(node.window, P.FixedWindow) and now_us is not None
+                    and node.window.high_us <= now_us):
+                fixed_past = False
+        for c in P.children(node):
+            walk(c)
+
+    walk(root)
+    if streams and fixed_past:
+        return "archive"
+    if snapshot or not streams:
+        return "snapshot"
+    return "continuous"
+
+
+def plan(tree: exp.Expression, catalog: Catalog, *, now_us: int | None = None,
+         snapshot: bool = False) -> P.Plan:
+    """Plan one statement (``EXPLAIN x`` plans x). ``snapshot``: the session's cq.mode is
+    snapshot; ``now_us`` (Unix µs) tells a fixed window wholly in the past (archive)."""
+    if isinstance(tree, X.Explain):
+        tree = tree.this
+    builder = Builder(catalog, now_us, snapshot)
+    root, output, pseudo = builder.statement(tree)
+    check_bounded_state(root)
+    return P.Plan(root, _mode(root, snapshot, now_us), output, pseudo, tree.sql("cql"))
+
+
+def explain(p: P.Plan) -> list[str]:
+    return P.explain(p)

@@ -1,0 +1,545 @@
+"""From a parsed CQL statement to the temporal algebra (``executor/plan.py``).
+
+Resolves names against the catalog, types expressions, gives every stream its window
+(``apply_default_windows``), places WHERE/ON conjuncts (``push_down_filters``), splits
+aggregates into two phases (``split_aggregates``), refuses unbounded state
+(``check_bounded_state``) and tells continuous queries from one-time ones.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from executor import plan as P
+
+from .. import expressions as X
+from ..errors import (AmbiguousColumn, GroupingError, InvalidWindow, UndefinedColumn,
+                      UndefinedRelation, Unsupported)
+from ..names import pg_column_name
+from .apply_default_windows import apply_default_windows, window_of
+from .catalog import Catalog, Relation
+from .check_bounded_state import check_bounded_state
+from .push_down_filters import Conjunct, push_down_filters
+from .split_aggregates import is_aggregate, split_aggregates
+from .types import UNKNOWN, check_boolean, infer, normalize
+
+_RELATION_TO_STREAM = ("istream", "rstream", "dstream")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def timestamp_us(text: str) -> int:
+    """A timestamp literal as microseconds since the Unix epoch (UTC when no zone is given)."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidWindow(f'invalid timestamp "{text}" in a window',
+                            hint="Write it as '2026-11-01 12:00:00'.") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    d = value - _EPOCH
+    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+@dataclass
+class Source:
+    alias: str
+    relation: Relation
+    node: object                  # the scan (and window) in the algebra
+    is_stream: bool
+
+
+class Scope:
+    """The relations of one SELECT, for name resolution: internal column names are
+    ``alias.column``."""
+
+    def __init__(self, sources: list):
+        self.sources = sources
+
+    def find(self, alias: str) -> Source | None:
+        for s in self.sources:
+            if s.alias.lower() == alias.lower():
+                return s
+        return None
+
+    def resolve(self, col: exp.Column) -> tuple[str, str]:
+        """(internal name, type) of a column reference."""
+        name = col.name
+        if col.table:
+            src = self.find(col.table)
+            if src is None:
+                raise UndefinedRelation(
+                    f'missing FROM-clause entry for table "{col.table}"',
+                    hint="Qualify columns with a relation or alias named in FROM.")
+            typ = src.relation.column_type(name)
+            if typ is None:
+                raise UndefinedColumn(f'column {col.table}.{name} does not exist',
+                                      hint=_columns_hint(src))
+            return f"{src.alias}.{_canonical(src.relation, name)}", normalize(typ)
+        hits = [s for s in self.sources if s.relation.column_type(name) is not None]
+        if not hits:
+            raise UndefinedColumn(f'column "{name}" does not exist',
+                                  hint=" ".join(_columns_hint(s) for s in self.sources))
+        if len(hits) > 1:
+            raise AmbiguousColumn(f'column reference "{name}" is ambiguous',
+                                  hint="Qualify it: " + " or ".join(
+                                      f"{s.alias}.{name}" for s in hits))
+        src = hits[0]
+        return (f"{src.alias}.{_canonical(src.relation, name)}",
+                normalize(src.relation.column_type(name)))
+
+
+def _canonical(rel: Relation, name: str) -> str:
+    return next(c for c, _ in rel.columns if c.lower() == name.lower())
+
+
+def _columns_hint(src: Source) -> str:
+    return f"{src.alias} has " + ", ".join(c for c, _ in src.relation.columns) + "."
+
+
+def _unstream_dots(e: exp.Expression) -> exp.Expression:
+    """``Stream(R).col`` in an expression means column col of relation R."""
+    def fix(node):
+        if isinstance(node, exp.Dot) and isinstance(node.this, exp.Anonymous) \
+                and node.this.name.upper() == "STREAM" and node.this.expressions:
+            return exp.column(node.expression.name, table=node.this.expressions[0].name)
+        return node
+    return e.transform(fix)
+
+
+class Builder:
+    def __init__(self, catalog: Catalog, now_us: int | None, snapshot: bool):
+        self.catalog = catalog
+        self.now_us = now_us
+        self.snapshot = snapshot
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, e: exp.Expression, resolve) -> P.Expr:
+        """An algebra expression: columns renamed to internal names, as DuckDB SQL."""
+        e = _unstream_dots(e.copy())
+        columns: list = []
+        types: dict = {}
+
+        def rename(node):
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+                internal, typ = resolve(node)
+                if internal not in columns:
+                    columns.append(internal)
+                types[internal] = typ
+                return exp.column(internal, quoted=True)
+            return node
+
+        renamed = e.copy().transform(rename)
+        typ = infer(e, lambda c: resolve(c)[1] if isinstance(c, exp.Column) else UNKNOWN)
+        return P.Expr(renamed.sql("duckdb"), tuple(columns), typ)
+
+    # ------------------------------------------------------------------ sources
+    def source(self, node: exp.Expression, clause_windows: dict) -> tuple[Source, object]:
+        """(Source, the written window spec or None) for a FROM item."""
+        spec = None
+        alias = None
+        changes = False
+        if isinstance(node, X.StreamRef):
+            spec = node.args["window"]
+            alias = node.alias or None
+            node = node.this
+        if isinstance(node, X.StreamOf):
+            node, changes = node.this, True
+        if isinstance(node, exp.Subquery):
+            return self.subquery(node, spec), (None, None)
+        if not isinstance(node, exp.Table) or isinstance(node.this, exp.Func):
+            raise Unsupported(f"{node.sql('cql')} cannot be read by a continuous query")
+        alias = alias or node.alias or node.name
+        schema = node.db or None
+        rel = self.catalog.relation(schema, node.name)
+        if rel is None:
+            full = f"{schema}.{node.name}" if schema else node.name
+            raise UndefinedRelation(f'relation "{full}" does not exist',
+                                    hint="CREATE STREAM or CREATE TABLE it first.")
+        cols = tuple(P.Column(f"{alias}.{c}", normalize(t)) for c, t in rel.columns)
+        clause = clause_windows.pop(alias.lower(), None)
+        if rel.kind == "stream":
+            scan = P.StreamScan(rel.name, alias, cols, rel.timestamp_column, rel.end_column)
+        elif rel.kind == "table" and changes and (spec is not None or clause is not None):
+            scan = P.StreamScan(rel.name, alias, cols, None, None, of_table=True)
+            rel = Relation(rel.name, "stream", rel.columns)
+        elif rel.kind == "table":
+            # (Stream(t) without a window is every change of t valid until undone: t itself)
+            if spec is not None or clause is not None:
+                raise Unsupported(f'"{rel.name}" is a table; windows apply to streams',
+                                  hint=f"Drop the window of {rel.name}, or read its changes "
+                                       f"with Stream({rel.name}) [...].")
+            scan = P.TableScan(rel.name, alias, cols)
+        else:
+            if clause is not None or spec is not None:
+                raise Unsupported(f"{alias} is a named {rel.kind}; windows apply to streams",
+                                  hint=f"Put the window inside the definition of {rel.name}.")
+            scan = P.WindowRelationScan(rel.name, alias, cols, rel.kind)
+        return Source(alias, rel, scan, rel.kind == "stream"), (spec, clause)
+
+    def subquery(self, node: exp.Subquery, spec) -> Source:
+        """A query in FROM: planned on its own, its columns renamed to ``alias.column``."""
+        if spec is not None:
+            raise Unsupported("a window cannot follow a subquery; put it on the streams "
+                              "inside")
+        if not node.alias:
+            raise Unsupported("a subquery in FROM needs an alias")
+        root, output, pseudo = self.statement(node.this)
+        if pseudo:
+            raise Unsupported("valid_from, valid_to and wtime(*) belong to the outer query")
+        alias = node.alias
+        outputs = tuple(P.NamedExpr(f"{alias}.{c.name}", P.Expr(f'"{c.name}"', (c.name,),
+                                                                 c.type)) for c in output)
+        mapped = P.Map(root, outputs, tuple(P.Column(n.name, n.expr.type) for n in outputs))
+        rel = Relation(alias, "subquery", tuple((c.name, c.type) for c in output))
+        return Source(alias, rel, mapped, True)
+
+    def statement(self, tree):
+        """SELECT, UNION [ALL], EXCEPT (or a parenthesised one): (root, output, pseudo)."""
+        if isinstance(tree, exp.Subquery):
+            return self.statement(tree.this)
+        if isinstance(tree, exp.Select):
+            return self.select(tree)
+        if isinstance(tree, (exp.Union, exp.Except, exp.Intersect)):
+            return self.set_operation(tree)
+        raise Unsupported(f"{tree.key.upper()} cannot be a continuous query")
+
+    def set_operation(self, tree):
+        left, left_out, left_pseudo = self.statement(tree.this)
+        right, right_out, _ = self.statement(tree.expression)
+        if len(left_out) != len(right_out):
+            raise Unsupported(f"each {tree.key.upper()} query must have the same number of "
+                              "columns")
+        if isinstance(tree, exp.Intersect):
+            raise Unsupported("INTERSECT is not supported in continuous queries",
+                              hint="Join the two inputs on all their columns instead.")
+        schema = left.schema
+        # the right input's columns take the left's names, by position
+        right = P.Map(right, tuple(P.NamedExpr(lc.name, P.Expr(f'"{rc.name}"', (rc.name,),
+                                                                rc.type))
+                                   for lc, rc in zip(schema, right.schema)), schema)
+        if isinstance(tree, exp.Except):
+            return P.Difference(left, right, schema), left_out, left_pseudo
+        node = P.Union_((left, right), schema)
+        if tree.args.get("distinct"):
+            node = P.Distinct(node, schema)
+        return node, left_out, left_pseudo
+
+    def window(self, src: Source, specs, scope: Scope, loop_windows: dict):
+        written, clause = specs
+        to_expr = lambda e: self.expr(e, scope.resolve)  # noqa: E731
+        loop = loop_windows.pop(src.alias.lower(), None)
+        if loop is not None:
+            if written is not None or clause is not None:
+                raise Unsupported(f"{src.alias} has both a window and a WindowIs in the loop")
+            return loop
+        return apply_default_windows(
+            window_of(written, to_expr, timestamp_us) if written is not None else None,
+            window_of(clause, to_expr, timestamp_us) if clause is not None else None,
+            has_end_column=src.relation.end_column is not None)
+
+    # ------------------------------------------------------------------ SELECT
+    def select(self, sel: exp.Select):
+        for f in sel.find_all(exp.Anonymous):
+            if f.name.lower() in _RELATION_TO_STREAM:
+                raise Unsupported(
+                    f"{f.name.upper()} is not needed in cqgate: every result row carries its "
+                    "validity interval [valid_from, valid_to)",
+                    hint="Select valid_from and valid_to to see when each row holds; a row "
+                         "that appears is an insertion, a row whose valid_to passes is a "
+                         "deletion.")
+        if sel.args.get("order") and not self.snapshot:
+            raise Unsupported("ORDER BY is not supported in a continuous query: rows leave "
+                              "in valid_from order",
+                              hint="Drop ORDER BY, or SET cq.mode = snapshot for a finite "
+                                   "answer.")
+        from_ = sel.args.get("from_")
+        if from_ is None:
+            raise Unsupported("a continuous query needs a FROM clause")
+        items = [from_.this] + [j.this for j in sel.args.get("joins") or []]
+        for j in sel.args.get("joins") or []:
+            if j.side or (j.kind and j.kind.upper() not in ("INNER", "CROSS")):
+                raise Unsupported(f"{(j.side or j.kind).upper()} JOIN is not supported in "
+                                  "continuous queries yet", hint="Use an inner join.")
+        clause_windows = {w.this.name.lower(): w.args["window"]
+                          for w in sel.args.get("windows") or []
+                          if isinstance(w, X.StreamWindowClause)}
+        pairs = [self.source(item, clause_windows) for item in items]
+        if clause_windows:
+            raise UndefinedRelation(f'WINDOW names "{next(iter(clause_windows))}", which is '
+                                    "not in FROM")
+        sources = [s for s, _ in pairs]
+        scope = Scope(sources)
+        loop_windows = self.loop(sel.args.get("streaquel"), scope)
+
+        # conjuncts of WHERE and every ON, placed by push_down_filters
+        conjuncts = []
+        for cond in [sel.args.get("where")] + [j.args.get("on") for j in
+                                                 sel.args.get("joins") or []]:
+            if cond is None:
+                continue
+            cond = cond.this if isinstance(cond, exp.Where) else cond
+            check_boolean(cond, lambda c: scope.resolve(c)[1], "WHERE")
+            for part in _conjuncts(cond):
+                conjuncts.append(self.conjunct(part, scope))
+
+        # streams first, then named windows, then tables (each table joins a stream)
+        order = sorted(range(len(sources)), key=lambda i: (
+            0 if sources[i].is_stream else 1 if sources[i].relation.kind != "table" else 2, i))
+        if not any(s.is_stream or s.relation.kind != "table" for s in sources):
+            raise Unsupported("a continuous query reads at least one stream or window",
+                              hint="Over tables alone, run the query as it is (not as a "
+                                   "continuous query).")
+        placement = push_down_filters(conjuncts, [sources[i].alias for i in order])
+        windows = {}
+        for i in order:
+            src, specs = pairs[i]
+            if src.relation.kind == "stream":
+                windows[src.alias] = self.window(src, specs, scope, loop_windows)
+        if loop_windows:
+            raise UndefinedRelation(f'WindowIs names "{next(iter(loop_windows))}", which is not '
+                                    "in FROM")
+        node = None
+        for k, i in enumerate(order):
+            src = sources[i]
+            part = self.windowed(src, windows.get(src.alias), placement.scan.get(src.alias, []))
+            if node is None:
+                node = part
+                continue
+            equi, residual = placement.joins.get(k, ([], []))
+            kind = "stream-table" if src.relation.kind == "table" else "stream-stream"
+            node = P.Join(node, part, tuple(equi), _and(residual), kind,
+                          node.schema + part.schema)
+        for pred in placement.top:
+            node = P.Filter(node, pred, node.schema)
+        check_bounded_state(node)
+        return self.project(sel, node, scope, windows)
+
+    def conjunct(self, part: exp.Expression, scope: Scope) -> Conjunct:
+        e = self.expr(part, scope.resolve)
+        aliases = frozenset(c.split(".", 1)[0] for c in e.columns)
+        if isinstance(part, exp.EQ):
+            left, right = (self.expr(x, scope.resolve) for x in (part.this, part.expression))
+            la = frozenset(c.split(".", 1)[0] for c in left.columns)
+            ra = frozenset(c.split(".", 1)[0] for c in right.columns)
+            if la and ra and not (la & ra):
+                return Conjunct(e, aliases, (left, right), (set(la), set(ra)))
+        return Conjunct(e, aliases)
+
+    def windowed(self, src: Source, window, filters: list):
+        node = src.node
+        if window is None:     # tables and named windows are read as they are
+            for f in filters:
+                node = P.Filter(node, f, node.schema)
+            return node
+        # a filter commutes with time windows (it keeps or drops single tuples) but would
+        # change which tuples a count window counts, so it stays above ROWS windows
+        below = not isinstance(window, P.RowsWindow)
+        if below:
+            for f in filters:
+                node = P.Filter(node, f, node.schema)
+        node = P.Window(node, window, node.schema)
+        if not below:
+            for f in filters:
+                node = P.Filter(node, f, node.schema)
+        return node
+
+    def loop(self, loop: X.StreaQueLLoop | None, scope: Scope) -> dict:
+        if loop is None:
+            return {}
+        var = loop.this.name
+
+        def resolve(col):
+            if not col.table and col.name.lower() == var.lower():
+                return var, "TIMESTAMP"
+            if not col.table and col.name.upper() in ("ST", "NOW"):
+                return col.name, "TIMESTAMP"
+            return scope.resolve(col)
+
+        def seconds(node):
+            # numbers in a loop are seconds when added to or taken from a time
+            if isinstance(node, (exp.Add, exp.Sub)):
+                for side in ("this", "expression"):
+                    v = node.args[side]
+                    if isinstance(v, exp.Literal) and not v.is_string:
+                        node.set(side, exp.Interval(this=exp.Literal.string(v.name),
+                                                    unit=exp.var("SECOND")))
+            return node
+
+        def expr(e):
+            return self.expr(e.copy().transform(seconds), resolve)
+
+        step = loop.args["step"]
+        op = step.args["op"]
+        t = exp.column(var)
+        amount = step.args.get("amount")
+        if amount is not None and isinstance(amount, exp.Literal) and not amount.is_string:
+            amount = exp.Interval(this=exp.Literal.string(amount.name), unit=exp.var("SECOND"))
+        nxt = {"++": lambda: exp.Add(this=t, expression=exp.Interval(
+                   this=exp.Literal.string("1"), unit=exp.var("SECOND"))),
+               "+=": lambda: exp.Add(this=t, expression=amount),
+               "-=": lambda: exp.Sub(this=t, expression=amount),
+               "=": lambda: amount}[op]()
+        out = {}
+        for w in loop.args["windows"]:
+            alias = w.this.name.lower()
+            out[alias] = P.LoopWindow(var, expr(loop.args["init"]),
+                                      expr(loop.args["condition"]), expr(nxt),
+                                      expr(w.args["left"]), expr(w.args["right"]))
+        return out
+
+    # ------------------------------------------------------------------ output
+    def project(self, sel: exp.Select, node, scope: Scope, windows: dict):
+        items, pseudo, output = [], [], []
+        for e in sel.expressions:
+            inner = e.this if isinstance(e, exp.Alias) else e
+            if isinstance(inner, exp.Star) or (isinstance(inner, exp.Column)
+                                               and isinstance(inner.this, exp.Star)):
+                for src in scope.sources:
+                    if isinstance(inner, exp.Column) and inner.table and \
+                            src.alias.lower() != inner.table.lower():
+                        continue
+                    for col, _ in src.relation.columns:
+                        items.append((col, exp.column(col, table=src.alias)))
+                continue
+            name = e.alias if isinstance(e, exp.Alias) else pg_column_name(e)
+            kind = _pseudo(inner, scope)
+            if kind is not None:
+                if kind == "wtime" and not any(isinstance(w, (P.SlideWindow, P.LoopWindow))
+                                               for w in windows.values()):
+                    raise UndefinedColumn("wtime(*) needs a window with SLIDE or a StreaQueL "
+                                          "loop", hint="Write [RANGE '10 seconds' SLIDE "
+                                                       "'2 seconds'].")
+                pseudo.append(kind)
+                items.append((name, None, kind))
+                continue
+            items.append((name, inner))
+        real = [it for it in items if len(it) == 2]
+        aggregate = bool(sel.args.get("group")) or any(
+            is_aggregate(x, self.catalog.is_aggregate) for _, e in real
+            for x in e.find_all(exp.Func))
+        having = sel.args.get("having")
+        having = having.this if having is not None else None
+        # PostgreSQL allows repeated output names (two ?column?); inside the plan they are
+        # made unique, and the client still sees PostgreSQL's names (Plan.output).
+        display = [n for n, _ in real]
+        real = [(u, e) for u, (_, e) in zip(_unique(display), real)]
+        if aggregate:
+            node, named = self.aggregate(sel, node, scope, real, having)
+        else:
+            if having is not None:
+                raise GroupingError("HAVING needs GROUP BY or an aggregate")
+            named = [P.NamedExpr(n, self.expr(e, scope.resolve)) for n, e in real]
+        out_cols = tuple(P.Column(n.name, n.expr.type) for n in named)
+        node = P.Map(node, tuple(named), out_cols)
+        if sel.args.get("distinct"):
+            node = P.Distinct(node, out_cols)
+        limit = sel.args.get("limit")
+        if limit is not None:
+            count = limit.expression
+            if not (isinstance(count, exp.Literal) and count.is_int):
+                raise Unsupported("LIMIT needs a constant row count")
+            node = P.Limit(node, int(count.name), out_cols)
+        shown = iter(zip(display, out_cols))
+        for it in items:      # the client's columns: the select list with pseudo-columns
+            if len(it) == 3:
+                output.append(P.Column(it[2], "TIMESTAMP"))
+            else:
+                name, col = next(shown)
+                output.append(P.Column(name, col.type))
+        return node, tuple(output), tuple(pseudo)
+
+    def aggregate(self, sel, node, scope: Scope, real: list, having):
+        group = [g for g in (sel.args.get("group").expressions if sel.args.get("group") else [])]
+        keys = [P.NamedExpr(f"k{i}", self.expr(g, scope.resolve)) for i, g in enumerate(group)]
+        exprs = [e for _, e in real] + ([having] if having is not None else [])
+        for e in exprs:     # type-check the aggregates before they are cut into phases
+            infer(_unstream_dots(e.copy()), lambda c: scope.resolve(c)[1])
+        finals, partials = split_aggregates(exprs, self.catalog.is_aggregate)
+        key_sql = {k.expr.sql: k.name for k in keys}
+
+        def to_key(e):
+            if isinstance(e, exp.Column) and e.name.startswith(("k", "p")) and \
+                    e.name[1:].isdigit() and not e.table:
+                return e
+            try:
+                sql = self.expr(e, scope.resolve).sql
+            except (UndefinedColumn, UndefinedRelation, AmbiguousColumn):
+                return e
+            return exp.column(key_sql[sql]) if sql in key_sql else e
+
+        partial_nodes = tuple(P.Partial(p.name, p.func, self.expr(p.arg, scope.resolve)
+                                        if p.arg is not None else None) for p in partials)
+        types = {k.name: k.expr.type for k in keys}
+        types.update({p.name: _partial_type(p) for p in partial_nodes})
+
+        def resolve_final(col):
+            if col.name in types and not col.table:
+                return col.name, types[col.name]
+            raise GroupingError(
+                f'column "{col.sql("cql")}" must appear in the GROUP BY clause or be used in '
+                "an aggregate function",
+                hint="Add it to GROUP BY, or aggregate it, e.g. MAX(...).")
+
+        named = []
+        for (name, _), final in zip(real, finals):
+            final = final.transform(to_key)
+            named.append(P.NamedExpr(name, self.expr(final, resolve_final)))
+        schema = tuple(P.Column(n.name, n.expr.type) for n in named)
+        if having is not None:
+            hv = finals[-1].transform(to_key)
+            hexpr = self.expr(hv, resolve_final)
+            node = P.Aggregate(node, tuple(keys), partial_nodes,
+                               tuple(named) + (P.NamedExpr("__having", hexpr),),
+                               schema + (P.Column("__having", "BOOLEAN"),))
+            node = P.Filter(node, P.Expr('"__having"', ("__having",), "BOOLEAN"), node.schema)
+        else:
+            node = P.Aggregate(node, tuple(keys), partial_nodes, tuple(named), schema)
+        # the final phase already computed the select list; the Map just names it
+        return node, [P.NamedExpr(n.name, P.Expr(f'"{n.name}"', (n.name,), n.expr.type))
+                      for n in named]
+
+
+def _unique(names: list) -> list:
+    seen: dict = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if seen[n] == 1 else f"{n}_{seen[n]}")
+    return out
+
+
+def _partial_type(p: P.Partial) -> str:
+    if p.arg is None or p.func in ("count", "count_star", "count_distinct"):
+        return "BIGINT"
+    if p.func == "sum":
+        base = p.arg.type.split("(")[0]
+        return "HUGEINT" if base in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT") else p.arg.type
+    return p.arg.type if p.func in ("min", "max") else UNKNOWN
+
+
+def _pseudo(e: exp.Expression, scope: Scope) -> str | None:
+    if isinstance(e, exp.Anonymous) and e.name.lower() == "wtime":
+        return "wtime"
+    if isinstance(e, exp.Column) and not e.table and e.name.lower() in ("valid_from", "valid_to"):
+        if not any(s.relation.column_type(e.name) for s in scope.sources):
+            return e.name.lower()
+    return None
+
+
+def _conjuncts(e: exp.Expression) -> list:
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    if isinstance(e, exp.Paren):
+        return _conjuncts(e.this)
+    return [e]
+
+
+def _and(exprs: list) -> P.Expr | None:
+    if not exprs:
+        return None
+    if len(exprs) == 1:
+        return exprs[0]
+    cols = tuple(dict.fromkeys(c for e in exprs for c in e.columns))
+    return P.Expr(" AND ".join(f"({e.sql})" for e in exprs), cols, "BOOLEAN")

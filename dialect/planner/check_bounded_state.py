@@ -1,0 +1,53 @@
+"""Refuse plans whose state can grow without bound: a stream-stream join or a difference with
+an input that keeps every tuple forever (an unbounded stream) can never purge its state.
+(A table is bounded by its size, and ``Stream(t)`` without a window reads as the table t.)
+
+>>> from executor import plan as P
+>>> s = P.StreamScan("s", "s", (), "t")
+>>> endless = P.Window(s, P.UnboundedWindow(), ())
+>>> unbounded(endless), unbounded(P.Window(s, P.RangeWindow(1), ()))
+(True, False)
+"""
+from __future__ import annotations
+
+from executor import plan as P
+
+from ..errors import Unsupported
+
+_HINT = ("Give one of them a window, e.g. {name} [RANGE '1 minute'] or {name} [ROWS 100]; "
+         "a stream without a window is [UNBOUNDED].")
+
+
+def unbounded(node) -> bool:
+    """Whether ``node`` keeps tuples valid forever (so a join partner must keep them all)."""
+    if isinstance(node, P.Window):
+        return isinstance(node.window, P.UnboundedWindow)
+    if isinstance(node, (P.TableScan, P.WindowRelationScan, P.Aggregate)):
+        return False
+    return any(unbounded(c) for c in P.children(node))
+
+
+def _stream_name(node) -> str:
+    if isinstance(node, P.StreamScan):
+        return node.alias
+    kids = P.children(node)
+    return _stream_name(kids[0]) if kids else "s"
+
+
+def check_bounded_state(node) -> None:
+    """A stream-stream join or a difference must purge its state: an input that keeps its
+    tuples forever forces the other side's partner state (and its own) to grow forever."""
+    if (isinstance(node, P.Join) and node.kind == "stream-stream") or \
+            isinstance(node, P.Difference):
+        what = "join" if isinstance(node, P.Join) else "difference"
+        endless = [side for side in (node.left, node.right) if unbounded(side)]
+        names = [_stream_name(side) for side in endless]
+        if len(endless) == 2:
+            raise Unsupported(f"a {what} of two unbounded streams ({names[0]}, {names[1]}) "
+                              "would keep every tuple forever",
+                              hint=_HINT.format(name=names[1]))
+        if endless:
+            raise Unsupported(f"a {what} with the unbounded stream {names[0]} would keep all "
+                              "of its tuples forever", hint=_HINT.format(name=names[0]))
+    for child in P.children(node):
+        check_bounded_state(child)

@@ -1,0 +1,57 @@
+"""Place each conjunct of WHERE and ON as low as it keeps its meaning: a conjunct over one
+relation filters that relation (below a time window, with which it commutes; above a ROWS
+window, whose count it would change); one over several relations goes to the first join that
+has them all, as a hash key when it is an equality between the two sides, else as a residual.
+
+>>> c = [Conjunct("a>1", frozenset("a")),
+...      Conjunct("b.k=a.k", frozenset("ab"), ("b.k", "a.k"), ({"b"}, {"a"})),
+...      Conjunct("a<b", frozenset("ab")), Conjunct("1=1", frozenset())]
+>>> p = push_down_filters(c, ["a", "b"])
+>>> p.scan["a"], p.joins[1], p.top
+(['a>1'], ([('a.k', 'b.k')], ['a<b']), ['1=1'])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Conjunct:
+    expr: object                  # the algebra Expr (opaque here)
+    aliases: frozenset            # relations it reads
+    equi: tuple | None = None     # (side expr, side expr) when it is an equality of two sides
+    sides: tuple = ()             # (aliases of equi[0], aliases of equi[1])
+
+
+@dataclass
+class Placement:
+    scan: dict = field(default_factory=dict)     # alias -> [Expr]
+    joins: dict = field(default_factory=dict)    # join step k -> ([equi], [residual])
+    top: list = field(default_factory=list)
+
+
+def push_down_filters(conjuncts: list, order: list) -> Placement:
+    """``order``: relation aliases in join order; join step k joins order[k] to order[:k]."""
+    out = Placement()
+    position = {a: i for i, a in enumerate(order)}
+    for c in conjuncts:
+        if not c.aliases:
+            out.top.append(c.expr)
+            continue
+        if len(c.aliases) == 1:
+            out.scan.setdefault(next(iter(c.aliases)), []).append(c.expr)
+            continue
+        k = max(position[a] for a in c.aliases)
+        equi, residual = out.joins.setdefault(k, ([], []))
+        before = set(order[:k])
+        if c.equi is not None and _splits(c.sides, before, order[k]):
+            # (earlier side, new side): the hash index is built on the new relation
+            equi.append(c.equi if c.sides[0] <= before else (c.equi[1], c.equi[0]))
+        else:
+            residual.append(c.expr)
+    return out
+
+
+def _splits(sides: tuple, before: set, new: str) -> bool:
+    a, b = sides
+    return (a <= before and b == {new}) or (b <= before and a == {new})

@@ -1,0 +1,133 @@
+"""The planner: fixtures of SQL and the expected plan (the seeds' queries verbatim where they
+are SQL), every error case with its SQLSTATE and message, serialisation, routing."""
+import os
+
+import pytest
+import sqlglot
+
+import dialect  # noqa: F401
+from dialect import errors as DE
+from dialect.planner import explain, is_continuous, plan, timestamp_us
+from executor import plan as P
+from planner_catalog import seed_catalog
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NOW = timestamp_us("2026-11-21 12:00:00")
+
+
+def _fixtures():
+    text = open(os.path.join(HERE, "fixtures", "planner.sql"), encoding="utf-8").read()
+    for block in text.strip().split("\n\n"):
+        lines = [ln for ln in block.splitlines() if not ln.startswith("--")]
+        sql_end = next(i for i, ln in enumerate(lines) if ln.endswith(";"))
+        yield " ".join(lines[:sql_end + 1])[:-1], lines[sql_end + 1:]
+
+
+FIXTURES = list(_fixtures())
+
+
+def _plan(sql: str, **kw) -> P.Plan:
+    return plan(sqlglot.parse_one(sql, read="cql"), seed_catalog(), now_us=NOW, **kw)
+
+
+@pytest.mark.parametrize("sql,expected", FIXTURES, ids=[s[:60] for s, _ in FIXTURES])
+def test_fixture(sql, expected):
+    assert explain(_plan(sql)) == expected
+
+
+ERRORS = [
+    ("SELECT * FROM nowhere [RANGE 1 MINUTE]", "42P01", 'relation "nowhere" does not exist'),
+    ("SELECT nocol FROM sensors [RANGE 1 MINUTE]", "42703", 'column "nocol" does not exist'),
+    ("SELECT x.node FROM sensors [NOW] AS s", "42P01", 'missing FROM-clause entry for table "x"'),
+    ("SELECT node FROM sensors [NOW] AS a, sensors [NOW] AS b", "42702",
+     'column reference "node" is ambiguous'),
+    ("SELECT SUM(type) FROM S [ROWS 5]", "42804", "function sum(TEXT) does not exist"),
+    ("SELECT node FROM sensors [NOW] WHERE node", "42804",
+     "argument of WHERE must be type boolean, not type INT"),
+    ("SELECT node + 'a' FROM sensors [NOW]", "42804",
+     "operator does not exist: INT + VARCHAR"),
+    # seed 002's Query2 verbatim: MAX with a column outside GROUP BY
+    ("SELECT MAX(price), company FROM Stream(CurPrice) [Range 2 hours], Stream(Stock) "
+     "WHERE Stream(CurPrice).stock = Stream(Stock).stock", "42803",
+     'column "company" must appear in the GROUP BY clause or be used in an aggregate function'),
+    ("SELECT * FROM R, P WHERE R.sid = P.sid", "0A000",
+     "a join of two unbounded streams (R, P) would keep every tuple forever"),
+    ("SELECT node FROM sensors [RANGE 1 MINUTE] EXCEPT SELECT node FROM sensors", "0A000",
+     "a difference with the unbounded stream sensors"),
+    ("SELECT * FROM R [2 sec], P WHERE R.sid = P.sid", "0A000",
+     "a join with the unbounded stream P would keep all of its tuples forever"),
+    ("SELECT ISTREAM(node) FROM sensors [RANGE 1 MINUTE]", "0A000",
+     "ISTREAM is not needed in cqgate"),
+    ("SELECT * FROM nodes [RANGE 1 MINUTE], sensors", "0A000",
+     '"nodes" is a table; windows apply to streams'),
+    ("SELECT node FROM sensors [RANGE 1 MINUTE] ORDER BY node", "0A000",
+     "ORDER BY is not supported in a continuous query"),
+    ("SELECT * FROM sensors [NOW] s LEFT JOIN nodes n ON s.node = n.node", "0A000",
+     "LEFT JOIN is not supported"),
+    ("SELECT node FROM sensors [NOW] INTERSECT SELECT node FROM sensors [NOW]", "0A000",
+     "INTERSECT is not supported"),
+    ("SELECT * FROM sensors [ROWS 0]", "22023", "ROWS needs a positive integer"),
+    ("SELECT * FROM sensors [RANGE '2 fortnights']", "22023", 'unknown unit "fortnights"'),
+    ("SELECT * FROM sensors [BETWEEN '2026-11-02' AND '2026-11-01']", "22023", "t1 < t2"),
+    ("SELECT wtime(*) FROM sensors [RANGE 1 MINUTE]", "42703",
+     "wtime(*) needs a window with SLIDE"),
+    ("SELECT AVG(tr.airtemp) FROM temp.streams tr WINDOW x ['2 minutes']", "42P01",
+     'WINDOW names "x"'),
+    ("SELECT node FROM sensors ['1 minute'] AS s WINDOW s ['2 minutes']", "0A000",
+     "both after it and in the WINDOW clause"),
+    ("SELECT room FROM hot_rooms [RANGE 1 MINUTE]", "0A000",
+     "hot_rooms is a named window; windows apply to streams"),
+    ("SELECT 1 FROM nodes", "0A000", "reads at least one stream or window"),
+]
+
+
+@pytest.mark.parametrize("sql,sqlstate,message", ERRORS, ids=[e[0][:50] for e in ERRORS])
+def test_errors(sql, sqlstate, message):
+    with pytest.raises(DE.PlanError) as e:
+        _plan(sql)
+    assert e.value.sqlstate == sqlstate
+    assert message in e.value.message
+    if sqlstate in ("0A000", "42703", "42803") and "needed" not in message:
+        assert e.value.hint, "an unsupported shape says what to write instead"
+
+
+def test_unbounded_join_error_suggests_a_window():
+    with pytest.raises(DE.Unsupported) as e:
+        _plan("SELECT * FROM R, P WHERE R.sid = P.sid")
+    assert "[RANGE '1 minute']" in e.value.hint
+
+
+def test_modes():
+    assert _plan("SELECT node FROM sensors [RANGE 1 MINUTE]").mode == "continuous"
+    assert _plan("SELECT node FROM sensors [RANGE 1 MINUTE]", snapshot=True).mode == "snapshot"
+    assert _plan("SELECT room FROM hot_rooms").mode == "snapshot"
+    assert _plan("SELECT * FROM sensors [BETWEEN '2026-11-01' AND '2026-11-02']").mode == \
+        "archive"
+    assert _plan("SELECT * FROM sensors [BETWEEN '2026-11-20' AND '2026-11-22']").mode == \
+        "continuous"
+
+
+def test_plans_serialise_and_come_back_equal():
+    for sql, _ in FIXTURES:
+        p = _plan(sql)
+        assert P.from_json(P.to_json(p)) == p
+
+
+def test_output_columns_and_pseudo_columns():
+    p = _plan("SELECT wtime(*), node, COUNT(*) AS n, valid_from FROM sensors "
+              "[RANGE '10 seconds' SLIDE '2 seconds'] GROUP BY node")
+    assert [(c.name, c.type) for c in p.output] == [
+        ("wtime", "TIMESTAMP"), ("node", "INT"), ("n", "BIGINT"), ("valid_from", "TIMESTAMP")]
+    assert p.pseudo == ("wtime", "valid_from")
+    window = p.root.input.input
+    assert window.window == P.SlideWindow(10_000_000, 2_000_000, None)
+
+
+def test_is_continuous():
+    cat = seed_catalog()
+    parse = lambda s: sqlglot.parse_one(s, read="cql")  # noqa: E731
+    assert is_continuous(parse("SELECT * FROM sensors"), cat)
+    assert is_continuous(parse("SELECT * FROM hot_rooms"), cat)
+    assert is_continuous(parse("SELECT * FROM Stream(CurPrice) [RANGE 1 DAY]"), cat)
+    assert not is_continuous(parse("SELECT * FROM nodes JOIN CurPrice ON true"), cat)
+    assert not is_continuous(parse("SELECT 1"), cat)
