@@ -111,6 +111,17 @@ class Explain(exp.Expression):
     arg_types = {"this": True, "options": False}
 
 
+# Statements only cqgate understands, and nodes that make a query a stream query.
+STREAM_STATEMENTS = (CreateStream, CreateWindow, CreateWrapper, DropStreamObject, AlterStream,
+                     Explain)
+STREAM_NODES = (StreamRef, StreamOf, StreamWindowClause, StreaQueLLoop)
+
+
+def is_stream_syntax(tree: exp.Expression) -> bool:
+    """Whether the statement uses syntax only cqgate's planner can run (not DuckDB)."""
+    return isinstance(tree, STREAM_STATEMENTS) or tree.find(*STREAM_NODES) is not None
+
+
 # sqlglot finds a generator's ``<key>_sql`` methods through this registry of node classes.
 for _cls in list(globals().values()):
     if isinstance(_cls, type) and issubclass(_cls, exp.Expression) \

@@ -10,6 +10,8 @@ import random
 import ssl
 from collections import deque
 
+from dialect import expressions as X
+
 from . import settings as S
 from .commands import CopyRequest
 from .protocol import messages as M
@@ -326,6 +328,8 @@ class Connection:
 
     def _returns_rows(self, portal: Portal) -> bool:
         p = portal.prepared
+        if p.command == "stream":
+            return isinstance(p.translated.source, X.Explain)
         if p.command is not None:
             return p.command in ("fetch", "show")
         return p.translated is not None and p.translated.returns_rows

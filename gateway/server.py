@@ -14,6 +14,7 @@ from .config import Config
 from .connection import Connection
 from .protocol.auth import Users, METHODS
 from .store import Store
+from .streams import StreamRegistry
 
 log = logging.getLogger("cqgate")
 
@@ -24,6 +25,7 @@ class Server:
             raise ValueError(f"unknown auth method {config.auth!r}; use one of {METHODS}")
         self.config = config
         self.store = Store(config.data_dir)
+        self.streams = StreamRegistry(self.store)
         self.users = Users.load(config.users_file, config.users)
         self.pool = ThreadPoolExecutor(max_workers=config.workers,
                                        thread_name_prefix="cqgate-duckdb")

@@ -227,6 +227,10 @@ class Session:
         if cmd is not None:
             return Prepared(name, stmt, oids, command=cmd)
         tr = self.translate(stmt)
+        if tr.stream or any(self.server.streams.get(schema, name) is not None
+                            for schema, name, _ in tr.tables):
+            return Prepared(name, stmt, [o or 25 for o in oids], command="stream",
+                            translated=tr)
         for idx, oid in tr.params.items():
             if 0 < idx <= len(oids) and not oids[idx - 1]:
                 oids[idx - 1] = oid
@@ -250,6 +254,9 @@ class Session:
         """Fields of a prepared statement's result (None = no rows), without running it."""
         if p.stmt is None:
             return None
+        if p.command == "stream":
+            from . import stream_commands
+            return await self._call(stream_commands.describe, self, p.translated.source)
         if p.command is not None:
             from .commands import describe_command
             return describe_command(self, p)
@@ -298,6 +305,9 @@ class Session:
         if self.status == TxStatus.FAILED and not self._allowed_when_failed(p):
             raise E.InFailedTransaction(E.IN_FAILED_TRANSACTION_MESSAGE)
         self.canceled = False
+        if p.command == "stream":
+            from . import stream_commands
+            return await self._call(stream_commands.run, self, p.translated.source, params)
         if p.command is not None:
             from .commands import run_command
             return await run_command(self, p, params)
@@ -342,8 +352,8 @@ class Session:
         self._note_write(tr)
         if tr.tag in ("INSERT", "UPDATE", "DELETE", "MERGE"):
             try:
-                row = cur.fetchone()
-                n = row[0] if row else 0
+                rows = cur.fetchall()      # drain: DuckDB holds the connection until then
+                n = rows[0][0] if rows else 0
             except duckdb.Error:
                 n = 0
             return f"INSERT 0 {n}" if tr.tag == "INSERT" else f"{tr.tag} {n}"

@@ -48,6 +48,11 @@ QUERIES = [
      "ON et.oid = t.typelem LEFT OUTER JOIN pg_catalog.pg_class c ON c.oid = t.typrelid "
      "WHERE t.typname IS NOT NULL AND (c.relkind IS NULL OR c.relkind = 'c') "
      "AND t.typname = 'uuid'", lambda r: r == [("uuid",)]),
+    # unqualified columns that share a name with the catalog's own columns (oid)
+    ("SELECT oid::regclass::text FROM pg_class WHERE relname = 'bi_items'",
+     lambda r: r == [("bi_items",)]),
+    ("SELECT format_type(oid, NULL) FROM pg_type WHERE typname = 'int8'",
+     lambda r: r == [("bigint",)]),
     ("SELECT set_config('application_name', 'grafana', false), "
      "current_setting('application_name')", lambda r: r[0][0] == "grafana"),
 ]

@@ -9,6 +9,8 @@ The SQL translator (``gateway/sql/translate.py``) points catalog names at this d
 """
 from __future__ import annotations
 
+from dialect.names import TYPE_ALIASES
+
 from ..protocol.types import TYPES, type_oid_case_sql
 
 CATALOG = "pgcat"
@@ -113,10 +115,11 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
     out.append(f"""CREATE TABLE {c}.cq_columns (attrelid {OID}, attname VARCHAR, attnum INTEGER,
         data_type VARCHAR, is_notnull BOOLEAN)""")
 
-    out.append(f"""CREATE MACRO {c}.cq_nsp_oid(s) AS CASE s WHEN 'pg_catalog' THEN 11
-        WHEN 'information_schema' THEN 13183 WHEN 'public' THEN 2200 ELSE
-        (SELECT min(oid) FROM duckdb_schemas() WHERE database_name = {_q(db)}
-           AND schema_name = s) END::{OID}""")
+    # A namespace's OID is DuckDB's schema OID (public keeps PostgreSQL's 2200). No lookup by
+    # name inside the macro: a subquery there would bind the caller's schema_name to itself.
+    out.append(f"""CREATE MACRO {c}.cq_nsp_oid(name, duck_oid) AS CASE name
+        WHEN 'pg_catalog' THEN 11 WHEN 'information_schema' THEN 13183 WHEN 'public' THEN 2200
+        ELSE duck_oid END::{OID}""")
     out.append(f"CREATE MACRO {c}.cq_type_oid(dt) AS ({type_oid_case_sql('dt')})::{OID}")
 
     # --- pg_type: generated from the one type registry
@@ -169,7 +172,7 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         SELECT 11::{OID} AS oid, 'pg_catalog' AS nspname, 10::{OID} AS nspowner,
                NULL::VARCHAR[] AS nspacl
         UNION ALL SELECT 13183, 'information_schema', 10, NULL
-        UNION ALL SELECT {c}.cq_nsp_oid(schema_name), schema_name, 10, NULL
+        UNION ALL SELECT {c}.cq_nsp_oid(schema_name, oid), schema_name, 10, NULL
           FROM duckdb_schemas() WHERE database_name = {_q(db)}
            AND schema_name NOT IN ({hidden}, 'pg_catalog', 'information_schema')""")
 
@@ -186,19 +189,20 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         'd' AS relreplident, false AS relispartition, 0::{OID} AS relrewrite,
         0::BIGINT AS relfrozenxid, 0::BIGINT AS relminmxid, NULL::VARCHAR[] AS relacl,
         NULL::VARCHAR[] AS reloptions, NULL::VARCHAR AS relpartbound""".replace("{OID}", OID)
-    tables = rel_cols.format(oid="table_oid", name="table_name", nsp=f"{c}.cq_nsp_oid(schema_name)",
+    tables = rel_cols.format(oid="table_oid", name="table_name", nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)",
                              am=2, tuples="estimated_size", hasindex="has_primary_key OR index_count > 0",
                              kind="'r'", natts="column_count")
-    views = rel_cols.format(oid="view_oid", name="view_name", nsp=f"{c}.cq_nsp_oid(schema_name)",
+    views = rel_cols.format(oid="view_oid", name="view_name", nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)",
                             am=0, tuples=0, hasindex="false", kind="'v'", natts="column_count")
     indexes = rel_cols.format(oid="4000000 + table_oid * 64 + constraint_index",
                               name="CASE constraint_type WHEN 'PRIMARY KEY' THEN table_name || '_pkey' ELSE constraint_name END",
-                              nsp=f"{c}.cq_nsp_oid(schema_name)", am=403,
+                              nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)", am=403,
                               tuples=0, hasindex="false", kind="'i'",
                               natts="len(constraint_column_indexes)")
     system = rel_cols.format(oid="v.oid", name="v.name", nsp=11, am=2, tuples=0,
                              hasindex="false", kind="'r'", natts=0)
-    cqrels = rel_cols.format(oid="oid", name="relname", nsp=f"{c}.cq_nsp_oid(nspname)", am=0,
+    cqrels = rel_cols.format(oid="r.oid", name="relname",
+                             nsp=f"{c}.cq_nsp_oid(r.nspname, ds.oid)", am=0,
                              tuples=0, hasindex="false", kind="relkind",
                              natts=f"(SELECT count(*) FROM {c}.cq_columns cc WHERE cc.attrelid = r.oid)")
     sysvals = ", ".join(f"({oid}, {_q(n)})" for n, oid in SYSTEM_RELATIONS.items())
@@ -211,7 +215,9 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
           WHERE database_name = {_q(db)} AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')
            AND schema_name NOT IN ({hidden})
         UNION ALL SELECT {system} FROM (VALUES {sysvals}) v(oid, name)
-        UNION ALL SELECT {cqrels} FROM {c}.cq_relations r""")
+        UNION ALL SELECT {cqrels} FROM {c}.cq_relations r
+          LEFT JOIN duckdb_schemas() ds ON ds.database_name = {_q(db)}
+           AND ds.schema_name = r.nspname""")
 
     # --- columns
     out.append(f"""CREATE VIEW {c}.pg_attribute AS
@@ -255,7 +261,7 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         SELECT (4000000 + table_oid * 64 + constraint_index + 2000000000)::{OID} AS oid,
             CASE constraint_type WHEN 'PRIMARY KEY' THEN table_name || '_pkey'
                  ELSE constraint_name END AS conname,
-            {c}.cq_nsp_oid(schema_name) AS connamespace,
+            {c}.cq_nsp_oid(schema_name, schema_oid) AS connamespace,
             CASE constraint_type WHEN 'PRIMARY KEY' THEN 'p' WHEN 'UNIQUE' THEN 'u'
                  WHEN 'CHECK' THEN 'c' WHEN 'FOREIGN KEY' THEN 'f' END AS contype,
             false AS condeferrable, false AS condeferred, true AS convalidated,
@@ -342,6 +348,32 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
     return out
 
 
+# Types are fixed, so a type name finds its OID in a constant map (no subquery, which a caller
+# could not nest in the lambda of another lookup).
+_BY_TYPE_NAME = {t.name: t for t in TYPES}
+_TYPE_OIDS = "MAP {" + ", ".join(f"{_q(name)}: {t.oid}" for name, t in sorted({
+    **{alias: _BY_TYPE_NAME[pg] for alias, pg in TYPE_ALIASES.items() if pg in _BY_TYPE_NAME},
+    **{t.sql_name: t for t in TYPES}, **_BY_TYPE_NAME}.items())) + "}"
+
+
+def _lookup(table: str, key: str, value: str, arg: str, key2: str | None = None,
+            arg2: str | None = None, types: tuple = ("BIGINT", "BIGINT")) -> str:
+    """``value`` of the ``table`` row whose ``key`` equals the macro argument ``arg``.
+
+    Keys and values come from uncorrelated subqueries (in the same order) and the argument is
+    found with list_position, so it is bound where the macro is called: a correlated
+    ``WHERE oid = o`` would let a caller's unqualified ``oid`` bind to the subquery's own
+    column, and a lambda could not hold another lookup passed in as the argument. Keys and
+    arguments are cast to ``types`` so that untyped arguments (NULL, parameters) compare."""
+    t1, t2 = types
+    k = f"{{'a': {key}::{t1}, 'b': {key2}::{t2}}}" if key2 else f"{key}::{t1}"
+    want = (f"{{'a': TRY_CAST({arg} AS {t1}), 'b': TRY_CAST({arg2} AS {t2})}}" if key2
+            else f"TRY_CAST({arg} AS {t1})")
+    order = f"{key}, {key2}" if key2 else key
+    return (f"list_extract((SELECT list({value} ORDER BY {order}) FROM {table}), "
+            f"list_position((SELECT list({k} ORDER BY {order}) FROM {table}), {want}))")
+
+
 def _macro_sql(c: str) -> list[str]:
     """pg_* functions: each becomes a DuckDB macro the translator calls by qualified name."""
     return [f"CREATE MACRO {c}.{sig} AS {body}" for sig, body in _macro_bodies(c).items()]
@@ -365,11 +397,11 @@ def _macro_bodies(c: str) -> dict:
         "pg_has_role(a, b, c := NULL)": "true",
         "pg_get_expr(e, r, p := false)": "e::VARCHAR",
         "pg_get_constraintdef(o, p := false)":
-            f"(SELECT min(cq_def) FROM {c}.pg_constraint WHERE oid = o)",
+            _lookup(f"{c}.pg_constraint", "oid", "cq_def", "o"),
         "pg_get_indexdef(o, k := 0, p := false)":
-            f"(SELECT min(cq_indexdef) FROM {c}.pg_index WHERE indexrelid = o)",
+            _lookup(f"{c}.pg_index", "indexrelid", "cq_indexdef", "o"),
         "pg_get_viewdef(o, p := false)":
-            "(SELECT min(sql) FROM duckdb_views() WHERE view_oid = o)",
+            _lookup("duckdb_views()", "view_oid", "sql", "o"),
         "pg_get_function_result(o)": "NULL::VARCHAR",
         "pg_get_function_arguments(o)": "NULL::VARCHAR",
         "pg_get_function_identity_arguments(o)": "NULL::VARCHAR",
@@ -390,37 +422,38 @@ def _macro_bodies(c: str) -> dict:
         "txid_current()": "1::BIGINT",
         "pg_current_xact_id()": "1::BIGINT",
         "obj_description(o, cat := NULL)":
-            f"(SELECT min(description) FROM {c}.pg_description WHERE objoid = o AND objsubid = 0)",
+            _lookup(f"{c}.pg_description", "objoid", "description", "o", "objsubid", "0"),
         "shobj_description(o, cat)": "NULL::VARCHAR",
         "col_description(o, n)":
-            f"(SELECT min(description) FROM {c}.pg_description WHERE objoid = o AND objsubid = n)",
+            _lookup(f"{c}.pg_description", "objoid", "description", "o", "objsubid", "n"),
         "format_type(t, m)":
             "CASE WHEN t IS NULL THEN NULL "
             "WHEN t = 1700 AND m > 4 THEN 'numeric(' || ((m - 4) >> 16) || ',' || ((m - 4) & 65535) || ')' "
             "WHEN t IN (1043, 1042) AND m > 4 THEN "
-            f"(SELECT min(cq_format) FROM {c}.pg_type WHERE oid = t) || '(' || (m - 4) || ')' "
-            f"ELSE coalesce((SELECT min(cq_format) FROM {c}.pg_type WHERE oid = t), '???') END",
+            f"{_lookup(f'{c}.pg_type', 'oid', 'cq_format', 't')} || '(' || (m - 4) || ')' "
+            f"ELSE coalesce({_lookup(f'{c}.pg_type', 'oid', 'cq_format', 't')}, '???') END",
         "array_upper(a, d)": "CASE WHEN len(a) = 0 THEN NULL ELSE len(a) END",
         "array_lower(a, d)": "CASE WHEN len(a) = 0 THEN NULL ELSE 1 END",
         "array_ndims(a)": "CASE WHEN len(a) = 0 THEN NULL ELSE 1 END",
         "cq_expandarray(a)": "list_transform(range(1, len(a) + 1), lambda i: {'x': a[i], 'n': i})",
         "current_schemas(b)": "CASE WHEN b THEN ['pg_catalog', 'public'] ELSE ['public'] END",
         "cq_regclass_oid(n)":
-            f"(SELECT min(c.oid) FROM {c}.pg_class c JOIN {c}.pg_namespace s "
-            f"ON s.oid = c.relnamespace WHERE c.relname = "
-            f"lower(trim(split_part(n::VARCHAR, '.', -1), '\"')) "
-            f"AND (NOT contains(n::VARCHAR, '.') OR s.nspname = "
-            f"trim(split_part(n::VARCHAR, '.', 1), '\"')))",
-        "cq_regclass_name(o)": f"coalesce((SELECT min(relname) FROM {c}.pg_class WHERE oid = o), o::VARCHAR)",
+            # 'name' or 'schema.name', quotes removed; an unqualified name is looked up in public
+            _lookup(f"(SELECT c.oid, c.relname, s.nspname FROM {c}.pg_class c JOIN "
+                    f"{c}.pg_namespace s ON s.oid = c.relnamespace)", "relname", "oid",
+                    "lower(trim(split_part(n::VARCHAR, '.', -1), '\"'))", "nspname",
+                    "CASE WHEN contains(n::VARCHAR, '.') THEN "
+                    "trim(split_part(n::VARCHAR, '.', 1), '\"') ELSE 'public' END",
+                    types=("VARCHAR", "VARCHAR")),
+        "cq_regclass_name(o)":
+            f"coalesce({_lookup(f'{c}.pg_class', 'oid', 'relname', 'o')}, o::VARCHAR)",
         "cq_regtype_oid(n)":
-            f"(SELECT min(oid) FROM {c}.pg_type WHERE typname = "
-            f"lower(replace(replace(n::VARCHAR, 'pg_catalog.', ''), '\"', '')) "
-            f"OR cq_format = lower(replace(n::VARCHAR, 'pg_catalog.', '')))",
+            f"{_TYPE_OIDS}[lower(replace(replace(n::VARCHAR, 'pg_catalog.', ''), '\"', ''))]",
         "cq_regtype_name(o)":
-            f"CASE WHEN o IS NULL THEN NULL ELSE coalesce((SELECT min(cq_format) FROM {c}.pg_type "
-            f"WHERE oid = o), o::VARCHAR) END",
+            f"CASE WHEN o IS NULL THEN NULL ELSE coalesce("
+            f"{_lookup(f'{c}.pg_type', 'oid', 'cq_format', 'o')}, o::VARCHAR) END",
         "cq_regnamespace_name(o)":
-            f"(SELECT min(nspname) FROM {c}.pg_namespace WHERE oid = o)",
+            _lookup(f"{c}.pg_namespace", "oid", "nspname", "o"),
         "cq_regproc_name(p)": "replace(p::VARCHAR, 'pg_catalog.', '')",
     }
 

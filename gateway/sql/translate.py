@@ -18,6 +18,7 @@ from sqlglot.errors import ParseError, TokenError
 
 import dialect  # noqa: F401  (registers the "cql" dialect)
 
+from dialect.expressions import is_stream_syntax
 from dialect.names import pg_column_name, type_name
 
 from ..catalog import pg_catalog
@@ -39,6 +40,7 @@ class Translated:
     projections: tuple = ()     # (output name, source alias|None, source column|None) | "*"
     has_set_config: bool = False
     catalog: bool = False       # reads the emulated pg_catalog
+    stream: bool = False        # stream syntax: the planner, not DuckDB, runs it
     ast: exp.Expression | None = None      # rewritten for DuckDB
     source: exp.Expression | None = None   # as the client wrote it
 
@@ -413,6 +415,9 @@ def translate(sql: str) -> Translated:
     if isinstance(ast, exp.Command):
         raise FeatureNotSupported(f"statement not supported: {ast.this.upper()}",
                                   position=1)
+    if is_stream_syntax(ast):
+        tables = tuple((t.db or None, t.name, t.alias_or_name) for t in ast.find_all(exp.Table))
+        return Translated("", _tag_for(ast), False, {}, tables, (), False, False, True, ast, ast)
     state = {"catalog": False, "set_config": False, "tables": []}
     named = ast.copy()
     _name_outputs(named)
@@ -426,7 +431,7 @@ def translate(sql: str) -> Translated:
     duck = new.sql("duckdb")
     return Translated(duck, tag, returns, {},
                       tuple(state["tables"]), _projections(ast), state["set_config"],
-                      state["catalog"], new, ast)
+                      state["catalog"], False, new, ast)
 
 
 def _projections(ast: exp.Expression) -> tuple:
