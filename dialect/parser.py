@@ -26,6 +26,11 @@ class CQLParser(PostgresParser):
             X.TimestampColumnConstraint(end=True)),
     }
 
+    STATEMENT_PARSERS = {
+        **PostgresParser.STATEMENT_PARSERS,
+        TokenType.DESCRIBE: lambda self: self._parse_explain(),
+    }
+
     QUERY_MODIFIER_PARSERS = {
         **PostgresParser.QUERY_MODIFIER_PARSERS,
         TokenType.FOR: lambda self: self._parse_for_modifier(),
@@ -197,23 +202,19 @@ class CQLParser(PostgresParser):
         return self.expression(X.LoopStep(this=var, op="=", amount=self._parse_bitwise()))
 
     # ------------------------------------------------------------------ EXPLAIN
-    def _parse_command(self):
+    def _parse_explain(self):
+        """EXPLAIN [ANALYZE] [VERBOSE] statement (the tokenizer gives EXPLAIN the DESCRIBE
+        type so that the statement after it is tokenized, not kept as one string)."""
         if self._prev.text.upper() != "EXPLAIN":
-            return super()._parse_command()
-        # The tokenizer hands a command's remainder over as one string token: parse it as a
-        # statement of this dialect.
-        rest = self._curr.text if self._curr else ""
-        self._advance()
+            return self._parse_describe()
         options = []
-        words = rest.split(None, 1)
-        while words and words[0].upper() in ("ANALYZE", "VERBOSE"):
-            options.append(words[0].upper())
-            rest = words[1] if len(words) > 1 else ""
-            words = rest.split(None, 1)
-        statements = self.dialect.parse(rest)
-        if len(statements) != 1 or statements[0] is None:
-            self.raise_error("Expected one statement after EXPLAIN")
-        return self.expression(X.Explain(this=statements[0], options=options or None))
+        while self._curr and self._curr.text.upper() in ("ANALYZE", "VERBOSE"):
+            options.append(self._curr.text.upper())
+            self._advance()
+        statement = self._parse_statement()
+        if statement is None:
+            self.raise_error("Expected a statement after EXPLAIN")
+        return self.expression(X.Explain(this=statement, options=options or None))
 
     # ------------------------------------------------------------------ DDL
     def _parse_create(self):
