@@ -10,13 +10,15 @@ def seed_catalog() -> MemoryCatalog:
         # seed 001 (TelegraphCQ): temp.streams
         Relation("temp.streams", "stream", (("node", "INT"), ("airtemp", "REAL"),
                                             ("tcqtime", "TIMESTAMP")), "tcqtime"),
-        # seed 001 (CQL): phone calls
+        # S serves two seeds' queries verbatim: seed 001's phone calls (CQL) and seed 003's
+        # players (sid, location)
         Relation("S", "stream", (("customer_id", "INT"), ("type", "TEXT"),
-                                 ("call_length", "DOUBLE PRECISION"), TS), "ts"),
+                                 ("call_length", "DOUBLE PRECISION"), ("sid", "INT"),
+                                 ("location", "DOUBLE PRECISION[]"), TS), "ts"),
         # seed 002: relations whose change streams are read with Stream(x)
         Relation("CurPrice", "table", (("stock", "TEXT"), ("price", "DOUBLE PRECISION"))),
         Relation("Stock", "table", (("stock", "TEXT"), ("company", "TEXT"))),
-        # seed 003: ball and players
+        # seed 003: the ball (R); P is a second player stream for join error cases
         Relation("R", "stream", (("sid", "INT"), ("location", "DOUBLE PRECISION[]"), TS), "ts"),
         Relation("P", "stream", (("sid", "INT"), ("location", "DOUBLE PRECISION[]"), TS), "ts"),
         # seed 000 (StreamAPAS): speed measurements that carry their own intervals
