@@ -1,0 +1,48 @@
+"""What flows between operators: Arrow record batches whose rows carry their validity interval
+in the columns ``__ts`` and ``__te`` (event-time microseconds, ``INF`` for "forever"), and
+watermarks (BOUNDARY tuples: no later tuple of that input will have a smaller ts).
+
+Rows in a batch are in (ts, te) order, and batches of one input follow each other in order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+TS = "__ts"
+TE = "__te"
+INF = 1 << 62          # "valid forever": far beyond any real timestamp in µs
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """BOUNDARY: nothing earlier than ``ts`` will follow on this input."""
+    ts: int
+
+
+Message = "pa.RecordBatch | Watermark"
+
+
+def empty_like(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def with_interval(batch: pa.RecordBatch, ts, te) -> pa.RecordBatch:
+    """``batch`` with its interval columns replaced (or added)."""
+    cols = {name: batch.column(i) for i, name in enumerate(batch.schema.names)
+            if name not in (TS, TE)}
+    cols[TS] = pa.array(ts, pa.int64()) if not isinstance(ts, pa.Array) else ts
+    cols[TE] = pa.array(te, pa.int64()) if not isinstance(te, pa.Array) else te
+    return pa.RecordBatch.from_pydict(cols)
+
+
+def sort_by_interval(table: pa.Table) -> pa.Table:
+    return table.sort_by([(TS, "ascending"), (TE, "ascending")])
+
+
+def min_ts(batch: pa.RecordBatch) -> int | None:
+    if batch.num_rows == 0:
+        return None
+    return pc.min(batch.column(TS)).as_py()

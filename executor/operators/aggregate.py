@@ -1,0 +1,299 @@
+"""α: aggregation with the aggregate index of seed 000 §3.4.
+
+Per group, a list of (interval, partial-aggregate state) kept sorted and non-overlapping. An
+input (v, [ts, te)) splits the elements it partly covers, folds v into the covered parts and
+fills the uncovered parts of [ts, te) with a fresh state. Inputs arrive in ts order, so every
+element that ends by the current time is final: reorganisation emits it (in order) and drops
+it; a BOUNDARY at t also splits the element containing t (Algorithm 6) so a quiet stream still
+yields rows. The elements one reorganisation emits are coalesced where equal neighbours meet —
+except across the slide boundaries of a hopping window, which yields one row per group per
+slide. Rows leave in valid_from order.
+
+>>> idx = AggregateIndex([PARTIALS["sum"]])
+>>> for v, ts, te in [(-1, 1, 4), (-4, 1, 6), (7, 1, 8)]:
+...     idx.insert(ts, te, (v,))
+>>> [(s, e, st[0]) for s, e, st in idx.elements]
+[(1, 4, 2), (4, 6, 3), (6, 8, 7)]
+>>> [(s, e, st[0]) for s, e, st in idx.emit_until(3, split=True)]
+[(1, 3, 2)]
+>>> idx.insert(3, 7, (2,))
+>>> [(s, e, st[0]) for s, e, st in idx.elements]
+[(3, 4, 4), (4, 6, 5), (6, 7, 9), (7, 8, 7)]
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Callable
+
+import duckdb
+import pyarrow as pa
+
+from ..batches import INF, TE, TS, Watermark
+from ..udf import user_aggregate
+from .base import Operator
+
+
+@dataclass(frozen=True)
+class PartialFn:
+    """Phase one of an aggregate: a fresh state, folding one value in, the partial's value."""
+    init: Callable[[], object]
+    add: Callable[[object, object], object]
+    value: Callable[[object], object]
+
+
+def _add_sum(s, v):
+    return s if v is None else (v if s is None else s + v)
+
+
+def _add_min(s, v):
+    return s if v is None else (v if s is None or v < s else s)
+
+
+def _add_max(s, v):
+    return s if v is None else (v if s is None or v > s else s)
+
+
+def _add_distinct(s, v):
+    if v is not None:
+        s = dict(s)
+        s[v] = s.get(v, 0) + 1
+    return s
+
+
+PARTIALS = {
+    "sum": PartialFn(lambda: None, _add_sum, lambda s: s),
+    "count": PartialFn(lambda: 0, lambda s, v: s + (v is not None), lambda s: s),
+    "count_star": PartialFn(lambda: 0, lambda s, v: s + 1, lambda s: s),
+    "min": PartialFn(lambda: None, _add_min, lambda s: s),
+    "max": PartialFn(lambda: None, _add_max, lambda s: s),
+    "count_distinct": PartialFn(lambda: {}, _add_distinct, lambda s: len(s)),
+}
+
+
+def partial_fn(func: str) -> PartialFn:
+    fn = PARTIALS.get(func)
+    if fn is not None:
+        return fn
+    cls = user_aggregate(func)
+    return PartialFn(lambda: cls(), lambda s, v: (s.add(v), s)[1] if v is not None else s,
+                     lambda s: s.result())
+
+
+class AggregateIndex:
+    """The elements of one group: ``[start, end, states]`` sorted by start, disjoint."""
+
+    __slots__ = ("fns", "elements")
+
+    def __init__(self, fns: list):
+        self.fns = fns
+        self.elements: list = []
+
+    def _fresh(self, values) -> list:
+        return [fn.add(fn.init(), v) for fn, v in zip(self.fns, values)]
+
+    def _fold(self, states, values) -> list:
+        return [fn.add(s, v) for fn, s, v in zip(self.fns, states, values)]
+
+    def insert(self, ts: int, te: int, values) -> None:
+        if te <= ts:
+            return
+        els = self.elements
+        i = self._first_ending_after(ts)
+        out, cursor, j = [], ts, i
+        while j < len(els) and els[j][0] < te:
+            s, e, st = els[j]
+            if s > cursor:                          # a gap before this element
+                out.append([cursor, s, self._fresh(values)])
+            if s < ts:                              # keep the uncovered prefix
+                out.append([s, ts, st])
+                s = ts
+            if e > te:                              # covered part, then uncovered suffix
+                out.append([s, te, self._fold(st, values)])
+                out.append([te, e, list(st)])
+            else:
+                out.append([s, e, self._fold(st, values)])
+            cursor = min(e, te)
+            j += 1
+        if cursor < te:
+            out.append([cursor, te, self._fresh(values)])
+        els[i:j] = out
+
+    def _first_ending_after(self, ts: int) -> int:
+        lo, hi = 0, len(self.elements)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.elements[mid][1] <= ts:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def emit_until(self, now: int, *, split: bool) -> list:
+        """Remove and return the elements that end by ``now``; with ``split`` also the part
+        before ``now`` of the element containing it."""
+        els = self.elements
+        k = 0
+        while k < len(els) and els[k][1] <= now:
+            k += 1
+        out = els[:k]
+        del els[:k]
+        if split and els and els[0][0] < now:
+            s, e, st = els[0]
+            out.append([s, now, list(st)])
+            els[0] = [now, e, st]
+        return out
+
+    def first_start(self) -> int | None:
+        return self.elements[0][0] if self.elements else None
+
+
+class Aggregate(Operator):
+    """α over one input. ``slide_us``: the input is a hopping window (one row per slide)."""
+
+    def __init__(self, node, *, slide_us: int | None = None, slide_start_us: int = 0):
+        self.node = node
+        self.keys = [k.name for k in node.keys]
+        self.partials = [p.name for p in node.partials]
+        self.fns = [partial_fn(p.func) for p in node.partials]
+        self.slide_us = slide_us
+        self.slide_start = slide_start_us
+        self.groups: dict = {}                  # key tuple -> AggregateIndex
+        self.ready: list = []                   # rows final and coalesced, awaiting order
+        self.filled_until: int | None = None    # keyless: rows are produced for every instant
+        self.con = duckdb.connect()
+        # the plan's SQL means what PostgreSQL means: int / int divides as integers
+        self.con.execute("SET integer_division = true")
+        select = [f'{k.expr.sql} AS "{k.name}"' for k in node.keys] + [
+            (f'{p.arg.sql} AS "{p.name}"' if p.arg is not None else f'NULL AS "{p.name}"')
+            for p in node.partials]
+        self.input_sql = f'SELECT {", ".join(select)}, "{TS}", "{TE}" FROM b'
+        finals = [f'{f.expr.sql} AS "{f.name}"' for f in node.finals]
+        self.final_sql = f'SELECT {", ".join(finals)}, "{TS}", "{TE}" FROM r'
+
+    # ------------------------------------------------------------------ input
+    def on_batch(self, batch, port=0):
+        if batch.num_rows == 0:
+            return []
+        self.con.register("b", batch)
+        try:
+            cols = self.con.sql(self.input_sql).to_arrow_table().to_pydict()
+        finally:
+            self.con.unregister("b")
+        nk = len(self.keys)
+        key_cols = [cols[k] for k in self.keys]
+        val_cols = [cols[p] for p in self.partials]
+        ts_col, te_col = cols[TS], cols[TE]
+        if self.filled_until is None and not self.keys:
+            self.filled_until = ts_col[0]
+        for i in range(len(ts_col)):
+            key = tuple(c[i] for c in key_cols) if nk else ()
+            idx = self.groups.get(key)
+            if idx is None:
+                idx = self.groups[key] = AggregateIndex(self.fns)
+            idx.insert(ts_col[i], te_col[i], [c[i] for c in val_cols])
+        # rows only: progress is passed on when a BOUNDARY says so (seed 000 §2.6), so a
+        # multi-input operator downstream orders its inputs by their tuples, as the seed shows
+        return [m for m in self._reorganise(ts_col[-1], split=False)
+                if not isinstance(m, Watermark)]
+
+    def on_watermark(self, ts, port=0):
+        if self.filled_until is None and not self.keys:
+            self.filled_until = ts
+        return self._reorganise(ts, split=True)
+
+    def on_end(self):
+        return self._reorganise(INF, split=True)
+
+    # ------------------------------------------------------------------ output
+    def _values(self, states) -> list:
+        return [fn.value(s) for fn, s in zip(self.fns, states)]
+
+    def _split_slides(self, s: int, e: int):
+        j, off = self.slide_us, self.slide_start
+        cut = off + ((s - off) // j + 1) * j
+        while cut < e:
+            yield s, cut
+            s, cut = cut, cut + j
+        yield s, e
+
+    def _emit(self, key, elements: list) -> None:
+        """One reorganisation's emitted elements of a group: equal neighbours coalesced (not
+        across slide boundaries, where every slide has its own row)."""
+        last = None
+        for s, e, states in elements:
+            values = self._values(states)
+            if self.slide_us:
+                for a, b in self._split_slides(s, e):
+                    self.ready.append((a, b, key, values))
+                continue
+            if last is not None and last[1] == s and last[3] == values:
+                last = (last[0], e, key, values)
+                self.ready[-1] = last
+            else:
+                last = (s, e, key, values)
+                self.ready.append(last)
+
+    def _fill_gaps(self, elements: list, now: int) -> list:
+        """Keyless aggregation answers at every instant: empty stretches get f(⊥)."""
+        out, cursor = [], self.filled_until
+        empty = [fn.init() for fn in self.fns]
+        for el in elements:
+            if cursor is not None and el[0] > cursor:
+                out.append([cursor, el[0], empty])
+            out.append(el)
+            cursor = el[1]
+        if cursor is not None and now > cursor and now < INF:
+            nxt = self.groups.get(())
+            start_next = nxt.first_start() if nxt is not None else None
+            end = min(now, start_next) if start_next is not None else now
+            if end > cursor:
+                out.append([cursor, end, empty])
+                cursor = end
+        self.filled_until = cursor
+        return out
+
+    def _reorganise(self, now: int, *, split: bool) -> list:
+        for key in list(self.groups):
+            idx = self.groups[key]
+            elements = idx.emit_until(now, split=split)
+            if not self.keys:
+                elements = self._fill_gaps(elements, now)
+            self._emit(key, elements)
+            if not idx.elements:
+                del self.groups[key]
+        return self._release()
+
+    def _frontier(self) -> int:
+        starts = [i.first_start() for i in self.groups.values() if i.elements]
+        return min(starts) if starts else INF
+
+    def _release(self) -> list:
+        """Rows leave in valid_from order: only those starting before anything still held."""
+        front = self._frontier()
+        if not self.ready:
+            return [Watermark(front)] if front < INF else []
+        self.ready.sort(key=lambda r: (r[0], r[1]))
+        k = bisect.bisect_left([r[0] for r in self.ready], front)
+        rows, self.ready = self.ready[:k], self.ready[k:]
+        out = []
+        if rows:
+            data = {name: [r[2][i] for r in rows] for i, name in enumerate(self.keys)}
+            for i, name in enumerate(self.partials):
+                data[name] = [r[3][i] for r in rows]
+            data[TS] = [r[0] for r in rows]
+            data[TE] = [r[1] for r in rows]
+            table = pa.table(data)
+            self.con.register("r", table)
+            try:
+                result = self.con.sql(self.final_sql).to_arrow_table()
+            finally:
+                self.con.unregister("r")
+            out.extend(result.to_batches())
+        out.append(Watermark(min(front, self.ready[0][0]) if self.ready else front))
+        if out[-1].ts >= INF:
+            out.pop()
+        return out
+
+    def state_size(self) -> int:
+        return sum(len(i.elements) for i in self.groups.values())
