@@ -133,10 +133,23 @@ class RunningQuery:
             out.extend(self._deliver(v.parent, nxt))
         return out
 
+    def _start(self, scan: _Vertex, ts: int) -> None:
+        """An aggregate without GROUP BY answers at every instant from when the streams it
+        reads begin (COUNT(*) = 0 over an empty window): tell the aggregates above a scan
+        when that scan's first tuple came."""
+        v = scan.parent
+        while v is not None:
+            if isinstance(v.op, aggregate.Aggregate):
+                v.op.start(ts)
+            v = v.parent
+
     def push(self, stream: str, batch: pa.RecordBatch) -> list:
         out = []
         for v in self.scans.get(stream.lower(), []):
-            out.extend(self._deliver(v, v.op.on_batch(batch)))
+            first = v.op.transform(batch)
+            if first is not None and first.num_rows:
+                self._start(v, pc.min(first.column(TS)).as_py())
+                out.extend(self._deliver(v, [first]))
         return self._client(out)
 
     def watermark(self, stream: str, ts: int) -> list:

@@ -80,6 +80,18 @@ def partial_fn(func: str) -> PartialFn:
                      lambda s: s.result())
 
 
+def _partial_type(func: str, arg_type):
+    """The Arrow type of a partial's values (known before any value, so all-NULL rows that
+    fill an empty window keep the columns' types)."""
+    if func in ("count", "count_star", "count_distinct"):
+        return pa.int64()
+    if func == "sum" and pa.types.is_integer(arg_type):
+        return pa.int64()
+    if func in ("sum", "min", "max") and not pa.types.is_null(arg_type):
+        return arg_type
+    return None                     # user aggregates: whatever they return
+
+
 class AggregateIndex:
     """The elements of one group: ``[start, end, states]`` sorted by start, disjoint."""
 
@@ -161,6 +173,7 @@ class Aggregate(Operator):
         self.groups: dict = {}                  # key tuple -> AggregateIndex
         self.ready: list = []                   # rows final and coalesced, awaiting order
         self.filled_until: int | None = None    # keyless: rows are produced for every instant
+        self.types: dict = {}                   # Arrow type of each key and partial column
         self.con = duckdb.connect()
         # the plan's SQL means what PostgreSQL means: int / int divides as integers
         self.con.execute("SET integer_division = true")
@@ -177,15 +190,18 @@ class Aggregate(Operator):
             return []
         self.con.register("b", batch)
         try:
-            cols = self.con.sql(self.input_sql).to_arrow_table().to_pydict()
+            table = self.con.sql(self.input_sql).to_arrow_table()
         finally:
             self.con.unregister("b")
+        if not self.types:
+            self.types = {f.name: f.type for f in table.schema}
+            for p, fn_name in zip(self.partials, (p.func for p in self.node.partials)):
+                self.types[p] = _partial_type(fn_name, self.types[p])
+        cols = table.to_pydict()
         nk = len(self.keys)
         key_cols = [cols[k] for k in self.keys]
         val_cols = [cols[p] for p in self.partials]
         ts_col, te_col = cols[TS], cols[TE]
-        if self.filled_until is None and not self.keys:
-            self.filled_until = ts_col[0]
         for i in range(len(ts_col)):
             key = tuple(c[i] for c in key_cols) if nk else ()
             idx = self.groups.get(key)
@@ -198,9 +214,13 @@ class Aggregate(Operator):
                 if not isinstance(m, Watermark)]
 
     def on_watermark(self, ts, port=0):
+        self.start(ts)
+        return self._reorganise(ts, split=True)
+
+    def start(self, ts: int) -> None:
+        """The first instant this aggregate answers for (only a keyless one fills gaps)."""
         if self.filled_until is None and not self.keys:
             self.filled_until = ts
-        return self._reorganise(ts, split=True)
 
     def on_end(self):
         return self._reorganise(INF, split=True)
@@ -278,11 +298,12 @@ class Aggregate(Operator):
         rows, self.ready = self.ready[:k], self.ready[k:]
         out = []
         if rows:
-            data = {name: [r[2][i] for r in rows] for i, name in enumerate(self.keys)}
+            data = {name: pa.array([r[2][i] for r in rows], self.types.get(name))
+                    for i, name in enumerate(self.keys)}
             for i, name in enumerate(self.partials):
-                data[name] = [r[3][i] for r in rows]
-            data[TS] = [r[0] for r in rows]
-            data[TE] = [r[1] for r in rows]
+                data[name] = pa.array([r[3][i] for r in rows], self.types.get(name))
+            data[TS] = pa.array([r[0] for r in rows], pa.int64())
+            data[TE] = pa.array([r[1] for r in rows], pa.int64())
             table = pa.table(data)
             self.con.register("r", table)
             try:

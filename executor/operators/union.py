@@ -11,10 +11,17 @@ class Union(Operator):
         self.inputs = len(node.inputs)
         self.names = [c.name for c in node.schema]
         self.merger = Merger(self.inputs)
+        self.schema = None
 
     def _align(self, batch):
-        # every input's columns take the union's names, by position (intervals last)
-        return batch.rename_columns(self.names + batch.schema.names[len(self.names):])
+        # every input's columns take the union's names, by position (intervals last), and the
+        # first input's types
+        batch = batch.rename_columns(self.names + batch.schema.names[len(self.names):])
+        if self.schema is None:
+            self.schema = batch.schema
+        elif batch.schema != self.schema:
+            batch = batch.cast(self.schema)
+        return batch
 
     def _out(self, everything=False) -> list:
         table = self.merger.release(everything=everything)
