@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 
 from . import plan as P
 from .batches import INF, TE, TS, Watermark
-from .operators import aggregate, filter_map, union, window
+from .operators import (aggregate, filter_map, range_aggregate, slide_aggregate, union,
+                        window)
 from .operators.base import Operator, Stateless
 
 
@@ -80,6 +81,18 @@ def _build_aggregate(node: P.Aggregate):
                                slide_start_us=(slide.start_us or 0) if slide else 0)
 
 
+def _fused(node):
+    """The fused window+aggregate operator for ``node``, if there is one."""
+    if not (isinstance(node, P.Aggregate) and isinstance(node.input, P.Window)):
+        return None
+    w = node.input.window
+    if isinstance(w, P.SlideWindow) and slide_aggregate.supports(node):
+        return slide_aggregate.SlideAggregate
+    if isinstance(w, P.RangeWindow) and range_aggregate.supports(node):
+        return range_aggregate.RangeAggregate
+    return None
+
+
 _BUILDERS = {
     P.StreamScan: Scan,
     P.Window: _build_window,
@@ -107,6 +120,13 @@ class RunningQuery:
         self.out_names = [c.name for c in p.root.schema]
 
     def _build(self, node, parent, port) -> _Vertex:
+        fused = _fused(node)
+        if fused is not None:
+            # a time window and the aggregate above it run as one vectorised operator
+            v = _Vertex(fused(node, node.input.window), parent, port)
+            self.vertices.append(v)
+            self._build(node.input.input, v, 0)
+            return v
         builder = _BUILDERS.get(type(node))
         if builder is None:
             raise NotRunnable(f"{type(node).__name__.strip('_')} does not run in the back end "

@@ -1,0 +1,169 @@
+"""ω RANGE i fused with α, on whole batches: the sliding-window case of the aggregate index.
+
+Over a range window a group's value changes only where a tuple arrives (ts) or leaves
+(ts + i). DuckDB evaluates every partial aggregate at all those change points at once, as a
+window aggregate whose frame is RANGE BETWEEN i - 1 µs PRECEDING AND CURRENT ROW — the tuples
+with c - i < ts <= c, which is the window's snapshot at c. The value at point c_k holds on
+[c_k, c_{k+1}); an element is final once its end is at or before the latest input time.
+Tuples are kept only while they can still be in a later frame. Rows leave in valid_from order
+with equal neighbours coalesced; a group whose window is empty has no row (a keyless
+aggregate has one: COUNT(*) = 0). Results equal the aggregate index's (``aggregate.py``).
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import plan as P
+from ..batches import INF, TE, TS, Watermark
+from .aggregate import Aggregate
+
+_WINDOWED = {"sum": "SUM({a})", "count": "COUNT({a})", "count_star": "COUNT(\"__arr\")",
+             "min": "MIN({a})", "max": "MAX({a})", "count_distinct": "COUNT(DISTINCT {a})"}
+
+
+def supports(node: P.Aggregate) -> bool:
+    return all(p.func in _WINDOWED for p in node.partials)
+
+
+class RangeAggregate(Aggregate):
+    def __init__(self, node: P.Aggregate, window: P.RangeWindow):
+        super().__init__(node)
+        self.size = window.size_us
+        self.tuples: pa.Table | None = None     # keys, args, ts: tuples still in some frame
+        self.open: dict = {}                    # key -> (start, values, count), still open
+        self.last_now = -INF                    # every point before this was dealt with
+        keys = ", ".join(f'"{k}"' for k in self.keys)
+        part = f"PARTITION BY {keys} " if self.keys else ""
+        args = [f'"{p}"' for p in self.partials]
+        aggs = ", ".join(_WINDOWED[p.func].format(a=a) + f' OVER w AS "{p.name}"'
+                         for p, a in zip(node.partials, args))
+        nulls = ", ".join(f'NULL AS "{p}"' for p in self.partials)
+        cols = ", ".join([f'"{k}"' for k in self.keys] + args)
+        key_sel = (keys + ", ") if self.keys else ""
+        self.points_sql = f"""
+            WITH pts AS (
+                SELECT {cols}, 1 AS "__arr", "{TS}" AS "__t" FROM t
+                UNION ALL
+                SELECT DISTINCT {key_sel}{nulls}, NULL AS "__arr", "{TS}" + {self.size}
+                    AS "__t" FROM t)
+            SELECT * FROM (
+                SELECT DISTINCT {key_sel}"__t", {aggs}, COUNT("__arr") OVER w AS "__n"
+                FROM pts
+                WINDOW w AS ({part}ORDER BY "__t" RANGE BETWEEN {self.size - 1} PRECEDING
+                             AND CURRENT ROW))
+            WHERE "__t" >= $since
+            ORDER BY {key_sel}"__t\""""
+
+    # ------------------------------------------------------------------ input
+    def on_batch(self, batch, port=0):
+        if batch.num_rows == 0:
+            return []
+        self.con.register("b", batch)
+        try:
+            new = self.con.sql(self.input_sql).to_arrow_table().drop_columns([TE])
+        finally:
+            self.con.unregister("b")
+        self.tuples = new if self.tuples is None else pa.concat_tables(
+            [self.tuples, new.cast(self.tuples.schema)])
+        now = new.column(TS)[-1].as_py()
+        return [m for m in self._advance(now) if not isinstance(m, Watermark)]
+
+    def on_watermark(self, ts, port=0):
+        return self._advance(ts, boundary=True)
+
+    def on_end(self):
+        return self._advance(INF, boundary=True)
+
+    # ------------------------------------------------------------------ change points
+    def _advance(self, now: int, boundary: bool = False) -> list:
+        if self.tuples is None or self.tuples.num_rows == 0:
+            return self._release()
+        # points before every group's open element, and before the last call, were dealt
+        # with already
+        since = min([o[0] for o in self.open.values()] + [self.last_now])
+        self.con.register("t", self.tuples)
+        try:
+            table = self.con.sql(self.points_sql.replace("$since", str(since))).to_arrow_table()
+        finally:
+            self.con.unregister("t")
+        if not self.types:              # the partials' types are the window aggregates'
+            self.types = {f.name: f.type for f in table.schema}
+        pts = table.to_pydict()
+        keys = [pts[k] for k in self.keys]
+        times = pts["__t"]
+        values = [pts[p] for p in self.partials]
+        counts = pts["__n"]
+        n = len(times)
+        i = 0
+        keep_from: dict = {}
+        while i < n:
+            key = tuple(k[i] for k in keys)
+            j = i
+            while j < n and tuple(k[j] for k in keys) == key:
+                j += 1
+            start = self._group(key, times, values, counts, i, j, now, boundary)
+            if start is not None:
+                keep_from[key] = start
+            i = j
+        self._forget(keep_from)
+        self.last_now = max(self.last_now, now)
+        return self._release()
+
+    def _group(self, key, times, values, counts, i, j, now, boundary) -> int | None:
+        """Close the group's elements that end by ``now`` and return the start of the one
+        left open. The open element's value is kept (``self.open``): the point that began
+        it may be the expiry of a tuple since forgotten."""
+        prev = self.open.get(key)               # (start, values, count) of the open element
+        rows = []
+        for k in range(i, j):
+            c = times[k]
+            if c > now:
+                break
+            if prev is None and c < self.last_now:
+                continue                        # a closed group's points were dealt with
+            if prev is not None and c < prev[0]:
+                continue                        # that point was dealt with already
+            if prev is not None and c == prev[0]:
+                # more tuples may have arrived at this very instant: take the new value
+                prev = (c, [v[k] for v in values], counts[k])
+                continue
+            if prev is not None:
+                rows.append((prev[0], c, prev[1], prev[2]))
+            prev = (c, [v[k] for v in values], counts[k])
+        if prev is not None and boundary and prev[0] < now < INF:
+            rows.append((prev[0], now, prev[1], prev[2]))   # a BOUNDARY splits it
+            prev = (now, prev[1], prev[2])
+        self._emit_values(key, [[s, e, vals] for s, e, vals, n in rows
+                                if n or not self.keys])
+        if prev is not None and (prev[2] or not self.keys):
+            self.open[key] = prev
+            return prev[0]
+        self.open.pop(key, None)        # an empty window: no row until a new tuple comes
+        return None
+
+    def _emit_values(self, key, rows: list) -> None:
+        last = None
+        for s, e, vals in rows:
+            if last is not None and last[1] == s and last[3] == vals:
+                last = (last[0], e, key, vals)
+                self.ready[-1] = last
+            else:
+                last = (s, e, key, vals)
+                self.ready.append(last)
+
+    def _forget(self, open_starts: dict) -> None:
+        """Keep the tuples that can still be in the frame of a point at or after their
+        group's open element: ts > open start - i."""
+        if not open_starts:          # every window is empty: only new tuples matter
+            self.tuples = self.tuples.slice(0, 0)
+            return
+        horizon = min(open_starts.values()) - self.size
+        self.tuples = self.tuples.filter(
+            pc.greater(self.tuples.column(TS), horizon))
+
+    def _frontier(self) -> int:
+        return min(o[0] for o in self.open.values()) if self.open else INF
+
+    def state_size(self) -> int:
+        return self.tuples.num_rows if self.tuples is not None else 0

@@ -1,0 +1,164 @@
+"""ω RANGE i SLIDE j fused with α, on whole batches: the hopping and tumbling case of the
+aggregate index, where every interval lies on the slide grid.
+
+A tuple with timestamp ts is in the answers for the τ on the grid with τ - i < ts <= τ; its
+rows are exploded to those τ (numpy), partial aggregates per (group, τ) come from Arrow's hash
+aggregation, and the open slides' partials are merged with each batch's. A slide τ is final
+once a tuple with ts > τ (or a BOUNDARY past τ) has been seen; its row is valid for
+[τ, τ + j) and leaves in τ order. Results equal the aggregate index's (``aggregate.py``), which
+stays the path for other windows and for COUNT(DISTINCT) and user aggregates.
+"""
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import plan as P
+from ..batches import TE, TS, Watermark
+from .base import Operator
+
+TAU = "__tau"
+
+# partial -> (Arrow hash aggregation on the batch, the one that merges two partials)
+_VECTOR = {
+    "sum": ("sum", "sum"),
+    "count": ("count", "sum"),
+    "count_star": ("count_all", "sum"),
+    "min": ("min", "min"),
+    "max": ("max", "max"),
+}
+
+
+def supports(node: P.Aggregate) -> bool:
+    return all(p.func in _VECTOR for p in node.partials)
+
+
+class SlideAggregate(Operator):
+    def __init__(self, node: P.Aggregate, window: P.SlideWindow):
+        self.node = node
+        self.size, self.slide = window.size_us, window.slide_us
+        self.offset = window.start_us or 0
+        self.keys = [k.name for k in node.keys]
+        self.partials = [p.name for p in node.partials]
+        self.funcs = [p.func for p in node.partials]
+        self.state: pa.Table | None = None      # open slides: keys, TAU, partials
+        self.started: int | None = None         # keyless: first slide to answer for
+        self.emitted_until: int | None = None   # keyless: slides up to here are out
+        self.con = duckdb.connect()
+        self.con.execute("SET integer_division = true")
+        select = [f'{k.expr.sql} AS "{k.name}"' for k in node.keys] + [
+            (f'{p.arg.sql} AS "{p.name}"' if p.arg is not None else f'1 AS "{p.name}"')
+            for p in node.partials]
+        self.input_sql = f'SELECT {", ".join(select)}, "{TS}" FROM b'
+        finals = ", ".join(f'{f.expr.sql} AS "{f.name}"' for f in node.finals)
+        self.final_sql = f'SELECT {finals}, "{TAU}" AS "{TS}", "{TAU}" + {self.slide} ' \
+                         f'AS "{TE}" FROM r ORDER BY "{TAU}"'
+
+    def _grid_up(self, ts: np.ndarray) -> np.ndarray:
+        return self.offset - ((self.offset - ts) // self.slide) * self.slide
+
+    def on_batch(self, batch, port=0):
+        if batch.num_rows == 0:
+            return []
+        self.con.register("b", batch)
+        try:
+            t = self.con.sql(self.input_sql).to_arrow_table()
+        finally:
+            self.con.unregister("b")
+        ts = t.column(TS).to_numpy()
+        first = self._grid_up(ts)                                   # first τ >= ts
+        last = self.offset + ((ts + self.size - 1 - self.offset) // self.slide) * self.slide
+        counts = np.maximum((last - first) // self.slide + 1, 0)
+        if self.started is None and not self.keys:
+            # the slide whose answer holds when the stream starts (τ <= ts0 < τ + j)
+            self.started = self.offset + ((int(ts[0]) - self.offset) // self.slide) * self.slide
+        # aggregate first per (group, first slide, last slide) — tuples there share their
+        # slides — then spread those partials over their slides: far fewer rows to explode
+        t = t.drop_columns([TS]).append_column("__first", pa.array(first)) \
+            .append_column("__last", pa.array(last)).filter(pa.array(counts > 0))
+        pre = t.group_by(self.keys + ["__first", "__last"], use_threads=False).aggregate(
+            [(p, _VECTOR[f][0]) if f != "count_star" else (p, "count", pc.CountOptions("all"))
+             for p, f in zip(self.partials, self.funcs)])
+        pre = pre.rename_columns([_strip(n, self.partials) for n in pre.column_names])
+        f0 = pre.column("__first").to_numpy()
+        n = (pre.column("__last").to_numpy() - f0) // self.slide + 1
+        rows = np.repeat(np.arange(pre.num_rows), n)
+        step = np.arange(len(rows)) - np.repeat(np.cumsum(n) - n, n)
+        tau = f0[rows] + step * self.slide
+        exploded = pre.drop_columns(["__first", "__last"]).take(pa.array(rows)) \
+            .append_column(TAU, pa.array(tau))
+        part = exploded.group_by(self.keys + [TAU], use_threads=False).aggregate(
+            [(p, _VECTOR[f][1]) for p, f in zip(self.partials, self.funcs)])
+        part = part.rename_columns([_strip(n, self.partials) for n in part.column_names])
+        self.state = part if self.state is None else self._merge(self.state, part)
+        return self._emit(int(ts[-1]), inclusive=False)
+
+    def _merge(self, a: pa.Table, b: pa.Table) -> pa.Table:
+        both = pa.concat_tables([a, b.cast(a.schema) if b.schema != a.schema else b])
+        merged = both.group_by(self.keys + [TAU], use_threads=False).aggregate(
+            [(p, _VECTOR[f][1]) for p, f in zip(self.partials, self.funcs)])
+        return merged.rename_columns([_strip(n, self.partials) for n in merged.column_names]
+                                     ).cast(a.schema)
+
+    def on_watermark(self, ts, port=0):
+        out = self._emit(ts, inclusive=False)
+        return out + [Watermark(ts)]
+
+    def on_end(self):
+        return self._emit(None, inclusive=True)
+
+    def _emit(self, now: int | None, *, inclusive: bool) -> list:
+        """Rows of the slides final at ``now`` (τ < now), or of every slide at the end."""
+        if self.state is None:
+            return []
+        tau = self.state.column(TAU)
+        done = pc.less(tau, now) if now is not None else pc.greater_equal(tau, tau)
+        ready = self.state.filter(done)
+        self.state = self.state.filter(pc.invert(done))
+        if not self.keys:
+            ready = self._fill_empty(ready, now)
+        if ready.num_rows == 0:
+            return []
+        self.con.register("r", ready)
+        try:
+            result = self.con.sql(self.final_sql).to_arrow_table()
+        finally:
+            self.con.unregister("r")
+        return result.to_batches()
+
+    def _fill_empty(self, ready: pa.Table, now: int | None) -> pa.Table:
+        """Without GROUP BY every slide has its row, COUNT(*) = 0 where the window was empty."""
+        if self.started is None:
+            return ready
+        have = set(ready.column(TAU).to_pylist())
+        hi = max(have) if now is None and have else (
+            int(self._grid_up(np.array([now]))[0]) - self.slide if now is not None else None)
+        if hi is None:
+            return ready
+        lo = self.emitted_until if self.emitted_until is not None else self.started
+        missing = [x for x in range(lo, hi + 1, self.slide) if x not in have]
+        self.emitted_until = max(lo, hi + self.slide)
+        if not missing:
+            return ready
+        empty = {TAU: pa.array(missing, pa.int64())}
+        for p, f in zip(self.partials, self.funcs):
+            zero = 0 if f in ("count", "count_star") else None
+            empty[p] = pa.array([zero] * len(missing), ready.schema.field(p).type
+                                if p in ready.schema.names else None)
+        filler = pa.table(empty).select(ready.schema.names) if ready.num_rows else \
+            pa.table(empty)
+        return pa.concat_tables([ready, filler.cast(ready.schema)]) if ready.num_rows \
+            else filler
+
+    def state_size(self) -> int:
+        return self.state.num_rows if self.state is not None else 0
+
+
+def _strip(name: str, partials: list) -> str:
+    """Arrow names aggregates ``p0_sum``; give them back their partial names."""
+    for p in partials:
+        if name.startswith(p + "_"):
+            return p
+    return name
