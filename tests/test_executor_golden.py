@@ -4,7 +4,6 @@ Table 7 (a 10-unit range window over zero-length tuples). One time unit is one s
 import datetime as dt
 
 import pyarrow as pa
-import pytest
 import sqlglot
 
 import dialect  # noqa: F401

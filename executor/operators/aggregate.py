@@ -26,9 +26,9 @@ import bisect
 from dataclasses import dataclass
 from typing import Callable
 
-import duckdb
 import pyarrow as pa
 
+from .. import duck
 from ..batches import INF, TE, TS, Watermark
 from ..udf import user_aggregate
 from .base import Operator
@@ -174,9 +174,7 @@ class Aggregate(Operator):
         self.ready: list = []                   # rows final and coalesced, awaiting order
         self.filled_until: int | None = None    # keyless: rows are produced for every instant
         self.types: dict = {}                   # Arrow type of each key and partial column
-        self.con = duckdb.connect()
-        # the plan's SQL means what PostgreSQL means: int / int divides as integers
-        self.con.execute("SET integer_division = true")
+        self.con = duck.connect()
         select = [f'{k.expr.sql} AS "{k.name}"' for k in node.keys] + [
             (f'{p.arg.sql} AS "{p.name}"' if p.arg is not None else f'NULL AS "{p.name}"')
             for p in node.partials]
@@ -188,11 +186,7 @@ class Aggregate(Operator):
     def on_batch(self, batch, port=0):
         if batch.num_rows == 0:
             return []
-        self.con.register("b", batch)
-        try:
-            table = self.con.sql(self.input_sql).to_arrow_table()
-        finally:
-            self.con.unregister("b")
+        table = duck.run(self.con, "b", batch, self.input_sql)
         if not self.types:
             self.types = {f.name: f.type for f in table.schema}
             for p, fn_name in zip(self.partials, (p.func for p in self.node.partials)):
@@ -238,15 +232,20 @@ class Aggregate(Operator):
         yield s, e
 
     def _emit(self, key, elements: list) -> None:
-        """One reorganisation's emitted elements of a group: equal neighbours coalesced (not
-        across slide boundaries, where every slide has its own row)."""
+        """One reorganisation's emitted elements of a group, as rows: each slide of a hopping
+        window has its own row; otherwise equal neighbours are coalesced."""
+        if self.slide_us:
+            for s, e, states in elements:
+                values = self._values(states)
+                self.ready.extend((a, b, key, values) for a, b in self._split_slides(s, e))
+            return
+        self._coalesce(key, [(s, e, self._values(states)) for s, e, states in elements])
+
+    def _coalesce(self, key, rows: list) -> None:
+        """Add (start, end, values) rows of a group, merging neighbours that meet with equal
+        values."""
         last = None
-        for s, e, states in elements:
-            values = self._values(states)
-            if self.slide_us:
-                for a, b in self._split_slides(s, e):
-                    self.ready.append((a, b, key, values))
-                continue
+        for s, e, values in rows:
             if last is not None and last[1] == s and last[3] == values:
                 last = (last[0], e, key, values)
                 self.ready[-1] = last
@@ -305,11 +304,7 @@ class Aggregate(Operator):
             data[TS] = pa.array([r[0] for r in rows], pa.int64())
             data[TE] = pa.array([r[1] for r in rows], pa.int64())
             table = pa.table(data)
-            self.con.register("r", table)
-            try:
-                result = self.con.sql(self.final_sql).to_arrow_table()
-            finally:
-                self.con.unregister("r")
+            result = duck.run(self.con, "r", table, self.final_sql)
             out.extend(result.to_batches())
         out.append(Watermark(min(front, self.ready[0][0]) if self.ready else front))
         if out[-1].ts >= INF:

@@ -2,9 +2,9 @@
 them as DuckDB SQL over the input's column names), intervals passed through unchanged."""
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
 
+from .. import duck
 from ..batches import TE, TS
 from .base import Stateless
 
@@ -12,18 +12,12 @@ from .base import Stateless
 class _DuckOp(Stateless):
     def __init__(self, sql: str):
         self.sql = sql
-        self.con = duckdb.connect()
-        # the plan's SQL means what PostgreSQL means: int / int divides as integers
-        self.con.execute("SET integer_division = true")
+        self.con = duck.connect()
 
     def transform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         if batch.num_rows == 0:
             return None
-        self.con.register("b", batch)
-        try:
-            table = self.con.sql(self.sql).to_arrow_table()
-        finally:
-            self.con.unregister("b")
+        table = duck.run(self.con, "b", batch, self.sql)
         return table.combine_chunks().to_batches()[0] if table.num_rows else None
 
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import plan as P
+from .. import duck
 from ..batches import INF, TE, TS, Watermark
 from .aggregate import Aggregate
 
@@ -59,11 +60,7 @@ class RangeAggregate(Aggregate):
     def on_batch(self, batch, port=0):
         if batch.num_rows == 0:
             return []
-        self.con.register("b", batch)
-        try:
-            new = self.con.sql(self.input_sql).to_arrow_table().drop_columns([TE])
-        finally:
-            self.con.unregister("b")
+        new = duck.run(self.con, "b", batch, self.input_sql).drop_columns([TE])
         self.tuples = new if self.tuples is None else pa.concat_tables(
             [self.tuples, new.cast(self.tuples.schema)])
         now = new.column(TS)[-1].as_py()
@@ -82,11 +79,8 @@ class RangeAggregate(Aggregate):
         # points before every group's open element, and before the last call, were dealt
         # with already
         since = min([o[0] for o in self.open.values()] + [self.last_now])
-        self.con.register("t", self.tuples)
-        try:
-            table = self.con.sql(self.points_sql.replace("$since", str(since))).to_arrow_table()
-        finally:
-            self.con.unregister("t")
+        table = duck.run(self.con, "t", self.tuples,
+                         self.points_sql.replace("$since", str(since)))
         if not self.types:              # the partials' types are the window aggregates'
             self.types = {f.name: f.type for f in table.schema}
         pts = table.to_pydict()
@@ -134,23 +128,12 @@ class RangeAggregate(Aggregate):
         if prev is not None and boundary and prev[0] < now < INF:
             rows.append((prev[0], now, prev[1], prev[2]))   # a BOUNDARY splits it
             prev = (now, prev[1], prev[2])
-        self._emit_values(key, [[s, e, vals] for s, e, vals, n in rows
-                                if n or not self.keys])
+        self._coalesce(key, [(s, e, vals) for s, e, vals, n in rows if n or not self.keys])
         if prev is not None and (prev[2] or not self.keys):
             self.open[key] = prev
             return prev[0]
         self.open.pop(key, None)        # an empty window: no row until a new tuple comes
         return None
-
-    def _emit_values(self, key, rows: list) -> None:
-        last = None
-        for s, e, vals in rows:
-            if last is not None and last[1] == s and last[3] == vals:
-                last = (last[0], e, key, vals)
-                self.ready[-1] = last
-            else:
-                last = (s, e, key, vals)
-                self.ready.append(last)
 
     def _forget(self, open_starts: dict) -> None:
         """Keep the tuples that can still be in the frame of a point at or after their

@@ -10,12 +10,12 @@ stays the path for other windows and for COUNT(DISTINCT) and user aggregates.
 """
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import plan as P
+from .. import duck
 from ..batches import TE, TS, Watermark
 from .base import Operator
 
@@ -46,8 +46,7 @@ class SlideAggregate(Operator):
         self.state: pa.Table | None = None      # open slides: keys, TAU, partials
         self.started: int | None = None         # keyless: first slide to answer for
         self.emitted_until: int | None = None   # keyless: slides up to here are out
-        self.con = duckdb.connect()
-        self.con.execute("SET integer_division = true")
+        self.con = duck.connect()
         select = [f'{k.expr.sql} AS "{k.name}"' for k in node.keys] + [
             (f'{p.arg.sql} AS "{p.name}"' if p.arg is not None else f'1 AS "{p.name}"')
             for p in node.partials]
@@ -62,11 +61,7 @@ class SlideAggregate(Operator):
     def on_batch(self, batch, port=0):
         if batch.num_rows == 0:
             return []
-        self.con.register("b", batch)
-        try:
-            t = self.con.sql(self.input_sql).to_arrow_table()
-        finally:
-            self.con.unregister("b")
+        t = duck.run(self.con, "b", batch, self.input_sql)
         ts = t.column(TS).to_numpy()
         first = self._grid_up(ts)                                   # first τ >= ts
         last = self.offset + ((ts + self.size - 1 - self.offset) // self.slide) * self.slide
@@ -121,11 +116,7 @@ class SlideAggregate(Operator):
             ready = self._fill_empty(ready, now)
         if ready.num_rows == 0:
             return []
-        self.con.register("r", ready)
-        try:
-            result = self.con.sql(self.final_sql).to_arrow_table()
-        finally:
-            self.con.unregister("r")
+        result = duck.run(self.con, "r", ready, self.final_sql)
         return result.to_batches()
 
     def _fill_empty(self, ready: pa.Table, now: int | None) -> pa.Table:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import plan as P
-from ..batches import INF, TE, TS, with_interval
+from ..batches import INF, TS, with_interval
 from .base import Stateless
 
 
