@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 TS = "__ts"
 TE = "__te"
@@ -20,13 +19,6 @@ INF = 1 << 62          # "valid forever": far beyond any real timestamp in µs
 class Watermark:
     """BOUNDARY: nothing earlier than ``ts`` will follow on this input."""
     ts: int
-
-
-Message = "pa.RecordBatch | Watermark"
-
-
-def empty_like(schema: pa.Schema) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=schema)
 
 
 def with_interval(batch: pa.RecordBatch, ts, te) -> pa.RecordBatch:
@@ -40,9 +32,3 @@ def with_interval(batch: pa.RecordBatch, ts, te) -> pa.RecordBatch:
 
 def sort_by_interval(table: pa.Table) -> pa.Table:
     return table.sort_by([(TS, "ascending"), (TE, "ascending")])
-
-
-def min_ts(batch: pa.RecordBatch) -> int | None:
-    if batch.num_rows == 0:
-        return None
-    return pc.min(batch.column(TS)).as_py()

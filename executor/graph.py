@@ -9,8 +9,6 @@ the streams it reads, producing result batches with the client's columns (pseudo
 """
 from __future__ import annotations
 
-import datetime as dt
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -214,9 +212,3 @@ def _timestamps(col) -> pa.Array:
     return pa.array(np.where(mask, 0, values), pa.int64()).cast(pa.timestamp("us")) \
         if not mask.any() else pc.if_else(pa.array(mask), None, pa.array(
             np.where(mask, 0, values), pa.int64()).cast(pa.timestamp("us")))
-
-
-def micros(value: dt.datetime) -> int:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    return int(value.timestamp() * 1_000_000)

@@ -23,7 +23,3 @@ def user_aggregate(name: str):
         return _AGGREGATES[name.lower()]
     except KeyError:
         raise KeyError(f"no aggregate registered as {name!r}") from None
-
-
-def registered() -> set:
-    return set(_AGGREGATES)
