@@ -79,6 +79,50 @@ def _build_aggregate(node: P.Aggregate):
                                slide_start_us=(slide.start_us or 0) if slide else 0)
 
 
+def _col(name: str, typ: str) -> P.Expr:
+    return P.Expr(f'"{name}"', (name,), typ)
+
+
+def distinct_as_aggregate(node: P.Distinct) -> P.Aggregate:
+    """δ at each instant is a GROUP BY of every column: a row is there while any copy is."""
+    keys = tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
+    return P.Aggregate(node.input, keys, (P.Partial("__n", "count_star"),),
+                       tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema),
+                       node.schema)
+
+
+def difference_as_aggregate(node: P.Difference):
+    """EXCEPT at each instant: the rows of the left input that the right one lacks, as a
+    GROUP BY of every column over both inputs, each row marked with its side."""
+    names = [c.name for c in node.schema]
+
+    def marked(child, side: int):
+        outs = tuple(P.NamedExpr(n, _col(rc.name, rc.type))
+                     for n, rc in zip(names, child.schema))
+        outs += (P.NamedExpr("__left", P.Expr(str(int(side == 0)), (), "INTEGER")),
+                 P.NamedExpr("__right", P.Expr(str(int(side == 1)), (), "INTEGER")))
+        return P.Map(child, outs, node.schema + (P.Column("__left", "INTEGER"),
+                                                 P.Column("__right", "INTEGER")))
+
+    both = P.Union_((marked(node.left, 0), marked(node.right, 1)),
+                    node.schema + (P.Column("__left", "INTEGER"),
+                                   P.Column("__right", "INTEGER")))
+    keys = tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
+    agg = P.Aggregate(both, keys, (P.Partial("__l", "sum", _col("__left", "INTEGER")),
+                                   P.Partial("__r", "sum", _col("__right", "INTEGER"))),
+                      tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
+                      + (P.NamedExpr("__keep", P.Expr('"__l" > 0 AND coalesce("__r", 0) = 0',
+                                                      ("__l", "__r"), "BOOLEAN")),),
+                      node.schema + (P.Column("__keep", "BOOLEAN"),))
+    kept = P.Filter(agg, P.Expr('"__keep"', ("__keep",), "BOOLEAN"), agg.schema)
+    return P.Map(kept, tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema),
+                 node.schema)
+
+
+# Algebra that runs as a combination of other operators.
+_REWRITES = {P.Distinct: distinct_as_aggregate, P.Difference: difference_as_aggregate}
+
+
 def _fused(node):
     """The fused window+aggregate operator for ``node``, if there is one."""
     if not (isinstance(node, P.Aggregate) and isinstance(node.input, P.Window)):
@@ -118,6 +162,9 @@ class RunningQuery:
         self.out_names = [c.name for c in p.root.schema]
 
     def _build(self, node, parent, port) -> _Vertex:
+        rewrite = _REWRITES.get(type(node))
+        if rewrite is not None:
+            return self._build(rewrite(node), parent, port)
         fused = _fused(node)
         if fused is not None:
             # a time window and the aggregate above it run as one vectorised operator

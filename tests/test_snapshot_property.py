@@ -54,10 +54,15 @@ QUERIES = [
      "SELECT k, COUNT(DISTINCT v) AS d FROM snap GROUP BY k HAVING COUNT(*) > {c}"),
     ("SELECT valid_from, valid_to, k, (MIN(v) + MAX(v)) / 2 AS mm FROM s {w} WHERE v <> {c} "
      "GROUP BY k", "SELECT k, (MIN(v) + MAX(v)) / 2 AS mm FROM snap WHERE v <> {c} GROUP BY k"),
+    ("SELECT DISTINCT valid_from, valid_to, k, v > {c} AS big FROM s {w}",
+     "SELECT DISTINCT k, v > {c} AS big FROM snap"),
 ]
 UNION = ("SELECT valid_from, valid_to, k FROM s {w} WHERE v > {c} UNION ALL "
          "SELECT valid_from, valid_to, k FROM s {w2}",
          "SELECT k FROM snap WHERE v > {c} UNION ALL SELECT k FROM snap2")
+EXCEPT = ("SELECT valid_from, valid_to, k FROM s {w} WHERE v > {c} EXCEPT "
+          "SELECT valid_from, valid_to, k FROM s {w2}",
+          "SELECT k FROM snap WHERE v > {c} EXCEPT SELECT k FROM snap2")
 
 
 def run_executor(sql: str, tuples: list) -> list:
@@ -99,12 +104,12 @@ def valid_at(rows: list, t: int) -> Counter:
     return Counter(r[2] for r in rows if r[0] <= t and (r[1] is None or t < r[1]))
 
 
-def check(tuples: list, qi: int, w: str, c: int, w2: str | None = None):
+def check(tuples: list, qi: int, w: str, c: int, w2: str | None = None, pair=UNION):
     if w2 is None:
         sql, snap_sql = (q.format(w=w, c=c) for q in QUERIES[qi])
         windows = [w]
     else:
-        sql, snap_sql = (q.format(w=w, w2=w2, c=c) for q in UNION)
+        sql, snap_sql = (q.format(w=w, w2=w2, c=c) for q in pair)
         windows = [w, w2]
     rows = run_executor(sql, tuples)
     con = duckdb.connect()
@@ -142,6 +147,15 @@ def test_snapshot_reducibility(tuples, qi, w, c):
        st.integers(-3, 3))
 def test_snapshot_reducibility_union(tuples, w, w2, c):
     check(tuples, 0, w, c, w2)
+
+
+BOUNDED = sorted(w for w in WINDOWS if "UNBOUNDED" not in w and w)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams, st.sampled_from(BOUNDED), st.sampled_from(BOUNDED), st.integers(-3, 3))
+def test_snapshot_reducibility_except(tuples, w, w2, c):
+    check(tuples, 0, w, c, w2, pair=EXCEPT)
 
 
 # Shrunk counterexamples, kept as regressions. The first caught a 1 µs interval ([NOW])
