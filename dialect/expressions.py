@@ -94,9 +94,10 @@ class DropStreamObject(exp.Expression):
 
 
 class AlterStream(exp.Expression):
-    """``ALTER STREAM s ADD WRAPPER w`` | ``ADD COLUMN c type`` | ``SET (k = v, ...)``."""
+    """``ALTER STREAM s ADD WRAPPER w`` | ``ADD COLUMN c type`` | ``SET (k = v, ...)`` |
+    ``ADVANCE TO t`` (punctuation: no tuple earlier than t will follow)."""
     arg_types = {"this": True, "action": True, "wrapper": False, "column": False,
-                 "options": False}
+                 "options": False, "to": False}
 
 
 class StreamOption(exp.Expression):

@@ -115,5 +115,6 @@ class CQLGenerator(PostgresGenerator):
         action = e.args["action"]
         target = {"ADD WRAPPER": lambda: self.sql(e, "wrapper"),
                   "ADD COLUMN": lambda: self.sql(e, "column"),
-                  "SET": lambda: self._options(e)}[action]()
+                  "SET": lambda: self._options(e),
+                  "ADVANCE": lambda: "TO " + self.sql(e, "to")}[action]()
         return f"ALTER STREAM {self.sql(e, 'this')} {action} {target}"

@@ -304,4 +304,8 @@ class CQLParser(PostgresParser):
         if self._match(TokenType.SET):
             return self.expression(X.AlterStream(this=name, action="SET",
                                                  options=self._parse_stream_options()))
-        self.raise_error("Expected ADD WRAPPER, ADD COLUMN or SET after ALTER STREAM")
+        if self._match_text_seq("ADVANCE", "TO"):
+            return self.expression(X.AlterStream(this=name, action="ADVANCE",
+                                                 to=self._parse_bitwise()))
+        self.raise_error("Expected ADD WRAPPER, ADD COLUMN, SET or ADVANCE TO after ALTER "
+                         "STREAM")

@@ -29,6 +29,7 @@ class Scan(Stateless):
 
     def __init__(self, node: P.StreamScan):
         self.node = node
+        self.source = node.stream.lower()
         self.names = [c.name.split(".", 1)[1] for c in node.schema]
 
     def transform(self, batch):
@@ -37,6 +38,19 @@ class Scan(Stateless):
         te = _micros(batch.column(self.node.end_column)) if self.node.end_column else ts
         cols[TS], cols[TE] = ts, te
         return pa.RecordBatch.from_pydict(cols)
+
+
+class RelationScan(Stateless):
+    """A named window's or derived stream's result rows (their own columns and intervals)
+    → internal columns ``alias.col``."""
+
+    def __init__(self, node: P.WindowRelationScan):
+        self.node = node
+        self.source = node.name.lower()
+        self.names = [c.name for c in node.schema]
+
+    def transform(self, batch):
+        return batch.rename_columns(self.names + [TS, TE])
 
 
 def _micros(col) -> pa.Array:
@@ -137,6 +151,7 @@ def _fused(node):
 
 _BUILDERS = {
     P.StreamScan: Scan,
+    P.WindowRelationScan: RelationScan,
     P.Window: _build_window,
     P.Filter: filter_map.Filter,
     P.Map: filter_map.Map,
@@ -147,109 +162,306 @@ _BUILDERS = {
 
 
 class _Vertex:
-    __slots__ = ("op", "parent", "port")
+    """One operator in the shared graph. ``parents`` are (vertex, port) edges; a query's sink
+    is a vertex without an operator whose ``sinks`` say which queries read it."""
+    __slots__ = ("op", "parents", "children", "key", "sinks")
 
-    def __init__(self, op, parent, port):
-        self.op, self.parent, self.port = op, parent, port
+    def __init__(self, op, key=None):
+        self.op, self.key = op, key
+        self.parents: list = []
+        self.children: list = []
+        self.sinks: list = []
 
 
-class RunningQuery:
-    def __init__(self, p: P.Plan):
-        self.plan = p
+# Operators that map each tuple on its own: identical ones over the same stream share one
+# vertex (one scan, one window) whatever number of queries read them.
+_SHAREABLE = (P.StreamScan, P.WindowRelationScan, P.Window, P.Filter, P.Map)
+
+
+def _shareable(node) -> bool:
+    if isinstance(node, P.Window) and not window.supports(node.window):
+        return False
+    return isinstance(node, _SHAREABLE) and all(_shareable(c) for c in P.children(node))
+
+
+class _Query:
+    __slots__ = ("qid", "plan", "sink", "out_names", "rows_in", "rows_out", "own", "feeds",
+                 "streams")
+
+    def __init__(self, qid, plan, feeds=None):
+        self.qid, self.plan, self.feeds = qid, plan, feeds
+        self.streams: set = set()
+        self.out_names = [c.name for c in plan.root.schema]
+        self.rows_in = self.rows_out = 0
+        self.own: list = []               # vertices only this query holds (state to free)
+
+
+class Graph:
+    """Every running query in one graph: queries reading a stream share its feed, identical
+    per-tuple operators (scan, time window, σ, μ) are built once, and each query ends in its
+    own sink. ``push``/``watermark`` return {query id: [result batches]}."""
+
+    def __init__(self):
         self.scans: dict = {}           # stream name (lower) -> [vertex]
-        self.vertices: list = []
-        self.root = self._build(p.root, None, 0)
-        self.out_names = [c.name for c in p.root.schema]
+        self.shared: dict = {}          # canonical subtree -> vertex
+        self.queries: dict = {}         # query id -> _Query
+        self.failures: dict = {}        # query id -> error, for queries an operator failed
 
-    def _build(self, node, parent, port) -> _Vertex:
+    # ------------------------------------------------------------------ building
+    def add(self, qid, plan: P.Plan, feeds: str | None = None) -> None:
+        """Run ``plan`` as query ``qid``; with ``feeds``, its results are also the tuples of
+        the relation of that name (a named window or derived stream) other queries read."""
+        q = _Query(qid, plan, feeds.lower() if feeds else None)
+        sink = _Vertex(None)
+        sink.sinks.append(qid)
+        q.sink = sink
+        try:
+            self._build(plan.root, sink, 0, q)
+        except NotRunnable:
+            self._release(sink)
+            raise
+        self.queries[qid] = q
+        q.streams = self._reads(sink)
+
+    def _build(self, node, parent: _Vertex, port: int, q: _Query) -> _Vertex:
         rewrite = _REWRITES.get(type(node))
         if rewrite is not None:
-            return self._build(rewrite(node), parent, port)
+            return self._build(rewrite(node), parent, port, q)
+        key = P.to_json(node) if _shareable(node) else None
+        v = self.shared.get(key) if key is not None else None
+        if v is not None:
+            self._link(v, parent, port)
+            return v
         fused = _fused(node)
         if fused is not None:
             # a time window and the aggregate above it run as one vectorised operator
-            v = _Vertex(fused(node, node.input.window), parent, port)
-            self.vertices.append(v)
-            self._build(node.input.input, v, 0)
-            return v
-        builder = _BUILDERS.get(type(node))
-        if builder is None:
-            raise NotRunnable(f"{type(node).__name__.strip('_')} does not run in the back end "
-                              "yet")
-        v = _Vertex(builder(node), parent, port)
-        self.vertices.append(v)
-        if isinstance(node, P.StreamScan):
-            self.scans.setdefault(node.stream.lower(), []).append(v)
-        for i, child in enumerate(P.children(node)):
-            self._build(child, v, i)
+            v = _Vertex(fused(node, node.input.window))
+            kids = (node.input.input,)
+        else:
+            builder = _BUILDERS.get(type(node))
+            if builder is None:
+                raise NotRunnable(f"{type(node).__name__.strip('_')} does not run in the back "
+                                  "end yet")
+            v = _Vertex(builder(node), key)
+            kids = P.children(node)
+        self._link(v, parent, port)
+        if key is not None:
+            self.shared[key] = v
+        else:
+            q.own.append(v)
+        if isinstance(node, (P.StreamScan, P.WindowRelationScan)):
+            name = node.stream if isinstance(node, P.StreamScan) else node.name
+            self.scans.setdefault(name.lower(), []).append(v)
+        for i, child in enumerate(kids):
+            self._build(child, v, i, q)
         return v
 
+    @staticmethod
+    def _link(child: _Vertex, parent: _Vertex, port: int) -> None:
+        child.parents.append((parent, port))
+        parent.children.append(child)
+
+    def remove(self, qid) -> None:
+        """End a query and free its state at once; shared vertices go with their last reader."""
+        q = self.queries.pop(qid, None)
+        if q is not None:
+            self._release(q.sink)
+
+    def _release(self, v: _Vertex) -> None:
+        for child in v.children:
+            child.parents = [(p, port) for p, port in child.parents if p is not v]
+            if not child.parents:
+                self._drop(child)
+        v.children = []
+
+    def _drop(self, v: _Vertex) -> None:
+        if v.key is not None:
+            self.shared.pop(v.key, None)
+        for name, lst in list(self.scans.items()):
+            if v in lst:
+                lst.remove(v)
+                if not lst:
+                    del self.scans[name]
+        self._release(v)
+
     # ------------------------------------------------------------------ feeding
-    def _deliver(self, v: _Vertex, messages: list) -> list:
-        out = []
-        for m in messages:
-            if v.parent is None:
-                if not isinstance(m, Watermark):
-                    out.append(m)
+    def _deliver(self, v: _Vertex, messages: list, out: dict) -> None:
+        if not messages:
+            return
+        for qid in v.sinks:
+            out.setdefault(qid, []).extend(m for m in messages if not isinstance(m, Watermark))
+            feeds = self.queries[qid].feeds if qid in self.queries else None
+            for scan in self.scans.get(feeds, ()) if feeds else ():
+                self._deliver(scan, [scan.op.transform(m) if not isinstance(m, Watermark)
+                                     else m for m in messages], out)
+        for parent, port in v.parents:
+            op = parent.op
+            if op is None:
+                self._deliver(parent, messages, out)
                 continue
-            op, port = v.parent.op, v.port
-            nxt = op.on_watermark(m.ts, port) if isinstance(m, Watermark) else \
-                op.on_batch(m, port)
-            out.extend(self._deliver(v.parent, nxt))
+            nxt = []
+            try:
+                for m in messages:
+                    nxt.extend(op.on_watermark(m.ts, port) if isinstance(m, Watermark)
+                               else op.on_batch(m, port))
+            except Exception as e:  # noqa: BLE001 - an operator's error ends its queries only
+                self._fail(parent, f"{type(e).__name__}: {e}")
+                continue
+            self._deliver(parent, nxt, out)
+
+    def _fail(self, v: _Vertex, error: str) -> None:
+        for qid in v.sinks:
+            self.failures.setdefault(qid, error)
+        for parent, _ in v.parents:
+            self._fail(parent, error)
+
+    def take_failures(self) -> dict:
+        out, self.failures = self.failures, {}
         return out
 
-    def _start(self, scan: _Vertex, ts: int) -> None:
+    def finished(self) -> list:
+        """Queries that can produce nothing more (their LIMIT is reached)."""
+        return [qid for qid, q in self.queries.items()
+                if q.sink.children and isinstance(q.sink.children[0].op, Limit)
+                and q.sink.children[0].op.left <= 0]
+
+    def _start(self, v: _Vertex, ts: int) -> None:
         """An aggregate without GROUP BY answers at every instant from when the streams it
         reads begin (COUNT(*) = 0 over an empty window): tell the aggregates above a scan
         when that scan's first tuple came."""
-        v = scan.parent
-        while v is not None:
-            if isinstance(v.op, aggregate.Aggregate):
-                v.op.start(ts)
-            v = v.parent
+        for parent, _ in v.parents:
+            if isinstance(parent.op, aggregate.Aggregate):
+                parent.op.start(ts)
+            self._start(parent, ts)
 
-    def push(self, stream: str, batch: pa.RecordBatch) -> list:
-        out = []
-        for v in self.scans.get(stream.lower(), []):
+    def snapshot(self, qid, batches: dict, at: int | None) -> pa.Table | None:
+        """Query ``qid`` run over ``batches`` ({stream: [batch]}, each in event-time order)
+        to the end: its rows valid at instant ``at`` (default: the latest tuple's time)."""
+        out: dict = {}
+        last = at
+        for name, group in batches.items():
+            for b in group:
+                for v in list(self.scans.get(name.lower(), ())):
+                    first = v.op.transform(b)
+                    if first is not None and first.num_rows:
+                        self._start(v, pc.min(first.column(TS)).as_py())
+                        if at is None:
+                            top = pc.max(first.column(TS)).as_py()
+                            last = top if last is None else max(last, top)
+                        self._deliver(v, [first], out)
+        for other in list(self.queries.values()):      # relations first: they were added first
+            for v in reversed(self._all(other.sink)):
+                if v.op is not None:
+                    self._deliver(v, v.op.on_end(), out)
+        q = self.queries[qid]
+        rows = [b for b in out.get(qid, []) if b.num_rows]
+        if not rows or last is None:
+            return None
+        table = pa.Table.from_batches(rows)
+        table = table.filter(pc.and_(pc.less_equal(table.column(TS), last),
+                                     pc.greater(table.column(TE), last)))
+        return pa.Table.from_batches([_client_batch(q, b) for b in table.to_batches()])
+
+    @staticmethod
+    def _all(sink: _Vertex) -> list:
+        """Every vertex below ``sink``, parents before children."""
+        order, seen, stack = [], set(), [sink]
+        while stack:
+            v = stack.pop(0)
+            if id(v) not in seen:
+                seen.add(id(v))
+                order.append(v)
+                stack.extend(v.children)
+        return order
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> dict:
+        out: dict = {}
+        for v in list(self.scans.get(stream.lower(), ())):
             first = v.op.transform(batch)
             if first is not None and first.num_rows:
                 self._start(v, pc.min(first.column(TS)).as_py())
-                out.extend(self._deliver(v, [first]))
+                self._deliver(v, [first], out)
+        return self._client(out, batch.num_rows, stream)
+
+    def watermark(self, stream: str, ts: int) -> dict:
+        out: dict = {}
+        for v in list(self.scans.get(stream.lower(), ())):
+            self._deliver(v, v.op.on_watermark(ts), out)
         return self._client(out)
 
-    def watermark(self, stream: str, ts: int) -> list:
-        out = []
-        for v in self.scans.get(stream.lower(), []):
-            out.extend(self._deliver(v, v.op.on_watermark(ts)))
-        return self._client(out)
+    def end(self, qid) -> list:
+        """Flush what query ``qid`` still holds (its input has ended)."""
+        q = self.queries[qid]
+        out: dict = {}
+        for v in reversed(q.own):     # children before parents
+            self._deliver(v, v.op.on_end(), out)
+        return self._client({qid: out.get(qid, [])}).get(qid, [])
 
-    def end(self) -> list:
-        out = []
-        for v in reversed(self.vertices):     # children before parents
-            out.extend(self._deliver(v, v.op.on_end()))
-        return self._client(out)
+    def state_size(self, qid) -> int:
+        return sum(v.op.state_size() for v in self.queries[qid].own)
 
-    def state_size(self) -> int:
-        return sum(v.op.state_size() for v in self.vertices)
+    @staticmethod
+    def _reads(sink: _Vertex) -> set:
+        names, stack, seen = set(), [sink], set()
+        while stack:
+            v = stack.pop()
+            if id(v) not in seen:
+                seen.add(id(v))
+                if isinstance(v.op, (Scan, RelationScan)):
+                    names.add(v.op.source)
+                stack.extend(v.children)
+        return names
 
     # ------------------------------------------------------------------ output
-    def _client(self, batches: list) -> list:
+    def _client(self, out: dict, rows_in: int = 0, stream: str | None = None) -> dict:
         """Result batches with the client's columns, pseudo-columns as timestamps."""
-        out = []
-        for b in batches:
-            if b.num_rows == 0:
+        result = {}
+        if stream is not None:
+            for q in self.queries.values():
+                if stream.lower() in q.streams:
+                    q.rows_in += rows_in
+        for qid, batches in out.items():
+            q = self.queries.get(qid)
+            if q is None:
                 continue
-            cols, names = [], []
-            real = iter(self.out_names)
-            for c in self.plan.output:
-                if c.name in P.PSEUDO_COLUMNS and c.name in self.plan.pseudo:
-                    src = TE if c.name == "valid_to" else TS
-                    cols.append(_timestamps(b.column(src)))
-                else:
-                    cols.append(b.column(next(real)))
-                names.append(c.name)
-            out.append(pa.RecordBatch.from_arrays(cols, names=names))
-        return out
+            client = [_client_batch(q, b) for b in batches if b.num_rows]
+            q.rows_out += sum(b.num_rows for b in client)
+            if client:
+                result[qid] = client
+        return result
+
+
+def _client_batch(q: _Query, b: pa.RecordBatch) -> pa.RecordBatch:
+    cols, names = [], []
+    real = iter(q.out_names)
+    for c in q.plan.output:
+        if c.name in P.PSEUDO_COLUMNS and c.name in q.plan.pseudo:
+            src = TE if c.name == "valid_to" else TS
+            cols.append(_timestamps(b.column(src)))
+        else:
+            cols.append(b.column(next(real)))
+        names.append(c.name)
+    return pa.RecordBatch.from_arrays(cols, names=names)
+
+
+class RunningQuery:
+    """One query on a graph of its own: the executor driven directly (tests, benchmarks)."""
+
+    def __init__(self, p: P.Plan):
+        self.graph = Graph()
+        self.graph.add(0, p)
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> list:
+        return self.graph.push(stream, batch).get(0, [])
+
+    def watermark(self, stream: str, ts: int) -> list:
+        return self.graph.watermark(stream, ts).get(0, [])
+
+    def end(self) -> list:
+        return self.graph.end(0)
+
+    def state_size(self) -> int:
+        return self.graph.state_size(0)
 
 
 def _timestamps(col) -> pa.Array:

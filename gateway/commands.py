@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from . import settings as S
 from .protocol import errors as E
-from .results import Done, Field, Rows
+from .results import Done, Field, LiveRows, Rows
 from .session import Portal, TxStatus
 from .sql.lexer import Statement, strip_leading_comments
 
@@ -245,18 +245,28 @@ async def _declare(session, p, params):
     inner = session.prepare("", query.text)
     inner.stmt = Statement(inner.stmt.text, query.offset, inner.stmt.max_param) \
         if inner.stmt else None
-    if inner.command is not None or inner.translated is None or not inner.translated.returns_rows:
+    if not _returns_rows(inner):
         raise E.SyntaxError_("DECLARE CURSOR needs a query that returns rows",
                              position=query.offset + 1)
     result = await session.execute(inner, params)
+    if isinstance(result, LiveRows):
+        result.name = name
     session.portals[name] = Portal(name, inner, params, (), holdable=holdable, result=result,
                                    sql_cursor=True)
     return Done("DECLARE CURSOR")
 
 
+def _returns_rows(p) -> bool:
+    if p.command == "stream":
+        from .stream_commands import is_query
+        return is_query(p.translated.source)
+    return p.command is None and p.translated is not None and p.translated.returns_rows
+
+
 _FETCH = re.compile(
     rf"^(?P<verb>fetch|move)\s+(?:(?P<dir>next|prior|first|last|all|forward|backward|"
-    rf"absolute|relative)\s*)?(?P<count>[+-]?\d+|all)?\s*(?:(?:from|in)\s+)?(?P<name>{_NAME})\s*$",
+    rf"absolute|relative)\s*)?(?P<count>[+-]?\d+|all)?\s*(?:(?:from|in)\s+)?(?P<name>{_NAME})"
+    r"(?:\s+with\s*\(\s*timeout\s*=\s*(?P<timeout>'[^']*'|[\d.]+)\s*\))?\s*$",
     re.I | re.S)
 
 
@@ -267,8 +277,11 @@ def _fetch_cursor(session, p):
                              position=p.stmt.offset + 1)
     name = ident(m.group("name"))
     portal = session.portals.get(name)
-    if portal is None or not isinstance(portal.result, Rows):
+    if portal is None or not isinstance(portal.result, (Rows, LiveRows)):
         raise E.InvalidCursorName(f'cursor "{name}" does not exist')
+    if m.group("timeout") and not isinstance(portal.result, LiveRows):
+        raise E.FeatureNotSupported("WITH (timeout) applies to cursors over continuous "
+                                    "queries")
     return m, portal
 
 
@@ -305,9 +318,39 @@ def _fetch_indices(rows: Rows, direction: str, count: str | None) -> list:
     return idx
 
 
+def _timeout(m) -> float | None:
+    raw = m.group("timeout")
+    if raw is None:
+        return None
+    from dialect.errors import PlanError
+    from dialect.intervals import interval_us
+    try:
+        return interval_us(raw.strip("'")) / 1e6
+    except PlanError:
+        raise E.InvalidParameterValue(f"invalid timeout {raw}",
+                                      hint="Write an interval such as '1s' or '500ms'.") \
+            from None
+
+
+async def _fetch_live(session, m, live: LiveRows):
+    """FETCH from a continuous query: forward only; blocks until ``count`` rows exist (ALL:
+    until at least one), the query ends, or the timeout passes."""
+    d, c = (m.group("dir") or "").lower(), (m.group("count") or "").lower()
+    if d in ("prior", "first", "last", "absolute", "relative", "backward") or c.startswith("-"):
+        raise E.PgError("cursor can only scan forward", sqlstate="55000",
+                        hint="A continuous query's rows arrive once, in valid_from order.")
+    n = None if "all" in (d, c) else int(c) if c else 1
+    table = await live.take(n, _timeout(m), session.cancel_event, session.client_closed())
+    if m.group("verb").lower() == "move":
+        return Done(f"MOVE {table.num_rows}")
+    return Rows(live.fields, table, "FETCH")
+
+
 async def _fetch(session, p, params):
     m, portal = _fetch_cursor(session, p)
     rows = portal.result
+    if isinstance(rows, LiveRows):
+        return await _fetch_live(session, m, rows)
     idx = _fetch_indices(rows, m.group("dir"), m.group("count"))
     if m.group("verb").lower() == "move":
         return Done(f"MOVE {len(idx)}")
@@ -446,6 +489,6 @@ def describe_command(session, p) -> list | None:
         m = _FETCH.match(_body(p))
         if m and m.group("verb").lower() == "fetch":
             portal = session.portals.get(ident(m.group("name")))
-            if portal is not None and isinstance(portal.result, Rows):
+            if portal is not None and isinstance(portal.result, (Rows, LiveRows)):
                 return portal.result.fields
     return None

@@ -10,8 +10,6 @@ import random
 import ssl
 from collections import deque
 
-from dialect import expressions as X
-
 from . import settings as S
 from .commands import CopyRequest
 from .protocol import messages as M
@@ -20,7 +18,7 @@ from .protocol.auth import authenticate
 from .protocol.errors import (PgError, ProtocolViolation, InvalidAuthorization, QueryCanceled,
                               DuplicatePreparedStatement, DuplicateCursor,
                               InvalidSqlStatementName, InvalidCursorName)
-from .results import Done, Rows, encode_rows, resolve_formats, row_description
+from .results import Done, LiveRows, Rows, encode_rows, resolve_formats, row_description
 from .session import Portal, Session, TxStatus
 from .sql.lexer import split
 
@@ -43,6 +41,7 @@ class Connection:
         self.out = bytearray()
         self.session: Session | None = None
         self.skip_until_sync = False
+        self._watcher: asyncio.Task | None = None
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
@@ -67,6 +66,32 @@ class Connection:
     async def maybe_flush(self) -> None:
         if len(self.out) >= FLUSH_AT:
             await self.flush()
+
+    def client_closed(self) -> asyncio.Task:
+        """A task that ends when the client disconnects, reading (and keeping) whatever it
+        sends meanwhile; a handler that waits for a continuous query's rows waits on it too.
+        Stopped once the handler is done, so only one reader is ever active."""
+        if self._watcher is None:
+            self._watcher = asyncio.ensure_future(self._watch())
+        return self._watcher
+
+    async def _watch(self) -> None:
+        while True:
+            data = await self.reader.read(65536)
+            if not data:
+                return
+            self.inbox.extend(self.parser.feed(data))
+
+    async def _stop_watching(self) -> None:
+        w, self._watcher = self._watcher, None
+        if w is not None and not w.done():
+            w.cancel()
+            try:
+                await w
+            except asyncio.CancelledError:
+                pass
+        elif w is not None and w.exception() is None:
+            raise Closed()     # the client went away while we waited
 
     async def _send_now(self, data: bytes) -> None:
         self.send(data)
@@ -103,6 +128,7 @@ class Connection:
             log.info("client disconnected: pid=%d user=%s", self.session.pid, self.session.user)
             s = self.session
             self.session = None
+            s.portals.clear()          # ends this client's continuous queries now
             await asyncio.get_running_loop().run_in_executor(self.server.pool, s.close)
         try:
             self.writer.close()
@@ -146,6 +172,7 @@ class Connection:
             self.server.pool, lambda: Session(self.server, pid, secret, user=user,
                                               database=params.get("database") or user))
         self.session.apply_startup_options(params)
+        self.session.client_closed = self.client_closed
         self.session.pending_status.clear()
         self.server.sessions[pid] = self.session
         self.send(M.authentication_ok())
@@ -178,7 +205,10 @@ class Connection:
             if self.skip_until_sync and not isinstance(msg, (M.Sync, M.Query)):
                 continue
             try:
-                await handler(msg)
+                try:
+                    await handler(msg)
+                finally:
+                    await self._stop_watching()
             except PgError as e:
                 if e.severity == "FATAL":
                     raise
@@ -259,6 +289,9 @@ class Connection:
         if isinstance(res, Done):
             self.send(M.command_complete(res.tag) if res.tag else M.empty_query_response())
             return
+        if isinstance(res, LiveRows):
+            await self.emit_live(res, formats, max_rows, describe=describe, own=portal is None)
+            return
         fmts = resolve_formats(formats, len(res.fields))
         if describe:
             self.send(row_description(res.fields, fmts))
@@ -279,6 +312,36 @@ class Connection:
             self.send(M.portal_suspended())
         else:
             self.send(M.command_complete(s.rows_tag(res, sent)))
+
+    async def emit_live(self, live: LiveRows, formats: tuple, max_rows: int, *,
+                        describe: bool, own: bool) -> None:
+        """Rows of a continuous query as they come: each arrival is sent (and flushed) at
+        once. Stops at ``max_rows`` (PortalSuspended), at the query's end, on cancel (57014)
+        or when the client disconnects; ``own``: the query ends with this statement."""
+        s = self.session
+        fmts = resolve_formats(formats, len(live.fields))
+        if describe:
+            self.send(row_description(live.fields, fmts))
+        sent = 0
+        try:
+            while max_rows <= 0 or sent < max_rows:
+                want = None if max_rows <= 0 else max_rows - sent
+                table = await live.take(want, None, s.cancel_event, self.client_closed())
+                rows = Rows(live.fields, table)
+                while rows.remaining:
+                    data, n = encode_rows(rows, ENCODE_BATCH, fmts, s.tz)
+                    self.send(data)
+                    sent += n
+                await self.flush()
+                if live.exhausted:
+                    break
+        finally:
+            if own:
+                live.close()
+        if max_rows > 0 and not live.exhausted:
+            self.send(M.portal_suspended())
+        else:
+            self.send(M.command_complete(f"SELECT {sent}"))
 
     # ------------------------------------------------------------------ extended query
     async def on_parse(self, msg: M.Parse) -> None:
@@ -320,7 +383,7 @@ class Connection:
             raise InvalidCursorName(f'portal "{msg.name}" does not exist')
         if portal.result is None and self._returns_rows(portal):
             portal.result = await s.execute(portal.prepared, portal.params)
-        if isinstance(portal.result, Rows):
+        if isinstance(portal.result, (Rows, LiveRows)):
             fmts = resolve_formats(portal.result_formats, len(portal.result.fields))
             self.send(row_description(portal.result.fields, fmts))
         else:
@@ -329,7 +392,8 @@ class Connection:
     def _returns_rows(self, portal: Portal) -> bool:
         p = portal.prepared
         if p.command == "stream":
-            return isinstance(p.translated.source, X.Explain)
+            from .stream_commands import is_query
+            return is_query(p.translated.source)
         if p.command is not None:
             return p.command in ("fetch", "show")
         return p.translated is not None and p.translated.returns_rows
@@ -346,7 +410,8 @@ class Connection:
                     req, portal.result = portal.result, Done("")
                     await self.emit(req, (), 0, describe=False)
                     return
-            await self.emit(portal.result, portal.result_formats, msg.max_rows, describe=False)
+            await self.emit(portal.result, portal.result_formats, msg.max_rows, describe=False,
+                            portal=portal)
         finally:
             self.send_session_news()
 

@@ -10,8 +10,10 @@ import signal
 import ssl
 from concurrent.futures import ThreadPoolExecutor
 
+from .backend_link import BackendLink
 from .config import Config
 from .connection import Connection
+from .ingest import Ingest
 from .protocol.auth import Users, METHODS
 from .store import Store
 from .streams import StreamRegistry
@@ -30,6 +32,8 @@ class Server:
         self.pool = ThreadPoolExecutor(max_workers=config.workers,
                                        thread_name_prefix="cqgate-duckdb")
         self.sessions: dict = {}
+        self.backend = BackendLink()
+        self.ingest = Ingest(self.backend)
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.ssl_context = None
         if config.tls_cert and config.tls_key:
@@ -38,6 +42,22 @@ class Server:
             self.ssl_context = ctx
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set = set()
+
+    def _keep_relations(self) -> None:
+        """Start the queries of the named windows and derived streams kept in the catalog."""
+        from . import stream_commands
+        from .session import Session
+        session = Session(self, 0, 0)
+        try:
+            kept = sorted((o for o in self.streams.objects.values()
+                           if o.kind in ("window", "derived")), key=lambda o: o.oid)
+            for obj in kept:
+                try:
+                    stream_commands.keep_relation(session, obj)
+                except Exception as e:  # noqa: BLE001 - one bad definition must not stop the rest
+                    log.error("cannot start %s %s: %s", obj.kind, obj.name, e)
+        finally:
+            session.close()
 
     def next_pid(self) -> int:
         return next(self._pids)
@@ -59,6 +79,8 @@ class Server:
             self._tasks.discard(task)
 
     async def start(self) -> int:
+        await self.backend.start()
+        await asyncio.get_running_loop().run_in_executor(self.pool, self._keep_relations)
         self._server = await asyncio.start_server(self._client, self.config.host,
                                                   self.config.port, limit=1 << 20)
         return self._server.sockets[0].getsockname()[1]
@@ -70,6 +92,7 @@ class Server:
             t.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5)
+        await self.backend.stop()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.store.close()
 

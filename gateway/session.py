@@ -16,9 +16,10 @@ import duckdb
 from sqlglot import exp
 
 from . import settings as S
+from . import system_views
 from .protocol import errors as E
 from .protocol import types as T
-from .results import Done, Field, Rows
+from .results import Done, Field, LiveRows, Rows
 from .sql import translate as TR
 from .sql.lexer import Statement, split
 from .store import pg_error
@@ -49,8 +50,37 @@ class Portal:
     params: list
     result_formats: tuple
     holdable: bool = False
-    result: Rows | Done | None = None     # filled on first Describe/Execute
+    result: Rows | LiveRows | Done | None = None     # filled on first Describe/Execute
     sql_cursor: bool = False
+
+    def close(self) -> None:
+        if isinstance(self.result, LiveRows):
+            self.result.close()
+
+
+class Portals(dict):
+    """Portals by name; a portal removed or replaced ends its continuous query at once."""
+
+    def __setitem__(self, key, value):
+        old = self.get(key)
+        if old is not None and old is not value:
+            old.close()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self[key].close()
+        super().__delitem__(key)
+
+    def pop(self, key, *default):
+        value = super().pop(key, *default)
+        if isinstance(value, Portal):
+            value.close()
+        return value
+
+    def clear(self):
+        for p in self.values():
+            p.close()
+        super().clear()
 
 
 @dataclass
@@ -63,18 +93,20 @@ class Session:
     settings: dict = field(default_factory=lambda: dict(S.DEFAULTS))
     status: TxStatus = TxStatus.IDLE
     statements: dict = field(default_factory=dict)
-    portals: dict = field(default_factory=dict)
+    portals: Portals = field(default_factory=Portals)
     savepoints: list = field(default_factory=list)
     writes_in_tx: bool = False
     canceled: bool = False
     pending_status: list = field(default_factory=list)   # ParameterStatus to send
     notices: list = field(default_factory=list)
+    client_closed: object = None     # () -> task that ends when the client disconnects
 
     def __post_init__(self):
         self.con = self.server.store.connect()
         self._col_cache: dict = {}
         self._col_cache_version = -1
         self.settings["session_authorization"] = self.user
+        self.cancel_event = asyncio.Event()
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -106,12 +138,14 @@ class Session:
 
     def cancel(self) -> None:
         self.canceled = True
+        self.cancel_event.set()
         try:
             self.con.interrupt()
         except duckdb.Error:
             pass
 
     def close(self) -> None:
+        self.portals.clear()
         try:
             if self.status != TxStatus.IDLE:
                 self.con.execute("ROLLBACK")
@@ -305,12 +339,19 @@ class Session:
         if self.status == TxStatus.FAILED and not self._allowed_when_failed(p):
             raise E.InFailedTransaction(E.IN_FAILED_TRANSACTION_MESSAGE)
         self.canceled = False
+        self.cancel_event.clear()
         if p.command == "stream":
             from . import stream_commands
-            return await self._call(stream_commands.run, self, p.translated.source, params)
+            res = await self._call(stream_commands.run, self, p.translated.source, params)
+            if isinstance(res, stream_commands.Planned):
+                return await self.server.backend.open(res.plan, res.fields, res.schema,
+                                                      p.stmt.text, self.pid, p.name)
+            return res
         if p.command is not None:
             from .commands import run_command
             return await run_command(self, p, params)
+        if p.translated.catalog and system_views.wanted(p.stmt.text):
+            await system_views.refresh(self)
         return await self._call(self._run_sql, p, params)
 
     def _allowed_when_failed(self, p: Prepared) -> bool:
@@ -369,7 +410,9 @@ class Session:
         """[(name, duckdb type)] of the COPY target, in the order the data carries them."""
         schema, _, table = req.table.rpartition(".")
         from .commands import ident
-        cols = self._columns(ident(schema) if schema else None, ident(table))
+        stream = self._copy_stream(req)
+        cols = [(c[0], c[1], None, None) for c in stream.columns] if stream is not None else \
+            self._columns(ident(schema) if schema else None, ident(table))
         if not cols:
             raise E.UndefinedTable(f'relation "{ident(table)}" does not exist')
         if req.columns is None:
@@ -381,6 +424,12 @@ class Session:
                                     "does not exist")
         return [(by_name[c.lower()][0], by_name[c.lower()][1]) for c in req.columns]
 
+    def _copy_stream(self, req):
+        from .commands import ident
+        schema, _, table = req.table.rpartition(".")
+        return self.server.streams.get(ident(schema) if schema else None, ident(table),
+                                       kinds=("stream",))
+
     def copy_load(self, req, cols: list, data: bytes) -> int:
         from . import copy as C
         if req.csv:
@@ -391,7 +440,12 @@ class Session:
         names = ", ".join('"' + c[0].replace('"', '""') + '"' for c in cols)
         casts = ", ".join(f'CAST(c{i} AS {c[1]})' for i, c in enumerate(cols))
         self.con.register("cq_copy_in", table)
+        stream = self._copy_stream(req)
         try:
+            if stream is not None:
+                from . import stream_commands as SC
+                sql = SC.stream_rows_sql(stream, [c[0] for c in cols], "SELECT * FROM cq_copy_in")
+                return SC.deliver(self, stream, self.con.sql(sql).to_arrow_table())
             self.con.execute(f"INSERT INTO {req.table} ({names}) SELECT {casts} FROM cq_copy_in")
         except duckdb.Error as e:
             raise pg_error(e) from None

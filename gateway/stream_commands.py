@@ -3,15 +3,18 @@ DROP / ALTER STREAM, CREATE / DROP WINDOW, CREATE / DROP WRAPPER), EXPLAIN, and 
 queries. Dispatch is by the statement's node type (``HANDLERS``).
 
 Continuous queries are planned here (so every planning error reaches the client with its
-SQLSTATE) and handed to the back end once it exists; until then they end with 0A000.
+SQLSTATE) and come back as ``Planned``; the session hands them to the back end. INSERT into a
+stream evaluates its rows on DuckDB and delivers them through ``gateway/ingest.py``.
 """
 from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
@@ -24,6 +27,7 @@ from executor import plan as P
 from .protocol import errors as E
 from .protocol import types as T
 from .results import Done, Field, Rows
+from .ingest import micros
 from .streams import BUILTIN_WRAPPERS, SessionCatalog, StreamObject
 from .sql import translate as TR
 from .store import pg_error
@@ -182,9 +186,22 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     cols = [[c.name, _duck_type(session, c.type) if c.type != "UNKNOWN" else "VARCHAR", False]
             for c in p.output]
     reg = session.server.streams
-    reg.save(StreamObject(reg.next_oid(), kind, schema, name, tree.sql("cql"), cols,
-                          depends_on=reads))
+    obj = StreamObject(reg.next_oid(), kind, schema, name, tree.sql("cql"), cols,
+                       depends_on=reads)
+    _keep(session, obj, p)                 # refuses what cannot run
+    reg.save(obj)
     return Done(tag)
+
+
+def _keep(session, obj: StreamObject, p: P.Plan) -> None:
+    link = session.server.backend
+    link.call(link.keep(-obj.oid, p, obj.relation().name))
+
+
+def keep_relation(session, obj: StreamObject) -> None:
+    """Run a stored named window or derived stream again (at server start)."""
+    tree = sqlglot.parse_one(obj.definition, read="cql").args["expression"]
+    _keep(session, obj, plan(tree, SessionCatalog(session.server.streams, session)))
 
 
 def create_window(session, tree: X.CreateWindow, params) -> Done:
@@ -233,9 +250,21 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
                         hint=f"Use DROP {word} ... CASCADE to drop the dependent objects too.")
     for d in dependents:
         session.notices.append(("NOTICE", "00000", f"drop cascades to {d.kind} {d.name}"))
+        _stop(session, d)
         reg.remove(d)
+    _stop(session, obj)
     reg.remove(obj)
     return Done(tag)
+
+
+def _stop(session, obj: StreamObject) -> None:
+    """End what the back end runs for ``obj``: its own query, and every query reading it."""
+    link = session.server.backend
+    if obj.kind in ("window", "derived"):
+        link.drop(-obj.oid)
+    if obj.kind != "wrapper":
+        link.drop_stream(obj.relation().name)
+        session.server.ingest.forget(obj.relation().name)
 
 
 def _all_dependents(reg, obj) -> list:
@@ -275,10 +304,96 @@ def alter(session, tree: X.AlterStream, params) -> Done:
             raise E.FeatureNotSupported("a stream's event-time columns are fixed at CREATE")
         obj.columns.append([_folded(col.this),
                             _duck_type(session, col.args["kind"].sql("postgres")), False])
+    elif action == "ADVANCE":
+        ts = _event_time(session, obj, tree.args["to"], params)
+        srv = session.server
+        srv.backend.call(srv.ingest.advance(obj.relation().name, ts))
+        return Done("ALTER STREAM")
     else:
         obj.options.update(_options(tree.args.get("options"), STREAM_OPTIONS, "stream"))
     reg.save(obj)
     return Done("ALTER STREAM")
+
+
+def _event_time(session, obj: StreamObject, value: exp.Expression, params) -> int:
+    """A timestamp expression as µs of the stream's event time."""
+    ts_type = next(c[1] for c in obj.columns if c[0] == obj.timestamp_column)
+    sql = TR.translate("SELECT CAST(" + value.sql("cql") + f" AS {ts_type})").duck_sql
+    try:
+        col = session.con.sql(session.bind_session_values(sql), params=params or None) \
+            .to_arrow_table().column(0)
+    except duckdb.Error as e:
+        raise pg_error(e) from None
+    if col.null_count:
+        raise E.InvalidParameterValue("ADVANCE TO needs a timestamp, not NULL")
+    return int(micros(col.combine_chunks())[0])
+
+
+# ---------------------------------------------------------------------- stream data
+def _target(session, tree) -> tuple[StreamObject, list]:
+    """The stream an INSERT writes to, and the columns it names (all when none)."""
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    reg = session.server.streams
+    obj = reg.get(target.db or "public", target.name,
+                  kinds=("stream", "window", "derived"))
+    if obj is None:
+        raise E.UndefinedTable(f'relation "{target.name}" does not exist')
+    if obj.kind != "stream":
+        raise E.PgError(f'cannot insert into {obj.kind} "{obj.name}"', sqlstate="42809",
+                        hint="Insert into the stream it reads.")
+    names = [c.name for c in tree.this.expressions] if isinstance(tree.this, exp.Schema) \
+        else [c[0] for c in obj.columns]
+    known = {c[0].lower(): c[0] for c in obj.columns}
+    for n in names:
+        if n.lower() not in known:
+            raise E.UndefinedColumn(f'column "{n}" of relation "{obj.name}" does not exist')
+    return obj, [known[n.lower()] for n in names]
+
+
+def stream_rows_sql(obj: StreamObject, names: list, source: str) -> str:
+    """DuckDB SQL giving the stream's columns, typed, from ``source`` whose columns are
+    ``names`` in order; columns not named are NULL."""
+    given = {n.lower(): i for i, n in enumerate(names)}
+    alias = ", ".join(f"c{i}" for i in range(len(names)))
+    cols = ", ".join(
+        (f"CAST(v.c{given[c[0].lower()]} AS {c[1]})" if c[0].lower() in given
+         else f"CAST(NULL AS {c[1]})") + ' AS "' + c[0].replace('"', '""') + '"'
+        for c in obj.columns)
+    return f"SELECT {cols} FROM ({source}) AS v({alias})"
+
+
+def deliver(session, obj: StreamObject, table: pa.Table) -> int:
+    """Hand typed stream rows to the back end; late ones are counted and reported."""
+    srv = session.server
+    try:
+        n, late = srv.backend.call(srv.ingest.push(obj.relation().name, obj.timestamp_column,
+                                                   table))
+    except ValueError as e:
+        raise E.NotNullViolation(f'{e} (column "{obj.timestamp_column}" of stream '
+                                 f'"{obj.name}")') from None
+    if late:
+        session.notices.append((
+            "WARNING", "01000", f"{late} tuple(s) earlier than the watermark of stream "
+            f'"{obj.name}" were not delivered to running queries'))
+    return n + late
+
+
+def insert(session, tree: exp.Insert, params) -> Done:
+    if tree.args.get("returning"):
+        raise E.FeatureNotSupported("INSERT into a stream has no RETURNING")
+    obj, names = _target(session, tree)
+    source = TR.translate(tree.expression.sql("cql")).duck_sql
+    sql = session.bind_session_values(stream_rows_sql(obj, names, source))
+    try:
+        table = session.con.sql(sql, params=params or None).to_arrow_table()
+    except duckdb.Error as e:
+        raise pg_error(e) from None
+    return Done(f"INSERT 0 {deliver(session, obj, table)}")
+
+
+def refuse_change(session, tree, params) -> Done:
+    raise E.PgError("a stream's tuples cannot be updated or deleted", sqlstate="42809",
+                    hint="Streams are append-only: INSERT new tuples instead.")
 
 
 # ---------------------------------------------------------------------- queries
@@ -310,11 +425,89 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
     return Rows(_QUERY_PLAN, pa.table({"QUERY PLAN": pa.array(lines, pa.string())}), "EXPLAIN")
 
 
-def continuous_query(session, tree, params) -> Rows:
-    _plan(session, tree)      # every planning error reaches the client with its SQLSTATE
-    raise E.FeatureNotSupported(
-        "continuous queries cannot run yet: the back end that runs them is not part of this "
-        "version", hint="EXPLAIN shows the plan the back end will run.")
+@dataclass(frozen=True)
+class Planned:
+    """A continuous query, planned, for the session to start in the back end."""
+    plan: P.Plan
+    fields: list
+    schema: pa.Schema             # the Arrow types the rows are sent with
+
+
+def continuous_query(session, tree, params) -> Planned:
+    p = _plan(session, tree)      # every planning error reaches the client with its SQLSTATE
+    if p.mode == "archive":
+        raise E.FeatureNotSupported(
+            "a fixed window wholly in the past reads the archive, which this version cannot "
+            "query yet", hint="Use a window that reaches the present.")
+    if p.mode == "snapshot":
+        return snapshot_query(session, tree)
+    fields, schema = _typed_fields(session, p)
+    return Planned(p, fields, schema)
+
+
+def _relations(session, p: P.Plan) -> list:
+    """(name, plan) of the named windows and derived streams ``p`` reads, dependencies first."""
+    out, reg = [], session.server.streams
+    catalog = SessionCatalog(reg, session)
+
+    def visit(node):
+        if isinstance(node, P.WindowRelationScan) and all(n != node.name for n, _ in out):
+            schema, _, name = node.name.rpartition(".")
+            obj = reg.get(schema or "public", name, kinds=("window", "derived"))
+            inner = plan(sqlglot.parse_one(obj.definition, read="cql").args["expression"],
+                         catalog)
+            visit(inner.root)
+            out.append((node.name, inner))
+        for c in P.children(node):
+            visit(c)
+
+    visit(p.root)
+    return out
+
+
+def snapshot_query(session, tree) -> Rows:
+    """A query evaluated at now (cq.mode = snapshot, or one that reads only named windows):
+    the plan without ORDER BY / LIMIT / OFFSET runs in the back end over recent tuples, and
+    those clauses are applied to its answer by DuckDB."""
+    tree = tree.copy()
+    tail = {k: tree.args.get(k) for k in ("order", "limit", "offset")}
+    for k in tail:
+        tree.set(k, None)
+    p = _plan(session, tree)
+    link = session.server.backend
+    fields, schema = _typed_fields(session, p)
+    table = link.call(link.snapshot(p, _relations(session, p)))
+    table = schema.empty_table() if table is None else table.cast(schema)
+    if any(tail.values()):
+        clauses = " ".join(v.sql("duckdb") for v in tail.values() if v is not None)
+        try:
+            session.con.register("cq_snapshot", table)
+            table = session.con.sql(f"SELECT * FROM cq_snapshot {clauses}").to_arrow_table()
+        except duckdb.Error as e:
+            raise pg_error(e) from None
+        finally:
+            session.con.unregister("cq_snapshot")
+    return Rows(fields, table, "SELECT")
+
+
+def _typed_fields(session, p: P.Plan) -> tuple[list, pa.Schema]:
+    """The result's fields, with the plan's types spelled as DuckDB spells them, and the
+    Arrow schema rows are cast to before they are encoded."""
+    casts = ", ".join(f"CAST(NULL AS {c.type if c.type != 'UNKNOWN' else 'VARCHAR'}) AS c{i}"
+                      for i, c in enumerate(p.output))
+    try:
+        rel = session.con.sql(f"SELECT {casts}")
+        types, schema = [str(t) for t in rel.types], rel.to_arrow_table().schema
+    except duckdb.Error as e:
+        raise pg_error(e) from None
+    fields = [Field(c.name, T.duck_to_pg(t).oid, T.duck_typmod(t))
+              for c, t in zip(p.output, types)]
+    names = [c.name for c in p.output]
+    return fields, pa.schema([pa.field(n, f.type) for n, f in zip(names, schema)])
+
+
+def _fields(session, p: P.Plan) -> list:
+    return _typed_fields(session, p)[0]
 
 
 HANDLERS = {
@@ -324,7 +517,15 @@ HANDLERS = {
     X.DropStreamObject: drop,
     X.AlterStream: alter,
     X.Explain: explain_statement,
+    exp.Insert: insert,
+    exp.Update: refuse_change,
+    exp.Delete: refuse_change,
 }
+
+
+def is_query(tree) -> bool:
+    """Whether a stream statement returns rows (a query, or EXPLAIN)."""
+    return type(tree) not in HANDLERS or isinstance(tree, X.Explain)
 
 
 def run(session, tree, params):
@@ -336,4 +537,4 @@ def describe(session, tree) -> list | None:
         return _QUERY_PLAN
     if type(tree) in HANDLERS:
         return None
-    return [Field(c.name, T.duck_to_pg(c.type).oid) for c in _plan(session, tree).output]
+    return _fields(session, _plan(session, tree))

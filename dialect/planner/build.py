@@ -514,8 +514,10 @@ def _partial_type(p: P.Partial) -> str:
     if p.arg is None or p.func in ("count", "count_star", "count_distinct"):
         return "BIGINT"
     if p.func == "sum":
-        base = p.arg.type.split("(")[0]
-        return "HUGEINT" if base in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT") else p.arg.type
+        base = p.arg.type.split("(")[0]      # PostgreSQL: sum(int4) is int8, sum(int8) numeric
+        if base in ("TINYINT", "SMALLINT", "INT", "INTEGER"):
+            return "BIGINT"
+        return "HUGEINT" if base in ("BIGINT", "HUGEINT") else p.arg.type
     return p.arg.type if p.func in ("min", "max") else UNKNOWN
 
 

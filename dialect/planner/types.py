@@ -14,7 +14,8 @@ from sqlglot import exp
 
 from ..errors import DatatypeMismatch
 
-_INTS = ["TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT"]
+_SMALL_INTS = ["TINYINT", "SMALLINT", "INT", "INTEGER"]
+_INTS = _SMALL_INTS + ["BIGINT", "HUGEINT"]
 _NUMERIC_ORDER = _INTS + ["DECIMAL", "FLOAT", "DOUBLE"]
 UNKNOWN = "UNKNOWN"
 
@@ -80,7 +81,9 @@ def _aggregate(e, column_type) -> str:
     if isinstance(e, exp.Avg):
         return "DOUBLE"
     if isinstance(e, exp.Sum):
-        return "HUGEINT" if arg.split("(")[0] in _INTS else arg
+        # PostgreSQL: sum of int2/int4 is int8, of int8 numeric
+        base = arg.split("(")[0]
+        return ("BIGINT" if base in _SMALL_INTS else "HUGEINT") if base in _INTS else arg
     return arg
 
 

@@ -87,6 +87,12 @@ EMPTY_TABLES = {
                         "application_name VARCHAR, state VARCHAR, query VARCHAR",
     "pg_locks": "locktype VARCHAR, relation UINTEGER, pid INTEGER, mode VARCHAR, granted BOOLEAN",
     "pg_timezone_names": "name VARCHAR, abbrev VARCHAR, utc_offset INTERVAL, is_dst BOOLEAN",
+    # cqgate's system views, filled from the back end just before a statement reads them
+    "cq_queries": "pid INTEGER, name VARCHAR, kind VARCHAR, query VARCHAR, state VARCHAR, "
+                  "started TIMESTAMPTZ, rows_in BIGINT, rows_out BIGINT, state_size BIGINT, "
+                  "last_emit TIMESTAMPTZ",
+    "cq_streams": "stream VARCHAR, tuples BIGINT, rate DOUBLE, watermark TIMESTAMP, "
+                  "late BIGINT",
 }
 
 # Views and static tables this module defines; the translator redirects these names.

@@ -1,0 +1,207 @@
+"""The back-end process: every continuous query in one shared graph, fed by the gateway over a
+socket (``executor/wire.py``), answering with result batches tagged by query id.
+
+    python -m executor.backend --fd N      # N: a connected stream socket (the gateway's end)
+
+It runs until the socket closes. A query whose operators fail ends alone (``ENDED`` with the
+error); the others go on. The process keeps no durable state: the gateway re-sends the plans
+of named windows and derived streams when it restarts one.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from . import plan as P
+from . import wire
+from .graph import Graph, NotRunnable
+
+log = logging.getLogger("cqgate.backend")
+
+
+@dataclass
+class StreamStats:
+    tuples: int = 0
+    watermark: int | None = None
+    first_arrival: float | None = None
+    last_arrival: float | None = None
+    late: int = 0
+
+    def rate(self) -> float:
+        """Tuples per second over the stream's life in the back end."""
+        if self.first_arrival is None or self.last_arrival == self.first_arrival:
+            return 0.0
+        return self.tuples / (self.last_arrival - self.first_arrival)
+
+
+@dataclass
+class QueryStats:
+    started: float
+    last_emit: float | None = None
+
+
+class Backend:
+    def __init__(self, send, retain_rows: int = 1_000_000):
+        self.send = send                  # bytes -> None
+        self.graph = Graph()
+        self.streams: dict = {}           # name -> StreamStats
+        self.queries: dict = {}           # qid -> QueryStats
+        self.handlers = {
+            wire.PLAN: self.on_plan, wire.DATA: self.on_data, wire.WATERMARK: self.on_watermark,
+            wire.DROP: self.on_drop, wire.DROP_STREAM: self.on_drop_stream,
+            wire.STATS: self.on_stats, wire.SNAPSHOT: self.on_snapshot,
+        }
+        self.retained: dict = {}          # stream -> deque of recent batches (snapshots)
+        self.retain_rows = retain_rows
+
+    def handle(self, kind: bytes, payload: bytes) -> None:
+        self.handlers[kind](payload)
+
+    # ------------------------------------------------------------------ control
+    def on_plan(self, payload: bytes) -> None:
+        msg = wire.parse_control(payload)
+        try:
+            plan = P.from_dict(msg["plan"])
+            self.graph.add(msg["qid"], plan, feeds=msg.get("feeds"))
+        except NotRunnable as e:
+            self.send(wire.control(wire.ANSWER, req=msg["req"], ok=False, error=str(e),
+                                   sqlstate="0A000"))
+            return
+        self.queries[msg["qid"]] = QueryStats(time.time())
+        self.send(wire.control(wire.ANSWER, req=msg["req"], ok=True))
+
+    def on_drop(self, payload: bytes) -> None:
+        qid = wire.parse_control(payload)["qid"]
+        self.graph.remove(qid)
+        self.queries.pop(qid, None)
+
+    def on_drop_stream(self, payload: bytes) -> None:
+        name = wire.parse_control(payload)["stream"].lower()
+        self.streams.pop(name, None)
+        for qid in [q.qid for q in self.graph.queries.values() if name in q.streams]:
+            self._end(qid, f'stream "{name}" was dropped', "57014")
+
+    def on_stats(self, payload: bytes) -> None:
+        req = wire.parse_control(payload)["req"]
+        queries = [{"qid": qid, "rows_in": q.rows_in, "rows_out": q.rows_out,
+                    "state": self.graph.state_size(qid),
+                    "started": self.queries[qid].started,
+                    "last_emit": self.queries[qid].last_emit}
+                   for qid, q in self.graph.queries.items() if qid in self.queries]
+        streams = [{"stream": name, "tuples": s.tuples, "watermark": s.watermark,
+                    "rate": s.rate(), "late": s.late} for name, s in self.streams.items()]
+        self.send(wire.control(wire.ANSWER, req=req, ok=True, queries=queries,
+                               streams=streams))
+
+    # ------------------------------------------------------------------ data
+    def on_data(self, payload: bytes) -> None:
+        name, table = wire.parse_data(payload)
+        stats = self.streams.setdefault(name.lower(), StreamStats())
+        now = time.time()
+        stats.first_arrival = stats.first_arrival or now
+        stats.last_arrival = now
+        stats.tuples += table.num_rows
+        self._retain(name.lower(), table)
+        for batch in table.to_batches():
+            self._emit(self.graph.push(name, batch))
+
+    def _retain(self, name: str, table) -> None:
+        """Keep the stream's latest tuples (up to ``retain_rows``) for snapshot queries."""
+        kept = self.retained.setdefault(name, deque())
+        kept.append(table)
+        total = sum(t.num_rows for t in kept)
+        while kept and total - kept[0].num_rows >= self.retain_rows:
+            total -= kept.popleft().num_rows
+
+    def on_snapshot(self, payload: bytes) -> None:
+        """A one-time query evaluated at now over the retained tuples, in a graph of its own;
+        ``relations`` are the named windows it reads, with their plans."""
+        msg = wire.parse_control(payload)
+        graph = Graph()
+        try:
+            for i, (name, plan) in enumerate(msg.get("relations") or []):
+                graph.add(f"rel{i}", P.from_dict(plan), feeds=name)
+            graph.add("q", P.from_dict(msg["plan"]))
+            reads = set()
+            for q in graph.queries.values():
+                reads |= q.streams
+            batches = {name: [b for t in self.retained.get(name, ()) for b in t.to_batches()]
+                       for name in reads if name in self.retained}
+            at = [self.streams[n].watermark for n in reads
+                  if n in self.streams and self.streams[n].watermark is not None]
+            table = graph.snapshot("q", batches, max(at) if at else None)
+        except NotRunnable as e:
+            self.send(wire.control(wire.ANSWER, req=msg["req"], ok=False, error=str(e),
+                                   sqlstate="0A000"))
+            return
+        except Exception as e:  # noqa: BLE001 - a failing snapshot ends only itself
+            self.send(wire.control(wire.ANSWER, req=msg["req"], ok=False,
+                                   error=f"{type(e).__name__}: {e}", sqlstate="XX000"))
+            return
+        if table is not None:
+            self.send(wire.rows(msg["qid"], table))
+        self.send(wire.control(wire.ANSWER, req=msg["req"], ok=True))
+
+    def on_watermark(self, payload: bytes) -> None:
+        msg = wire.parse_control(payload)
+        stats = self.streams.setdefault(msg["stream"].lower(), StreamStats())
+        stats.watermark = max(stats.watermark or msg["ts"], msg["ts"])
+        self._emit(self.graph.watermark(msg["stream"], msg["ts"]))
+
+    def _emit(self, results: dict) -> None:
+        now = time.time()
+        for qid, batches in results.items():
+            if qid in self.queries:
+                self.queries[qid].last_emit = now
+            for b in batches:
+                self.send(wire.rows(qid, b))
+        for qid, error in self.graph.take_failures().items():
+            self._end(qid, error, "XX000")
+        for qid in self.graph.finished():
+            self._end(qid)
+
+    def _end(self, qid, error: str | None = None, sqlstate: str | None = None) -> None:
+        self.graph.remove(qid)
+        self.queries.pop(qid, None)
+        self.send(wire.control(wire.ENDED, qid=qid, error=error, sqlstate=sqlstate))
+
+
+def serve(sock: socket.socket) -> None:
+    reader = sock.makefile("rb", buffering=1 << 20)
+    out: list = []
+    backend = Backend(out.append)
+    while True:
+        head = reader.read(wire.HEADER_SIZE)
+        if len(head) < wire.HEADER_SIZE:
+            return
+        kind, length = wire.header(head)
+        payload = reader.read(length)
+        if len(payload) < length:
+            return
+        backend.handle(kind, payload)
+        if out:
+            sock.sendall(b"".join(out))
+            out.clear()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m executor.backend")
+    ap.add_argument("--fd", type=int, required=True)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s backend %(levelname)s %(message)s")
+    sock = socket.socket(fileno=args.fd)
+    try:
+        serve(sock)
+    except (BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+        pass
+
+
+if __name__ == "__main__":
+    main()
+

@@ -1,0 +1,71 @@
+"""Frames between the gateway and the back end over one stream socket: a kind byte, a 4-byte
+length, then the payload — JSON for control, Arrow IPC for data (never Python rows).
+
+Gateway → back end: ``PLAN`` {req, qid, plan, feeds} · ``DATA`` stream + batch ·
+``WATERMARK`` {stream, ts} · ``DROP`` {qid} · ``DROP_STREAM`` {stream} · ``STATS`` {req} ·
+``SNAPSHOT`` {req, qid, plan, relations} (a one-time query at now: ``ROWS`` then ``ANSWER``).
+Back end → gateway: ``ROWS`` qid + batch · ``ENDED`` {qid, error?, sqlstate?} · ``ANSWER``
+{req, ok, error?, …}.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+import pyarrow as pa
+
+PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
+SNAPSHOT = b"Q"
+ROWS, ENDED, ANSWER = b"R", b"E", b"A"
+
+_HEAD = struct.Struct("!cI")
+_NAME = struct.Struct("!H")
+_QID = struct.Struct("!q")
+HEADER_SIZE = _HEAD.size
+
+
+def frame(kind: bytes, payload: bytes) -> bytes:
+    return _HEAD.pack(kind, len(payload)) + payload
+
+
+def header(data: bytes) -> tuple[bytes, int]:
+    return _HEAD.unpack(data)
+
+
+def control(kind: bytes, **fields) -> bytes:
+    return frame(kind, json.dumps(fields, separators=(",", ":")).encode())
+
+
+def parse_control(payload: bytes) -> dict:
+    return json.loads(payload)
+
+
+def ipc(batch: pa.RecordBatch | pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def read_ipc(data) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def data(stream: str, batch) -> bytes:
+    name = stream.encode()
+    return frame(DATA, _NAME.pack(len(name)) + name + ipc(batch))
+
+
+def parse_data(payload: bytes) -> tuple[str, pa.Table]:
+    (n,) = _NAME.unpack_from(payload)
+    name = payload[_NAME.size:_NAME.size + n].decode()
+    return name, read_ipc(memoryview(payload)[_NAME.size + n:])
+
+
+def rows(qid: int, batch) -> bytes:
+    return frame(ROWS, _QID.pack(qid) + ipc(batch))
+
+
+def parse_rows(payload: bytes) -> tuple[int, pa.Table]:
+    (qid,) = _QID.unpack_from(payload)
+    return qid, read_ipc(memoryview(payload)[_QID.size:])

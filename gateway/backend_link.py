@@ -1,0 +1,211 @@
+"""The gateway's side of the back end: starts ``python -m executor.backend`` as its own process
+on one end of a socket pair, sends it plans and stream data, and sorts what comes back into
+one result queue per running query (``LiveRows``), which cursors and portals read.
+
+If the back end dies, every running query ends with an error (57P02), a new back end starts,
+and the queries the server itself keeps (named windows, derived streams) are planned again.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import subprocess
+import sys
+
+import pyarrow as pa
+
+from executor import plan as P
+from executor import wire
+
+from .protocol import errors as E
+from .results import LiveRows
+
+log = logging.getLogger("cqgate")
+HIGH_WATER = 8 << 20       # bytes queued towards the back end before ingest waits
+
+
+class BackendLink:
+    def __init__(self):
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.proc: subprocess.Popen | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.live: dict = {}              # qid -> LiveRows
+        self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
+        self.answers: dict = {}           # req -> Future
+        self._ids = itertools.count(1)
+        self._reader_task: asyncio.Task | None = None
+        self._stopping = False
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ process
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "executor.backend", "--fd", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], env=env)
+        theirs.close()
+        reader, self.writer = await asyncio.open_unix_connection(sock=ours, limit=1 << 24)
+        self.writer.transport.set_write_buffer_limits(high=HIGH_WATER)
+        self._reader_task = asyncio.create_task(self._read(reader))
+        log.info("back end started (pid %d)", self.proc.pid)
+        for qid, (plan, feeds) in list(self.persistent.items()):
+            await self._register(qid, plan, feeds)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self.writer is not None:
+            self.writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        handlers = {wire.ROWS: self._on_rows, wire.ENDED: self._on_ended,
+                    wire.ANSWER: self._on_answer}
+        try:
+            while True:
+                kind, length = wire.header(await reader.readexactly(wire.HEADER_SIZE))
+                handlers[kind](await reader.readexactly(length))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        if not self._stopping:
+            await self._crashed()
+
+    async def _crashed(self) -> None:
+        code = self.proc.wait() if self.proc else None
+        log.error("the back end stopped (exit code %s); restarting it", code)
+        self.restarts += 1
+        err = E.PgError("the back end stopped; this query was lost", sqlstate="57P02",
+                        hint="Run the query again.")
+        for live in list(self.live.values()):
+            live.finish(err)
+        self.live.clear()
+        for fut in self.answers.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self.answers.clear()
+        await self.start()
+
+    # ------------------------------------------------------------------ replies
+    def _on_rows(self, payload: bytes) -> None:
+        qid, table = wire.parse_rows(payload)
+        live = self.live.get(qid)
+        if live is not None:
+            live.put(table)
+
+    def _on_ended(self, payload: bytes) -> None:
+        msg = wire.parse_control(payload)
+        live = self.live.pop(msg["qid"], None)
+        if live is None:
+            return
+        err = None
+        if msg.get("error"):
+            err = E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
+        live.finish(err)
+
+    def _on_answer(self, payload: bytes) -> None:
+        msg = wire.parse_control(payload)
+        fut = self.answers.pop(msg["req"], None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    async def _ask(self, kind: bytes, **fields) -> dict:
+        req = next(self._ids)
+        fut = self.loop.create_future()
+        self.answers[req] = fut
+        self.writer.write(wire.control(kind, req=req, **fields))
+        return await asyncio.wait_for(fut, timeout=60)
+
+    # ------------------------------------------------------------------ queries
+    def new_qid(self) -> int:
+        return next(self._ids)
+
+    async def _register(self, qid: int, plan: P.Plan, feeds: str | None) -> None:
+        msg = await self._ask(wire.PLAN, qid=qid, plan=P.to_dict(plan), feeds=feeds)
+        if not msg["ok"]:
+            raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
+
+    async def open(self, plan: P.Plan, fields: list, schema: pa.Schema, sql: str, owner: int,
+                   name: str) -> LiveRows:
+        """Start a continuous query; its rows arrive in the returned queue."""
+        qid = self.new_qid()
+        live = LiveRows(fields, schema, qid, sql, owner, name, self)
+        self.live[qid] = live
+        try:
+            await self._register(qid, plan, None)
+        except E.PgError:
+            self.live.pop(qid, None)
+            raise
+        return live
+
+    async def keep(self, qid: int, plan: P.Plan, feeds: str) -> None:
+        """Run a named window's or derived stream's query for as long as the server keeps it."""
+        await self._register(qid, plan, feeds)
+        self.persistent[qid] = (plan, feeds)
+
+    async def snapshot(self, plan: P.Plan, relations: list) -> pa.Table | None:
+        """A one-time query at now over the back end's recent tuples; ``relations`` are
+        (name, plan) of the named windows it reads, dependencies first."""
+        qid = self.new_qid()
+        live = LiveRows([], None, qid, "", 0, "", self)
+        self.live[qid] = live
+        try:
+            msg = await self._ask(wire.SNAPSHOT, qid=qid, plan=P.to_dict(plan),
+                                  relations=[[n, P.to_dict(p)] for n, p in relations])
+        finally:
+            self.live.pop(qid, None)
+        if not msg["ok"]:
+            raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
+        return pa.concat_tables(live.pending) if live.pending else None
+
+    def drop(self, qid: int) -> None:
+        """End a query (safe from any thread)."""
+        self.persistent.pop(qid, None)
+        self.live.pop(qid, None)
+        self._write_soon(wire.control(wire.DROP, qid=qid))
+
+    def drop_stream(self, name: str) -> None:
+        self._write_soon(wire.control(wire.DROP_STREAM, stream=name))
+
+    def _write_soon(self, data: bytes) -> None:
+        if self.writer is None or self.loop is None or self.loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self.writer.write(data)
+        else:
+            self.loop.call_soon_threadsafe(self.writer.write, data)
+
+    # ------------------------------------------------------------------ data
+    async def send_data(self, stream: str, table: pa.Table, watermark: int | None) -> None:
+        if table.num_rows:
+            self.writer.write(wire.data(stream, table))
+        if watermark is not None:
+            self.writer.write(wire.control(wire.WATERMARK, stream=stream, ts=watermark))
+        await self.writer.drain()     # back pressure: wait while the back end is behind
+
+    async def watermark(self, stream: str, ts: int) -> None:
+        self.writer.write(wire.control(wire.WATERMARK, stream=stream, ts=ts))
+        await self.writer.drain()
+
+    async def stats(self) -> dict:
+        return await self._ask(wire.STATS)
+
+    def call(self, coro, timeout: float = 60):
+        """Run ``coro`` on the server's loop from a worker thread and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)

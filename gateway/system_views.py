@@ -1,0 +1,80 @@
+"""``cq_queries`` and ``cq_streams``: what runs in the back end, as tables of the emulated
+catalog that plain SQL reads. They are refilled from the back end's counters just before a
+statement that names them runs."""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+import threading
+
+import pyarrow as pa
+
+from .catalog.pg_catalog import CATALOG
+
+_NAMES = re.compile(r"\bcq_(queries|streams)\b", re.I)
+_lock = threading.Lock()
+
+
+def wanted(sql: str) -> bool:
+    return _NAMES.search(sql) is not None
+
+
+def _when(seconds: float | None):
+    return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
+
+
+def _micros(us: int | None):
+    return None if us is None else dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)
+
+
+async def gather(server) -> tuple[pa.Table, pa.Table]:
+    link = server.backend
+    stats = await link.stats()
+    counters = {q["qid"]: q for q in stats["queries"]}
+    rows = []
+    for qid, live in list(link.live.items()):
+        c = counters.get(qid, {})
+        rows.append((live.owner, live.name, "cursor", live.sql,
+                     "waiting" if live.n_pending == 0 else "ready", _when(live.started),
+                     c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
+                     _when(c.get("last_emit"))))
+    kinds = {o.relation().name.lower(): o.kind for o in server.streams.objects.values()}
+    for qid, (plan, feeds) in list(link.persistent.items()):
+        c = counters.get(qid, {})
+        rows.append((None, feeds, kinds.get(feeds.lower(), "window"), plan.sql, "running",
+                     _when(c.get("started")), c.get("rows_in", 0), c.get("rows_out", 0),
+                     c.get("state", 0), _when(c.get("last_emit"))))
+    names = ["pid", "name", "kind", "query", "state", "started", "rows_in", "rows_out",
+             "state_size", "last_emit"]
+    types = [pa.int32(), pa.string(), pa.string(), pa.string(), pa.string(),
+             pa.timestamp("us", tz="UTC"), pa.int64(), pa.int64(), pa.int64(),
+             pa.timestamp("us", tz="UTC")]
+    queries = pa.table({n: pa.array([r[i] for r in rows], t)
+                        for i, (n, t) in enumerate(zip(names, types))})
+    s = stats["streams"]
+    streams = pa.table({
+        "stream": pa.array([x["stream"] for x in s], pa.string()),
+        "tuples": pa.array([x["tuples"] for x in s], pa.int64()),
+        "rate": pa.array([x["rate"] for x in s], pa.float64()),
+        "watermark": pa.array([_micros(x["watermark"]) for x in s], pa.timestamp("us")),
+        "late": pa.array([server.ingest.progress(x["stream"]).late for x in s], pa.int64()),
+    })
+    return queries, streams
+
+
+def store(con, queries: pa.Table, streams: pa.Table) -> None:
+    with _lock:
+        for name, table in (("cq_queries", queries), ("cq_streams", streams)):
+            con.register("cq_fill", table)
+            try:
+                con.execute(f"DELETE FROM {CATALOG}.main.{name}")
+                con.execute(f"INSERT INTO {CATALOG}.main.{name} SELECT * FROM cq_fill")
+            finally:
+                con.unregister("cq_fill")
+
+
+async def refresh(session) -> None:
+    queries, streams = await gather(session.server)
+    await asyncio.get_running_loop().run_in_executor(session.server.pool, store, session.con,
+                                                     queries, streams)
