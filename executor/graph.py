@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 
 from . import plan as P
 from .batches import INF, TE, TS, Watermark
-from .operators import (aggregate, filter_map, range_aggregate, slide_aggregate, union,
-                        window)
+from .operators import (aggregate, filter_map, range_aggregate, rows_window, slide_aggregate,
+                        union, window)
 from .operators.base import Operator, Stateless
 
 
@@ -81,6 +81,8 @@ def _slide_of(node) -> P.SlideWindow | None:
 
 
 def _build_window(node: P.Window):
+    if isinstance(node.window, P.RowsWindow):
+        return rows_window.RowsWindow(node.window)
     if not window.supports(node.window):
         raise NotRunnable(f"{type(node.window).__name__} windows do not run in the back end "
                           "yet")

@@ -262,7 +262,7 @@ class Aggregate(Operator):
                 out.append([cursor, el[0], empty])
             out.append(el)
             cursor = el[1]
-        if cursor is not None and now > cursor and now < INF:
+        if cursor is not None and now > cursor:
             nxt = self.groups.get(())
             start_next = nxt.first_start() if nxt is not None else None
             end = min(now, start_next) if start_next is not None else now
@@ -273,6 +273,8 @@ class Aggregate(Operator):
         return out
 
     def _reorganise(self, now: int, *, split: bool) -> list:
+        if not self.keys and () not in self.groups:
+            self._emit((), self._fill_gaps([], now))      # nothing held: f(⊥) so far
         for key in list(self.groups):
             idx = self.groups[key]
             elements = idx.emit_until(now, split=split)
