@@ -133,11 +133,14 @@ class TableScan:
 
 @dataclass(frozen=True)
 class WindowRelationScan:
-    """A named window (CREATE WINDOW) or derived stream (CREATE STREAM AS) read by name."""
+    """A named window (CREATE WINDOW) or derived stream (CREATE STREAM AS) read by name.
+    ``follow``: read as a stream of its rows (a derived stream, or ``Stream(w)``); otherwise
+    a query reading only named windows is one-time (their contents at now)."""
     name: str
     alias: str
     schema: tuple
     kind: str                     # "window" | "derived"
+    follow: bool = False
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,10 @@ class Session:
                 "AND (c.schema_name = ? OR (? IS NULL AND c.schema_name = 'public')) "
                 "ORDER BY c.column_index",
                 [self.server.store.name, table.lower(), schema, schema]).fetchall()
+            if not rows:          # a stream, window or derived stream: its declared columns
+                obj = self.server.streams.get(schema, table, kinds=("stream", "window",
+                                                                    "derived"))
+                rows = [(c[0], c[1], None, i) for i, c in enumerate(obj.columns)] if obj else []
             self._col_cache[key] = rows
         return self._col_cache[key]
 
@@ -261,14 +265,13 @@ class Session:
         if cmd is not None:
             return Prepared(name, stmt, oids, command=cmd)
         tr = self.translate(stmt)
-        if tr.stream or any(self.server.streams.get(schema, name) is not None
-                            for schema, name, _ in tr.tables):
-            return Prepared(name, stmt, [o or 25 for o in oids], command="stream",
-                            translated=tr)
         for idx, oid in tr.params.items():
             if 0 < idx <= len(oids) and not oids[idx - 1]:
                 oids[idx - 1] = oid
         oids = [o or 25 for o in oids]
+        if tr.stream or any(self.server.streams.get(schema, name) is not None
+                            for schema, name, _ in tr.tables):
+            return Prepared(name, stmt, oids, command="stream", translated=tr)
         return Prepared(name, stmt, oids, translated=tr)
 
     def translate(self, stmt: Statement) -> TR.Translated:

@@ -8,6 +8,8 @@ stream evaluates its rows on DuckDB and delivers them through ``gateway/ingest.p
 """
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import re
 import time
 from dataclasses import dataclass
@@ -528,8 +530,39 @@ def is_query(tree) -> bool:
     return type(tree) not in HANDLERS or isinstance(tree, X.Explain)
 
 
+def _literal(value) -> exp.Expression:
+    """A bound parameter's value as a typed SQL literal."""
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return exp.Literal.number(str(value))
+    kind = {dt.datetime: "TIMESTAMPTZ" if getattr(value, "tzinfo", None) else "TIMESTAMP",
+            dt.date: "DATE", dt.time: "TIME", dt.timedelta: "INTERVAL"}.get(type(value))
+    if kind == "INTERVAL":
+        return exp.Interval(this=exp.Literal.string(f"{value.total_seconds()} seconds"))
+    text = value.isoformat(sep=" ") if isinstance(value, dt.datetime) else str(value)
+    lit = exp.Literal.string(text)
+    return exp.Cast(this=lit, to=exp.DataType.build(kind)) if kind else lit
+
+
+def _bind(tree, params: list):
+    """The statement with its $n parameters replaced by their values (the planner works on
+    literal SQL; the plan is fixed once bound, as a continuous query's is)."""
+    def swap(node):
+        idx = TR.param_index(node)
+        if idx is not None and idx <= len(params):
+            return _literal(params[idx - 1])
+        return node
+    return tree.transform(swap)
+
+
 def run(session, tree, params):
-    return HANDLERS.get(type(tree), continuous_query)(session, tree, params)
+    handler = HANDLERS.get(type(tree), continuous_query)
+    if params and handler is not insert:        # INSERT binds through DuckDB
+        tree = _bind(tree, params)
+    return handler(session, tree, params)
 
 
 def describe(session, tree) -> list | None:

@@ -42,6 +42,9 @@ def _mode(root, snapshot: bool, now_us: int | None) -> str:
 
     def walk(node):
         nonlocal fixed_past
+        if isinstance(node, P.WindowRelationScan) and node.follow:
+            streams.append(node)
+            fixed_past = False
         if isinstance(node, P.Window):
             streams.append(node)
             if not (isinstance(node.window, P.FixedWindow) and now_us is not None

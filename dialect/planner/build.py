@@ -175,7 +175,8 @@ class Builder:
             if clause is not None or spec is not None:
                 raise Unsupported(f"{alias} is a named {rel.kind}; windows apply to streams",
                                   hint=f"Put the window inside the definition of {rel.name}.")
-            scan = P.WindowRelationScan(rel.name, alias, cols, rel.kind)
+            scan = P.WindowRelationScan(rel.name, alias, cols, rel.kind,
+                                        follow=changes or rel.kind == "derived")
         return Source(alias, rel, scan, rel.kind == "stream"), (spec, clause)
 
     def subquery(self, node: exp.Subquery, spec) -> Source:
