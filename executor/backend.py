@@ -55,6 +55,7 @@ class Backend:
             wire.PLAN: self.on_plan, wire.DATA: self.on_data, wire.WATERMARK: self.on_watermark,
             wire.DROP: self.on_drop, wire.DROP_STREAM: self.on_drop_stream,
             wire.STATS: self.on_stats, wire.SNAPSHOT: self.on_snapshot,
+            wire.TABLE: self.on_table,
         }
         self.retained: dict = {}          # stream -> deque of recent batches (snapshots)
         self.retain_rows = retain_rows
@@ -74,6 +75,10 @@ class Backend:
             return
         self.queries[msg["qid"]] = QueryStats(time.time())
         self.send(wire.control(wire.ANSWER, req=msg["req"], ok=True))
+
+    def on_table(self, payload: bytes) -> None:
+        name, table = wire.parse_data(payload)
+        self.graph.set_table(name, table)
 
     def on_drop(self, payload: bytes) -> None:
         qid = wire.parse_control(payload)["qid"]
@@ -123,6 +128,7 @@ class Backend:
         ``relations`` are the named windows it reads, with their plans."""
         msg = wire.parse_control(payload)
         graph = Graph()
+        graph.table_data = self.graph.table_data
         try:
             for i, (name, plan) in enumerate(msg.get("relations") or []):
                 graph.add(f"rel{i}", P.from_dict(plan), feeds=name)

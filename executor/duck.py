@@ -13,10 +13,14 @@ def connect() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def run(con: duckdb.DuckDBPyConnection, name: str, data, sql: str) -> pa.Table:
-    """``sql`` with the Arrow batch or table ``data`` visible as ``name`` (zero-copy)."""
-    con.register(name, data)
+def run(con: duckdb.DuckDBPyConnection, name, data, sql: str) -> pa.Table:
+    """``sql`` with the Arrow batch or table ``data`` visible as ``name`` (zero-copy);
+    ``name`` may instead be a dict {name: data} to see several (``data`` is then None)."""
+    inputs = name if isinstance(name, dict) else {name: data}
+    for n, d in inputs.items():
+        con.register(n, d)
     try:
         return con.sql(sql).to_arrow_table()
     finally:
-        con.unregister(name)
+        for n in inputs:
+            con.unregister(n)

@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 
 from . import plan as P
 from .batches import INF, TE, TS, Watermark
-from .operators import (aggregate, filter_map, range_aggregate, rows_window, slide_aggregate,
-                        union, window)
+from .operators import (aggregate, filter_map, join, range_aggregate, rows_window,
+                        slide_aggregate, union, window)
 from .operators.base import Operator, Stateless
 
 
@@ -160,7 +160,21 @@ _BUILDERS = {
     P.Union_: union.Union,
     P.Aggregate: _build_aggregate,
     P.Limit: Limit,
+    P.Join: join.StreamJoin,
 }
+
+
+def _table_side(node) -> tuple:
+    """(table name, filters) of a stream–table join's table side: a table scan, perhaps
+    under filters pushed down onto it."""
+    filters = []
+    while isinstance(node, P.Filter):
+        filters.append(node.predicate.sql)
+        node = node.input
+    if not isinstance(node, P.TableScan):
+        raise NotRunnable("a stream–table join whose table side is not a plain table does not "
+                          "run in the back end yet")
+    return node.table.lower(), filters
 
 
 class _Vertex:
@@ -208,6 +222,8 @@ class Graph:
         self.shared: dict = {}          # canonical subtree -> vertex
         self.queries: dict = {}         # query id -> _Query
         self.failures: dict = {}        # query id -> error, for queries an operator failed
+        self.tables: dict = {}          # table name (lower) -> [TableJoin] reading it
+        self.table_data: dict = {}      # table name (lower) -> its latest contents
 
     # ------------------------------------------------------------------ building
     def add(self, qid, plan: P.Plan, feeds: str | None = None) -> None:
@@ -239,6 +255,13 @@ class Graph:
             # a time window and the aggregate above it run as one vectorised operator
             v = _Vertex(fused(node, node.input.window))
             kids = (node.input.input,)
+        elif isinstance(node, P.Join) and node.kind == "stream-table":
+            op = join.TableJoin(node, *_table_side(node.right))
+            self.tables.setdefault(op.table_name, []).append(op)
+            if op.table_name in self.table_data:
+                op.set_table(self.table_data[op.table_name])
+            v = _Vertex(op)
+            kids = (node.left,)
         else:
             builder = _BUILDERS.get(type(node))
             if builder is None:
@@ -276,7 +299,17 @@ class Graph:
                 self._drop(child)
         v.children = []
 
+    def set_table(self, name: str, table: pa.Table) -> None:
+        """A table's contents changed: stream–table joins use them from now on."""
+        self.table_data[name.lower()] = table
+        for op in self.tables.get(name.lower(), ()):
+            op.set_table(table)
+
     def _drop(self, v: _Vertex) -> None:
+        if isinstance(v.op, join.TableJoin):
+            readers = self.tables.get(v.op.table_name, [])
+            if v.op in readers:
+                readers.remove(v.op)
         if v.key is not None:
             self.shared.pop(v.key, None)
         for name, lst in list(self.scans.items()):

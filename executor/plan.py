@@ -335,6 +335,14 @@ _LABELS = {
 }
 
 
+def tables_read(node) -> set:
+    """The names of the static tables a plan reads (through stream–table joins)."""
+    out = {node.table.lower()} if isinstance(node, TableScan) else set()
+    for c in children(node):
+        out |= tables_read(c)
+    return out
+
+
 def children(node) -> tuple:
     if isinstance(node, (Join, Difference)):
         return (node.left, node.right)

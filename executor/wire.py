@@ -3,7 +3,8 @@ length, then the payload — JSON for control, Arrow IPC for data (never Python 
 
 Gateway → back end: ``PLAN`` {req, qid, plan, feeds} · ``DATA`` stream + batch ·
 ``WATERMARK`` {stream, ts} · ``DROP`` {qid} · ``DROP_STREAM`` {stream} · ``STATS`` {req} ·
-``SNAPSHOT`` {req, qid, plan, relations} (a one-time query at now: ``ROWS`` then ``ANSWER``).
+``SNAPSHOT`` {req, qid, plan, relations} (a one-time query at now: ``ROWS`` then ``ANSWER``) ·
+``TABLE`` name + contents (a static table that stream–table joins read, as it now stands).
 Back end → gateway: ``ROWS`` qid + batch · ``ENDED`` {qid, error?, sqlstate?} · ``ANSWER``
 {req, ok, error?, …}.
 """
@@ -15,7 +16,7 @@ import struct
 import pyarrow as pa
 
 PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
-SNAPSHOT = b"Q"
+SNAPSHOT, TABLE = b"Q", b"T"
 ROWS, ENDED, ANSWER = b"R", b"E", b"A"
 
 _HEAD = struct.Struct("!cI")
@@ -51,9 +52,9 @@ def read_ipc(data) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def data(stream: str, batch) -> bytes:
+def data(stream: str, batch, kind: bytes = DATA) -> bytes:
     name = stream.encode()
-    return frame(DATA, _NAME.pack(len(name)) + name + ipc(batch))
+    return frame(kind, _NAME.pack(len(name)) + name + ipc(batch))
 
 
 def parse_data(payload: bytes) -> tuple[str, pa.Table]:

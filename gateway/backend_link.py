@@ -35,6 +35,8 @@ class BackendLink:
         self.live: dict = {}              # qid -> LiveRows
         self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
         self.answers: dict = {}           # req -> Future
+        self.tables_in_use: dict = {}     # table name -> number of running queries reading it
+        self._tables_of: dict = {}        # qid -> the tables it reads
         self._ids = itertools.count(1)
         self._reader_task: asyncio.Task | None = None
         self._stopping = False
@@ -89,8 +91,9 @@ class BackendLink:
         self.restarts += 1
         err = E.PgError("the back end stopped; this query was lost", sqlstate="57P02",
                         hint="Run the query again.")
-        for live in list(self.live.values()):
+        for qid, live in list(self.live.items()):
             live.finish(err)
+            self._release_tables(qid)
         self.live.clear()
         for fut in self.answers.values():
             if not fut.done():
@@ -108,6 +111,7 @@ class BackendLink:
     def _on_ended(self, payload: bytes) -> None:
         msg = wire.parse_control(payload)
         live = self.live.pop(msg["qid"], None)
+        self._release_tables(msg["qid"])
         if live is None:
             return
         err = None
@@ -138,22 +142,44 @@ class BackendLink:
             raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
 
     async def open(self, plan: P.Plan, fields: list, schema: pa.Schema, sql: str, owner: int,
-                   name: str) -> LiveRows:
-        """Start a continuous query; its rows arrive in the returned queue."""
+                   name: str, tables: dict | None = None) -> LiveRows:
+        """Start a continuous query; its rows arrive in the returned queue. ``tables``: the
+        current contents of the tables it joins."""
         qid = self.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self)
         self.live[qid] = live
+        for tname, table in (tables or {}).items():
+            await self.send_table(tname, table)
         try:
             await self._register(qid, plan, None)
         except E.PgError:
             self.live.pop(qid, None)
             raise
+        self._use_tables(qid, tables or {})
         return live
 
-    async def keep(self, qid: int, plan: P.Plan, feeds: str) -> None:
+    def _use_tables(self, qid: int, tables) -> None:
+        self._tables_of[qid] = list(tables)
+        for t in tables:
+            self.tables_in_use[t] = self.tables_in_use.get(t, 0) + 1
+
+    def _release_tables(self, qid: int) -> None:
+        for t in self._tables_of.pop(qid, []):
+            self.tables_in_use[t] -= 1
+            if not self.tables_in_use[t]:
+                del self.tables_in_use[t]
+
+    async def send_table(self, name: str, table: pa.Table) -> None:
+        self.writer.write(wire.data(name, table, wire.TABLE))
+        await self.writer.drain()
+
+    async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None) -> None:
         """Run a named window's or derived stream's query for as long as the server keeps it."""
+        for tname, table in (tables or {}).items():
+            await self.send_table(tname, table)
         await self._register(qid, plan, feeds)
         self.persistent[qid] = (plan, feeds)
+        self._use_tables(qid, tables or {})
 
     async def snapshot(self, plan: P.Plan, relations: list) -> pa.Table | None:
         """A one-time query at now over the back end's recent tuples; ``relations`` are
@@ -174,6 +200,7 @@ class BackendLink:
         """End a query (safe from any thread)."""
         self.persistent.pop(qid, None)
         self.live.pop(qid, None)
+        self._release_tables(qid)
         self._write_soon(wire.control(wire.DROP, qid=qid))
 
     def drop_stream(self, name: str) -> None:

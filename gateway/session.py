@@ -107,6 +107,7 @@ class Session:
         self._col_cache_version = -1
         self.settings["session_authorization"] = self.user
         self.cancel_event = asyncio.Event()
+        self.written_tables: set = set()      # tables written since the last refresh
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -337,6 +338,29 @@ class Session:
 
     # ------------------------------------------------------------------ execution
     async def execute(self, p: Prepared, params: list) -> Rows | Done:
+        try:
+            return await self._execute(p, params)
+        finally:
+            if self.written_tables and self.status == TxStatus.IDLE:
+                await self._tables_changed()
+
+    async def _tables_changed(self) -> None:
+        """Committed writes to tables that running stream–table joins read: the back end
+        gets their new contents, which hold from its current watermark on."""
+        link = self.server.backend
+        names = [n for n in self.written_tables if n in link.tables_in_use]
+        self.written_tables.clear()
+        for name in names:
+            table = await self._call(self.table_contents, name)
+            await link.send_table(name, table)
+
+    def table_contents(self, name: str):
+        try:
+            return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
+        except duckdb.Error as e:
+            raise pg_error(e) from None
+
+    async def _execute(self, p: Prepared, params: list) -> Rows | Done:
         if p.stmt is None:
             return Done("")
         if self.status == TxStatus.FAILED and not self._allowed_when_failed(p):
@@ -348,7 +372,8 @@ class Session:
             res = await self._call(stream_commands.run, self, p.translated.source, params)
             if isinstance(res, stream_commands.Planned):
                 return await self.server.backend.open(res.plan, res.fields, res.schema,
-                                                      p.stmt.text, self.pid, p.name)
+                                                      p.stmt.text, self.pid, p.name,
+                                                      res.tables)
             return res
         if p.command is not None:
             from .commands import run_command
@@ -389,6 +414,8 @@ class Session:
     def _note_write(self, tr: TR.Translated) -> None:
         if self.status == TxStatus.IN_BLOCK:
             self.writes_in_tx = True
+        if tr.tag in ("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE TABLE"):
+            self.written_tables.update(_table_key(s, n) for s, n, _ in tr.tables)
         if tr.tag.startswith(("CREATE", "DROP", "ALTER", "COMMENT")):
             self.server.store.bump()
 
@@ -456,6 +483,8 @@ class Session:
             self.con.unregister("cq_copy_in")
         if self.status == TxStatus.IN_BLOCK:
             self.writes_in_tx = True
+        schema, _, name = req.table.rpartition(".")
+        self.written_tables.add(_table_key(schema.strip('"') or None, name.strip('"')))
         return table.num_rows
 
     def copy_rows(self, req) -> Rows:
@@ -494,6 +523,8 @@ class Session:
             raise pg_error(e) from None
         self.status = TxStatus.IDLE
         self.savepoints.clear()
+        if failed or not commit:
+            self.written_tables.clear()
         self.drop_portals(keep_holdable=commit and not failed)
         return "ROLLBACK" if failed or not commit else "COMMIT"
 
@@ -508,6 +539,12 @@ class Session:
 
     def status_letter(self) -> str:
         return self.status.value
+
+
+def _table_key(schema: str | None, name: str) -> str:
+    """A table as stream–table joins name it: ``name``, or ``schema.name`` outside public."""
+    schema = (schema or "public").lower()
+    return name.lower() if schema == "public" else f"{schema}.{name.lower()}"
 
 
 def _locate(err: E.PgError, stmt: Statement) -> E.PgError:

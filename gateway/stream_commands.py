@@ -197,7 +197,8 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
 
 def _keep(session, obj: StreamObject, p: P.Plan) -> None:
     link = session.server.backend
-    link.call(link.keep(-obj.oid, p, obj.relation().name))
+    tables = {name: session.table_contents(name) for name in P.tables_read(p.root)}
+    link.call(link.keep(-obj.oid, p, obj.relation().name, tables))
 
 
 def keep_relation(session, obj: StreamObject) -> None:
@@ -433,6 +434,7 @@ class Planned:
     plan: P.Plan
     fields: list
     schema: pa.Schema             # the Arrow types the rows are sent with
+    tables: dict                  # name -> contents of the tables its stream–table joins read
 
 
 def continuous_query(session, tree, params) -> Planned:
@@ -444,7 +446,8 @@ def continuous_query(session, tree, params) -> Planned:
     if p.mode == "snapshot":
         return snapshot_query(session, tree)
     fields, schema = _typed_fields(session, p)
-    return Planned(p, fields, schema)
+    return Planned(p, fields, schema, {name: session.table_contents(name)
+                                       for name in P.tables_read(p.root)})
 
 
 def _relations(session, p: P.Plan) -> list:

@@ -406,3 +406,39 @@ def _backend_pid(parent: int) -> int | None:
         if ppid == parent and b"executor.backend" in cmd:
             return int(p)
     return None
+
+
+# ---------------------------------------------------------------------- joins
+def test_stream_table_join_uses_the_table_as_it_stands(server):
+    s, nodes = unique("sens"), unique("nodes")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        _stream(admin, s)
+        admin.execute(f"CREATE TABLE {nodes} (k INT PRIMARY KEY, room TEXT)")
+        admin.execute(f"INSERT INTO {nodes} VALUES (1, 'lab'), (2, 'hall')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT n.room, s.v FROM {s} [NOW] AS s, {nodes} n "
+                    "WHERE s.k = n.k")
+        admin.execute(f"INSERT INTO {s} VALUES {_values([(1, 10, 1), (3, 30, 2)])}")
+        assert _fetch(cur, "FETCH 1 FROM c") == [("lab", 10)]
+        admin.execute(f"UPDATE {nodes} SET room = 'attic' WHERE k = 1")
+        admin.execute(f"INSERT INTO {nodes} VALUES (3, 'cellar')")
+        admin.execute(f"INSERT INTO {s} VALUES {_values([(1, 11, 3), (3, 31, 4)])}")
+        assert _fetch(cur, "FETCH 2 FROM c") == [("attic", 11), ("cellar", 31)]
+
+
+def test_windowed_stream_stream_join(server):
+    a, b = unique("ja"), unique("jb")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        _stream(admin, a)
+        _stream(admin, b)
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT x.k, x.v, y.v, valid_from, valid_to "
+                    f"FROM {a} [RANGE 3] AS x, {b} [RANGE 2] AS y WHERE x.k = y.k AND x.v < y.v")
+        admin.execute(f"INSERT INTO {a} VALUES {_values([(1, 1, 1), (2, 5, 2)])}")
+        admin.execute(f"INSERT INTO {b} VALUES {_values([(1, 3, 2), (2, 4, 3)])}")
+        admin.execute(f"ALTER STREAM {a} ADVANCE TO {lit(5)}")
+        admin.execute(f"ALTER STREAM {b} ADVANCE TO {lit(5)}")
+        assert _fetch(cur, "FETCH 1 FROM c") == [(1, 1, 3, 2, 4)]
+        assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []

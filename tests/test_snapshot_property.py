@@ -69,6 +69,9 @@ QUERIES = [
 UNION = ("SELECT valid_from, valid_to, k FROM s {w} WHERE v > {c} UNION ALL "
          "SELECT valid_from, valid_to, k FROM s {w2}",
          "SELECT k FROM snap WHERE v > {c} UNION ALL SELECT k FROM snap2")
+JOIN = ("SELECT valid_from, valid_to, a.k, a.v, b.v AS w FROM s {w} AS a, s {w2} AS b "
+        "WHERE a.k = b.k AND a.v < b.v + {c}",
+        "SELECT a.k, a.v, b.v AS w FROM snap AS a, snap2 AS b WHERE a.k = b.k AND a.v < b.v + {c}")
 EXCEPT = ("SELECT valid_from, valid_to, k FROM s {w} WHERE v > {c} EXCEPT "
           "SELECT valid_from, valid_to, k FROM s {w2}",
           "SELECT k FROM snap WHERE v > {c} EXCEPT SELECT k FROM snap2")
@@ -168,6 +171,15 @@ BOUNDED = sorted(w for w in WINDOWS if "UNBOUNDED" not in w and "ROWS" not in w 
 @given(streams, st.sampled_from(BOUNDED), st.sampled_from(BOUNDED), st.integers(-3, 3))
 def test_snapshot_reducibility_except(tuples, w, w2, c):
     check(tuples, 0, w, c, w2, pair=EXCEPT)
+
+
+JOINABLE = BOUNDED + ["[ROWS 2]", "[PARTITION BY k ROWS 1]"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams, st.sampled_from(JOINABLE), st.sampled_from(JOINABLE), st.integers(-3, 3))
+def test_snapshot_reducibility_join(tuples, w, w2, c):
+    check(tuples, 0, w, c, w2, pair=JOIN)
 
 
 # Shrunk counterexamples, kept as regressions. The first caught a 1 µs interval ([NOW])

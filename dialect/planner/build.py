@@ -229,7 +229,8 @@ class Builder:
 
     def window(self, src: Source, specs, scope: Scope, loop_windows: dict):
         written, clause = specs
-        to_expr = lambda e: self.expr(e, scope.resolve)  # noqa: E731
+        own = Scope([src])      # PARTITION BY and WHERE in brackets name the windowed stream
+        to_expr = lambda e: self.expr(e, own.resolve)  # noqa: E731
         loop = loop_windows.pop(src.alias.lower(), None)
         if loop is not None:
             if written is not None or clause is not None:

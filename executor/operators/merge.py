@@ -33,13 +33,15 @@ class Merger:
             bounds.append(max(candidates))
         return min(bounds)
 
-    def release(self, *, everything: bool = False) -> pa.Table | None:
+    def release_parts(self, *, everything: bool = False) -> tuple[int | None, list]:
+        """(limit, [the stable rows of each input, or None]): every input's rows up to the
+        frontier (all rows when ``everything``), each in the order it came."""
         limit = None if everything else self.frontier()
         if limit is None and not everything:
-            return None
-        taken, kept = [], []
+            return None, [None] * len(self.pending)
+        parts, kept = [], []
         for queue in self.pending:
-            rest = []
+            taken, rest = [], []
             for b in queue:
                 if everything:
                     taken.append(b)
@@ -50,8 +52,15 @@ class Merger:
                 if tail.num_rows:
                     rest.append(tail)
             kept.append(rest)
+            taken = [b for b in taken if b.num_rows]
+            parts.append(pa.Table.from_batches(taken) if taken else None)
         self.pending = kept
-        taken = [b for b in taken if b.num_rows]
-        if not taken:
+        return limit, parts
+
+    def release(self, *, everything: bool = False) -> pa.Table | None:
+        """The stable rows of all inputs (one schema), in (ts, te) order."""
+        _, parts = self.release_parts(everything=everything)
+        parts = [p for p in parts if p is not None]
+        if not parts:
             return None
-        return sort_by_interval(pa.Table.from_batches(taken))
+        return sort_by_interval(pa.concat_tables(parts))
