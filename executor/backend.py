@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 import time
@@ -18,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from . import plan as P
-from . import wire
+from . import udf, wire
 from .graph import Graph, NotRunnable
 
 log = logging.getLogger("cqgate.backend")
@@ -201,6 +202,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s backend %(levelname)s %(message)s")
+    udf.load(os.environ.get("CQGATE_AGGREGATES"))
     sock = socket.socket(fileno=args.fd)
     try:
         serve(sock)

@@ -28,7 +28,8 @@ HIGH_WATER = 8 << 20       # bytes queued towards the back end before ingest wai
 
 
 class BackendLink:
-    def __init__(self):
+    def __init__(self, aggregates: str | None = None):
+        self.aggregates = aggregates        # user aggregate specs, loaded by the back end too
         self.loop: asyncio.AbstractEventLoop | None = None
         self.proc: subprocess.Popen | None = None
         self.writer: asyncio.StreamWriter | None = None
@@ -49,6 +50,7 @@ class BackendLink:
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env["CQGATE_AGGREGATES"] = self.aggregates or ""
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "executor.backend", "--fd", str(theirs.fileno())],
             pass_fds=[theirs.fileno()], env=env)

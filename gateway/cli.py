@@ -16,8 +16,17 @@ def _serve(args) -> int:
     cfg = Config(**{**Config.env_defaults(),
                     **{k: v for k, v in vars(args).items()
                        if k in Config.__dataclass_fields__ and v is not None}})
+    if isinstance(cfg.aggregates, list):
+        cfg.aggregates = ",".join(cfg.aggregates)
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s cqgate %(levelname)s %(message)s")
+    from executor import udf
+    try:
+        udf.load(cfg.aggregates)
+    except (ImportError, AttributeError, ValueError) as e:
+        print(f"cqgate: cannot load the user aggregates {cfg.aggregates!r}: {e}",
+              file=sys.stderr)
+        return 2
     try:
         asyncio.run(__import__("gateway.server", fromlist=["serve"]).serve(
             cfg, ready=lambda line: print(line, flush=True)))
@@ -61,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "(env CQGATE_TLS_KEY)")
     s.add_argument("--require-tls", action="store_true", default=d.require_tls,
                    help="refuse connections that do not use TLS (env CQGATE_REQUIRE_TLS)")
+    s.add_argument("--aggregate", dest="aggregates", action="append",
+                   default=[d.aggregates] if d.aggregates else None,
+                   help="a user-defined aggregate, name=module:Class (repeatable; also "
+                        "CQGATE_AGGREGATES, comma-separated); the class has add(value), "
+                        "result() and a 'returns' SQL type")
     s.add_argument("--log-level", default=d.log_level, help="DEBUG, INFO, WARNING "
                                                              "(env CQGATE_LOG_LEVEL)")
     s.set_defaults(func=_serve)

@@ -25,6 +25,7 @@ class Config:
     max_message_bytes: int = 64 * 1024 * 1024
     workers: int = 16                    # threads running DuckDB work
     log_level: str = "INFO"
+    aggregates: str | None = None        # user aggregates: "name=module:Class,..."
 
     def __post_init__(self):
         if not self.data_dir:

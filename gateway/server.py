@@ -10,6 +10,8 @@ import signal
 import ssl
 from concurrent.futures import ThreadPoolExecutor
 
+from executor import udf
+
 from .backend_link import BackendLink
 from .config import Config
 from .connection import Connection
@@ -32,7 +34,8 @@ class Server:
         self.pool = ThreadPoolExecutor(max_workers=config.workers,
                                        thread_name_prefix="cqgate-duckdb")
         self.sessions: dict = {}
-        self.backend = BackendLink()
+        udf.load(config.aggregates)          # fails at start, not at the first query
+        self.backend = BackendLink(config.aggregates)
         self.ingest = Ingest(self.backend)
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.ssl_context = None

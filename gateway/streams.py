@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 
 from dialect.planner import Relation
+from executor import udf
 
 from .catalog.pg_catalog import CATALOG
 
@@ -153,4 +154,7 @@ class SessionCatalog:
         return None
 
     def is_aggregate(self, name: str) -> bool:
-        return False
+        return name.lower() in udf.names()
+
+    def aggregate_type(self, name: str) -> str:
+        return udf.return_type(name)

@@ -4,6 +4,8 @@ blocking FETCH, timeouts, LIMIT, cancel, disconnect, DROP, named windows, derive
 snapshot mode, count windows, late tuples, COPY into a stream and the system views."""
 from __future__ import annotations
 
+import json
+import os
 import socket
 import threading
 import time
@@ -442,3 +444,24 @@ def test_windowed_stream_stream_join(server):
         admin.execute(f"ALTER STREAM {b} ADVANCE TO {lit(5)}")
         assert _fetch(cur, "FETCH 1 FROM c") == [(1, 1, 3, 2, 4)]
         assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []
+
+
+# ---------------------------------------------------------------------- user aggregates
+def test_user_defined_aggregates(start_server):
+    here = os.path.dirname(os.path.abspath(__file__))
+    clients = os.path.join(os.path.dirname(here), "clients", "python")
+    srv = start_server("--aggregate", "summary=aggregates:Summary", "--aggregate",
+                       "median=aggregates:Median",
+                       env={"PYTHONPATH": clients + os.pathsep + os.environ.get("PYTHONPATH",
+                                                                                  "")})
+    with psycopg.connect(srv.dsn, autocommit=True) as admin, psycopg.connect(srv.dsn) as conn:
+        admin.execute("CREATE STREAM ua (val DOUBLE, ts TIMESTAMP TIMESTAMPCOLUMN, "
+                      "te TIMESTAMP ENDTIMESTAMPCOLUMN)")
+        cur = conn.cursor()
+        cur.execute("DECLARE c CURSOR FOR SELECT valid_from, valid_to, median(val), "
+                    "summary(val) FROM ua")
+        _insert(admin, "ua", I)                       # Table 6's stream I
+        admin.execute(f"ALTER STREAM ua ADVANCE TO {lit(9)}")
+        rows = _fetch(cur, "FETCH 3 FROM c")
+        assert [r[:3] for r in rows] == [(2, 4, 40.0), (4, 8, 55.0), (8, 9, 70.0)]
+        assert json.loads(rows[2][3]) == {"min": 40.0, "max": 70.0, "avg": 60.0, "med": 70.0}

@@ -474,7 +474,7 @@ class Builder:
         partial_nodes = tuple(P.Partial(p.name, p.func, self.expr(p.arg, scope.resolve)
                                         if p.arg is not None else None) for p in partials)
         types = {k.name: k.expr.type for k in keys}
-        types.update({p.name: _partial_type(p) for p in partial_nodes})
+        types.update({p.name: _partial_type(p, self.catalog) for p in partial_nodes})
 
         def resolve_final(col):
             if col.name in types and not col.table:
@@ -512,8 +512,12 @@ def _unique(names: list) -> list:
     return out
 
 
-def _partial_type(p: P.Partial) -> str:
-    if p.arg is None or p.func in ("count", "count_star", "count_distinct"):
+def _partial_type(p: P.Partial, catalog) -> str:
+    if p.func in ("count", "count_star", "count_distinct"):
+        return "BIGINT"
+    if catalog.is_aggregate(p.func):
+        return catalog.aggregate_type(p.func)
+    if p.arg is None:
         return "BIGINT"
     if p.func == "sum":
         base = p.arg.type.split("(")[0]      # PostgreSQL: sum(int4) is int8, sum(int8) numeric

@@ -29,6 +29,10 @@ class Catalog(Protocol):
 
     def is_aggregate(self, name: str) -> bool: ...
 
+    def aggregate_type(self, name: str) -> str:
+        """A user-defined aggregate's result type (DuckDB spelling)."""
+        ...
+
 
 @dataclass
 class MemoryCatalog:
@@ -48,3 +52,6 @@ class MemoryCatalog:
 
     def is_aggregate(self, name: str) -> bool:
         return name.lower() in self.aggregates
+
+    def aggregate_type(self, name: str) -> str:
+        return "DOUBLE"

@@ -27,15 +27,29 @@ class PartialCall:
     arg: exp.Expression | None
 
 
+def func_name(e: exp.Expression) -> str | None:
+    """A call's name as written (MEDIAN(x) parses as a node of its own, not Anonymous)."""
+    if isinstance(e, exp.Anonymous):
+        return e.name.lower()
+    return e.sql_name().lower() if isinstance(e, exp.Func) else None
+
+
+def is_user_aggregate(e: exp.Expression, user_aggregate) -> bool:
+    name = func_name(e)
+    return name is not None and user_aggregate(name)
+
+
 def is_aggregate(e: exp.Expression, user_aggregate) -> bool:
-    return isinstance(e, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)) or (
-        isinstance(e, exp.Anonymous) and user_aggregate(e.name))
+    return isinstance(e, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)) or \
+        is_user_aggregate(e, user_aggregate)
 
 
 def _phase_one(e: exp.Expression, user_aggregate) -> list:
     """[(func, arg)] the call needs, and how to combine them (a function of partial names)."""
-    arg = e.this if not isinstance(e, exp.Anonymous) else (
-        e.expressions[0] if e.expressions else None)
+    if is_user_aggregate(e, user_aggregate):
+        args = e.expressions if isinstance(e, exp.Anonymous) else [e.this]
+        return [(func_name(e), args[0] if args else None)], lambda n: exp.column(n[0])
+    arg = e.this
     if isinstance(e, exp.Count):
         if isinstance(e.this, exp.Star):
             return [("count_star", None)], lambda n: exp.column(n[0])
@@ -52,8 +66,6 @@ def _phase_one(e: exp.Expression, user_aggregate) -> list:
             expression=exp.column(n[1]))
     if isinstance(e, (exp.Sum, exp.Min, exp.Max)):
         return [(type(e).__name__.lower(), arg)], lambda n: exp.column(n[0])
-    if isinstance(e, exp.Anonymous) and user_aggregate(e.name):
-        return [(e.name.lower(), arg)], lambda n: exp.column(n[0])
     raise Unsupported(f"aggregate {e.sql('cql')} is not supported")
 
 

@@ -22,6 +22,8 @@ slide. Rows leave in valid_from order.
 """
 from __future__ import annotations
 
+import copy
+
 import bisect
 from dataclasses import dataclass
 from typing import Callable
@@ -30,6 +32,7 @@ import pyarrow as pa
 
 from .. import duck
 from ..batches import INF, TE, TS, Watermark
+from .. import udf
 from ..udf import user_aggregate
 from .base import Operator
 
@@ -76,8 +79,16 @@ def partial_fn(func: str) -> PartialFn:
     if fn is not None:
         return fn
     cls = user_aggregate(func)
-    return PartialFn(lambda: cls(), lambda s, v: (s.add(v), s)[1] if v is not None else s,
-                     lambda s: s.result())
+    return PartialFn(cls, _user_add, lambda s: s.result())
+
+
+def _user_add(state, value):
+    # an element split in two shares no state: fold into a copy
+    if value is None:
+        return state
+    state = copy.deepcopy(state)
+    state.add(value)
+    return state
 
 
 def _partial_type(func: str, arg_type):
@@ -89,7 +100,9 @@ def _partial_type(func: str, arg_type):
         return pa.int64()
     if func in ("sum", "min", "max") and not pa.types.is_null(arg_type):
         return arg_type
-    return None                     # user aggregates: whatever they return
+    if func not in PARTIALS:
+        return udf.arrow_type(udf.return_type(func))
+    return None
 
 
 class AggregateIndex:
