@@ -56,7 +56,7 @@ class Backend:
             wire.PLAN: self.on_plan, wire.DATA: self.on_data, wire.WATERMARK: self.on_watermark,
             wire.DROP: self.on_drop, wire.DROP_STREAM: self.on_drop_stream,
             wire.STATS: self.on_stats, wire.SNAPSHOT: self.on_snapshot,
-            wire.TABLE: self.on_table,
+            wire.TABLE: self.on_table, wire.PROGRESS: self.on_progress,
         }
         self.retained: dict = {}          # stream -> deque of recent batches (snapshots)
         self.retain_rows = retain_rows
@@ -154,10 +154,14 @@ class Backend:
             self.send(wire.rows(msg["qid"], table))
         self.send(wire.control(wire.ANSWER, req=msg["req"], ok=True))
 
-    def on_watermark(self, payload: bytes) -> None:
+    def on_progress(self, payload: bytes) -> None:
         msg = wire.parse_control(payload)
         stats = self.streams.setdefault(msg["stream"].lower(), StreamStats())
         stats.watermark = max(stats.watermark or msg["ts"], msg["ts"])
+
+    def on_watermark(self, payload: bytes) -> None:
+        self.on_progress(payload)
+        msg = wire.parse_control(payload)
         self._emit(self.graph.watermark(msg["stream"], msg["ts"]))
 
     def _emit(self, results: dict) -> None:

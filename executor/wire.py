@@ -4,7 +4,8 @@ length, then the payload — JSON for control, Arrow IPC for data (never Python 
 Gateway → back end: ``PLAN`` {req, qid, plan, feeds} · ``DATA`` stream + batch ·
 ``WATERMARK`` {stream, ts} · ``DROP`` {qid} · ``DROP_STREAM`` {stream} · ``STATS`` {req} ·
 ``SNAPSHOT`` {req, qid, plan, relations} (a one-time query at now: ``ROWS`` then ``ANSWER``) ·
-``TABLE`` name + contents (a static table that stream–table joins read, as it now stands).
+``TABLE`` name + contents (a static table that stream–table joins read, as it now stands) ·
+``PROGRESS`` {stream, ts} (the newest event time delivered; statistics, not a BOUNDARY).
 Back end → gateway: ``ROWS`` qid + batch · ``ENDED`` {qid, error?, sqlstate?} · ``ANSWER``
 {req, ok, error?, …}.
 """
@@ -16,7 +17,7 @@ import struct
 import pyarrow as pa
 
 PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
-SNAPSHOT, TABLE = b"Q", b"T"
+SNAPSHOT, TABLE, PROGRESS = b"Q", b"T", b"G"
 ROWS, ENDED, ANSWER = b"R", b"E", b"A"
 
 _HEAD = struct.Struct("!cI")

@@ -221,11 +221,13 @@ class BackendLink:
             self.loop.call_soon_threadsafe(self.writer.write, data)
 
     # ------------------------------------------------------------------ data
-    async def send_data(self, stream: str, table: pa.Table, watermark: int | None) -> None:
+    async def send_data(self, stream: str, table: pa.Table, latest: int | None) -> None:
+        """Stream rows, then how far the stream has got (``latest``: its newest event time,
+        for cq_streams and snapshots; not a BOUNDARY)."""
         if table.num_rows:
             self.writer.write(wire.data(stream, table))
-        if watermark is not None:
-            self.writer.write(wire.control(wire.WATERMARK, stream=stream, ts=watermark))
+        if latest is not None:
+            self.writer.write(wire.control(wire.PROGRESS, stream=stream, ts=latest))
         await self.writer.drain()     # back pressure: wait while the back end is behind
 
     async def watermark(self, stream: str, ts: int) -> None:

@@ -2,6 +2,10 @@
 to the back end: sorted by event time, tuples earlier than the stream's watermark counted as
 late and held back, the watermark moved to the latest timestamp seen.
 
+Data alone moves time forward in the back end (a row is emitted once its interval is final);
+only punctuation (``advance``) and, later, idle heartbeats send a BOUNDARY, which splits open
+intervals (seed 000 Algorithm 6) — so results are not cut into pieces at every INSERT.
+
 A stream without slack promises its tuples in order; the clearinghouse (slack, heartbeats,
 sources on the ingest port) builds on this.
 """
@@ -18,6 +22,7 @@ import pyarrow.compute as pc
 @dataclass
 class StreamProgress:
     watermark: int | None = None      # µs: no tuple earlier than this will be delivered
+    boundary: int | None = None       # µs: the last BOUNDARY sent to the back end
     late: int = 0
     delivered: int = 0
 
@@ -59,15 +64,16 @@ class Ingest:
                 p.watermark = max(p.watermark or int(ts[-1]), int(ts[-1]))
             p.late += late
             p.delivered += table.num_rows
-            await self.link.send_data(name, table, p.watermark if table.num_rows else None)
+            await self.link.send_data(name, table, p.watermark)
             return table.num_rows, late
 
     async def advance(self, name: str, ts: int) -> None:
         """Punctuation: no tuple earlier than ``ts`` will follow."""
         async with self._lock:
             p = self.progress(name)
-            if p.watermark is None or ts > p.watermark:
-                p.watermark = ts
+            if p.boundary is None or ts > p.boundary:
+                p.boundary = ts
+                p.watermark = max(p.watermark if p.watermark is not None else ts, ts)
                 await self.link.watermark(name, ts)
 
     def forget(self, name: str) -> None:

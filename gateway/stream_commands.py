@@ -437,7 +437,19 @@ class Planned:
     tables: dict                  # name -> contents of the tables its stream–table joins read
 
 
+def _without_order(tree):
+    """The query without ORDER BY / LIMIT / OFFSET, and those clauses."""
+    tree = tree.copy()
+    tail = {k: tree.args.get(k) for k in ("order", "limit", "offset")}
+    for k in tail:
+        tree.set(k, None)
+    return tree, tail
+
+
 def continuous_query(session, tree, params) -> Planned:
+    if tree.args.get("order") is not None and \
+            _plan(session, _without_order(tree)[0]).mode == "snapshot":
+        return snapshot_query(session, tree)      # ORDER BY is fine on a finite answer
     p = _plan(session, tree)      # every planning error reaches the client with its SQLSTATE
     if p.mode == "archive":
         raise E.FeatureNotSupported(
@@ -474,10 +486,7 @@ def snapshot_query(session, tree) -> Rows:
     """A query evaluated at now (cq.mode = snapshot, or one that reads only named windows):
     the plan without ORDER BY / LIMIT / OFFSET runs in the back end over recent tuples, and
     those clauses are applied to its answer by DuckDB."""
-    tree = tree.copy()
-    tail = {k: tree.args.get(k) for k in ("order", "limit", "offset")}
-    for k in tail:
-        tree.set(k, None)
+    tree, tail = _without_order(tree)
     p = _plan(session, tree)
     link = session.server.backend
     fields, schema = _typed_fields(session, p)

@@ -36,3 +36,27 @@ def test_doc_sql_runs(start_server, doc):
         shown = blocks(doc, "text")[0].strip().splitlines()
         assert shown in outputs
         assert all(out[0].startswith("continuous query") for out in outputs)
+
+
+def _cell(v) -> str:
+    return v.isoformat(sep=" ") if hasattr(v, "isoformat") else str(v)
+
+
+def test_continuous_doc_shows_what_runs(start_server):
+    """docs/continuous.md, in order on one connection: each ```text block is exactly the rows
+    of the last statement before it that returned rows."""
+    s = start_server()
+    text = open(os.path.join(DOCS, "continuous.md"), encoding="utf-8").read()
+    checked = 0
+    with psycopg.connect(s.dsn, autocommit=True) as conn:
+        last = None
+        for lang, body in re.findall(r"```(sql|text)\n(.*?)```", text, re.S):
+            if lang == "sql":
+                for stmt in statements(body):
+                    cur = conn.execute(stmt)
+                    if cur.description:
+                        last = [" | ".join(_cell(v) for v in r) for r in cur.fetchall()]
+            else:
+                assert last == body.strip().splitlines()
+                checked += 1
+    assert checked >= 5

@@ -1,5 +1,6 @@
 """psql 15 as a subprocess: catalog commands, a FETCH_COUNT session, \\copy, errors."""
 import re
+
 from conftest import psql
 
 

@@ -77,7 +77,7 @@ EXCEPT = ("SELECT valid_from, valid_to, k FROM s {w} WHERE v > {c} EXCEPT "
           "SELECT k FROM snap WHERE v > {c} EXCEPT SELECT k FROM snap2")
 
 
-def run_executor(sql: str, tuples: list) -> list:
+def run_executor(sql: str, tuples: list, marks: bool = True) -> list:
     q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), CATALOG))
     out = []
     for k, v, ts in tuples:
@@ -86,7 +86,8 @@ def run_executor(sql: str, tuples: list) -> list:
                                         "ts": pa.array([ts * S], pa.int64()).cast(
                                             pa.timestamp("us"))})
         out += q.push("s", b)
-        out += q.watermark("s", ts * S)      # as ingest does: nothing earlier will follow
+        if marks:                            # a BOUNDARY after each tuple, or data alone
+            out += q.watermark("s", ts * S)
     out += q.end()
     rows = []
     for b in out:
@@ -117,14 +118,15 @@ def valid_at(rows: list, t: int) -> Counter:
     return Counter(r[2] for r in rows if r[0] <= t and (r[1] is None or t < r[1]))
 
 
-def check(tuples: list, qi: int, w: str, c: int, w2: str | None = None, pair=UNION):
+def check(tuples: list, qi: int, w: str, c: int, w2: str | None = None, pair=UNION,
+          marks: bool = True):
     if w2 is None:
         sql, snap_sql = (q.format(w=w, c=c) for q in QUERIES[qi])
         windows = [w]
     else:
         sql, snap_sql = (q.format(w=w, w2=w2, c=c) for q in pair)
         windows = [w, w2]
-    rows = run_executor(sql, tuples)
+    rows = run_executor(sql, tuples, marks)
     con = duckdb.connect()
     con.execute("SET integer_division = true")
     con.execute("CREATE TABLE raw_in (i INT, k INT, v INT, ts BIGINT)")
@@ -152,9 +154,9 @@ def _running(deltas):
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.integers(0, len(QUERIES) - 1), st.sampled_from(sorted(WINDOWS)),
-       st.integers(-3, 3))
-def test_snapshot_reducibility(tuples, qi, w, c):
-    check(tuples, qi, w, c)
+       st.integers(-3, 3), st.booleans())
+def test_snapshot_reducibility(tuples, qi, w, c, marks):
+    check(tuples, qi, w, c, marks=marks)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -177,9 +179,10 @@ JOINABLE = BOUNDED + ["[ROWS 2]", "[PARTITION BY k ROWS 1]"]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(streams, st.sampled_from(JOINABLE), st.sampled_from(JOINABLE), st.integers(-3, 3))
-def test_snapshot_reducibility_join(tuples, w, w2, c):
-    check(tuples, 0, w, c, w2, pair=JOIN)
+@given(streams, st.sampled_from(JOINABLE), st.sampled_from(JOINABLE), st.integers(-3, 3),
+       st.booleans())
+def test_snapshot_reducibility_join(tuples, w, w2, c, marks):
+    check(tuples, 0, w, c, w2, pair=JOIN, marks=marks)
 
 
 # Shrunk counterexamples, kept as regressions. The first caught a 1 µs interval ([NOW])

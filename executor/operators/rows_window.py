@@ -4,12 +4,14 @@ when the tuple arrives, so the last n tuples of each partition are held open; a 
 (BOUNDARY) splits them, emitting [start, watermark) and keeping [watermark, …) open, as seed
 000's Algorithm 6 does, so results downstream never wait for the next tuple. Coalescing in
 α puts the pieces back together. Per batch, one DuckDB window query (``lead(ts, n)`` per
-partition) finds every end that became known.
+partition) finds every end that became known. A tuple whose end is known waits while an open
+tuple of another partition started earlier, so rows still leave in ts order.
 """
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import duck
 from ..batches import INF, TE, TS, Watermark
@@ -25,6 +27,7 @@ class RowsWindow(Operator):
         self.where = window.where.sql if window.where is not None else None
         self.con = duck.connect()
         self.held: pa.Table | None = None     # open tuples: input columns, __start, __ord
+        self.ready: list = []                 # closed tuples waiting for earlier open ones
         self.columns: list | None = None      # the input's columns (without ts/te)
         self.seq = 0
 
@@ -53,38 +56,55 @@ class RowsWindow(Operator):
         return self._emit(closed.column(START), closed.column(NEXT), closed)
 
     def _emit(self, start, end, rows: pa.Table) -> list:
-        if rows.num_rows == 0:
+        """Release the rows [start, end) that no open tuple precedes; keep the others."""
+        out = self._rows(start, end, rows)
+        if out is not None:
+            self.ready.append(out)
+        if not self.ready:
             return []
+        ready = pa.concat_tables(self.ready) if len(self.ready) > 1 else self.ready[0]
+        if self.held is not None and self.held.num_rows:
+            front = pc.min(self.held.column(START)).as_py()
+            go = pc.less_equal(ready.column(TS), front)
+            ready, rest = ready.filter(go), ready.filter(pc.invert(go))
+            self.ready = [rest] if rest.num_rows else []
+        else:
+            self.ready = []
+        if ready.num_rows == 0:
+            return []
+        return ready.sort_by([(TS, "ascending"), (TE, "ascending")]).to_batches()
+
+    def _rows(self, start, end, rows: pa.Table | None) -> pa.Table | None:
+        if rows is None or rows.num_rows == 0:
+            return None
         s = start.to_numpy().astype(np.int64) if not isinstance(start, np.ndarray) else start
         e = end.to_numpy().astype(np.int64) if not isinstance(end, np.ndarray) else end
         keep = e > s                       # equal timestamps: the tuple never holds alone
         cols = {c: rows.column(c) for c in self.columns}
         cols[TS], cols[TE] = pa.array(s), pa.array(e)
         out = pa.table(cols).filter(pa.array(keep))
-        if out.num_rows == 0:
-            return []
-        out = out.sort_by([(TS, "ascending"), (TE, "ascending")])
-        return out.to_batches()
+        return out if out.num_rows else None
 
     def on_watermark(self, ts, port=0):
-        out = []
+        out = self._emit(None, None, None)
         if self.held is not None and self.held.num_rows:
             start = self.held.column(START).to_numpy().astype(np.int64)
             split = start < ts
             if split.any():
                 piece = self.held.filter(pa.array(split))
-                out = self._emit(start[split], np.full(int(split.sum()), ts, np.int64), piece)
                 self.held = self.held.set_column(
                     self.held.schema.get_field_index(START), START,
                     pa.array(np.where(split, ts, start)))
+                out += self._emit(start[split], np.full(int(split.sum()), ts, np.int64), piece)
         return out + [Watermark(ts)]
 
     def on_end(self):
-        if self.held is None or self.held.num_rows == 0:
-            return []
         held, self.held = self.held, None
+        if held is None or held.num_rows == 0:
+            return self._emit(None, None, None)
         start = held.column(START).to_numpy().astype(np.int64)
         return self._emit(start, np.full(held.num_rows, INF, np.int64), held)
 
     def state_size(self) -> int:
-        return self.held.num_rows if self.held is not None else 0
+        return (self.held.num_rows if self.held is not None else 0) + sum(
+            t.num_rows for t in self.ready)
