@@ -76,6 +76,7 @@ class Backend:
             return
         self.queries[msg["qid"]] = QueryStats(time.time())
         self.send(wire.control(wire.ANSWER, req=msg["req"], ok=True))
+        self._emit({})                   # LIMIT 0 ends at once
 
     def on_table(self, payload: bytes) -> None:
         name, table = wire.parse_data(payload)

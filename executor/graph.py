@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 
 from . import plan as P
 from .batches import INF, TE, TS, Watermark
-from .operators import (aggregate, filter_map, join, range_aggregate, rows_window,
-                        slide_aggregate, union, window)
+from .operators import (aggregate, filter_map, join, loop_window, range_aggregate,
+                        rows_window, slide_aggregate, union, window)
 from .operators.base import Operator, Stateless
 
 
@@ -83,6 +83,8 @@ def _slide_of(node) -> P.SlideWindow | None:
 def _build_window(node: P.Window):
     if isinstance(node.window, P.RowsWindow):
         return rows_window.RowsWindow(node.window)
+    if isinstance(node.window, P.LoopWindow):
+        return loop_window.LoopWindow(node.window)
     if not window.supports(node.window):
         raise NotRunnable(f"{type(node.window).__name__} windows do not run in the back end "
                           "yet")
@@ -162,6 +164,15 @@ _BUILDERS = {
     P.Limit: Limit,
     P.Join: join.StreamJoin,
 }
+
+
+def _loop_below(v: "_Vertex"):
+    """The loop window an aggregate reads through a chain of one-input operators, if any."""
+    while len(v.children) == 1:
+        v = v.children[0]
+        if isinstance(v.op, loop_window.LoopWindow):
+            return v.op
+    return None
 
 
 def _table_side(node) -> tuple:
@@ -279,6 +290,8 @@ class Graph:
             self.scans.setdefault(name.lower(), []).append(v)
         for i, child in enumerate(kids):
             self._build(child, v, i, q)
+        if isinstance(v.op, aggregate.Aggregate):
+            v.op.loop = _loop_below(v)      # one row per iteration of a StreaQueL loop
         return v
 
     @staticmethod

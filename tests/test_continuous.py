@@ -138,6 +138,7 @@ def test_plain_select_streams_until_limit(server):
                                                                 (3, 3, 5)]
         feeder.join_checked()
         assert running(server.dsn, f"FROM {s}") == 0          # LIMIT ended the query
+        assert conn.execute(f"SELECT k FROM {s} LIMIT 0").fetchall() == []
 
 
 def test_cancel_ends_a_running_select_and_keeps_the_session(server):
@@ -468,3 +469,19 @@ def test_user_defined_aggregates(start_server):
         rows = _fetch(cur, "FETCH 3 FROM c")
         assert [r[:3] for r in rows] == [(2, 4, 40.0), (4, 8, 55.0), (8, 9, 70.0)]
         assert json.loads(rows[2][3]) == {"min": 40.0, "max": 70.0, "avg": 60.0, "med": 70.0}
+
+
+def test_streaquel_loop_over_live_data(server):
+    s = unique("loop")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        _stream(admin, s)
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT wtime(*), valid_to, COUNT(*), SUM(v) FROM {s} "
+                    f"for (t = ST; t < ST + 12; t += 3) {{ WindowIs({s}, t - 2, t) }}")
+        admin.execute(f"INSERT INTO {s} VALUES "
+                      + _values([(0, 1, 0), (0, 2, 1), (0, 3, 2), (0, 4, 4), (0, 5, 8)]))
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(12)}")
+        # ST is the first tuple's time (0); iteration t answers over [t - 2, t] until t + 3
+        assert _fetch(cur, "FETCH 4 FROM c") == [(0, 3, 1, 1), (3, 6, 2, 5), (6, 9, 1, 4),
+                                                 (9, 12, 1, 5)]

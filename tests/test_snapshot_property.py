@@ -197,3 +197,45 @@ REGRESSIONS = [
 @pytest.mark.parametrize("tuples,qi,w,c", REGRESSIONS)
 def test_regressions(tuples, qi, w, c):
     check(tuples, qi, w, c)
+
+
+# StreaQueL loops over live data: ST is the first tuple's time; iteration k at t_k answers
+# over left(t_k) <= ts <= right(t_k) until t_{k+1}. (offset, limit, step, landmark) in seconds.
+LOOPS = {
+    "for (t = ST; t < ST + 12; t += 3) { WindowIs(s, t - 2, t) }": (0, 12, 3, False),
+    "for (t = ST + 2; t < ST + 12; t += 3) { WindowIs(s, ST, t) }": (2, 12, 3, True),
+    "for (t = ST + 1; t < ST + 9; t += 2) { WindowIs(s, t - 3, t) }": (1, 9, 2, False),
+}
+LOOP_QUERIES = [
+    ("SELECT valid_from, valid_to, COUNT(*), SUM(v) FROM s {loop}",
+     "SELECT COUNT(*), SUM(v) FROM snap"),
+    ("SELECT valid_from, valid_to, k, COUNT(*) FROM s WHERE v > {c} GROUP BY k {loop}",
+     "SELECT k, COUNT(*) FROM snap WHERE v > {c} GROUP BY k"),
+    ("SELECT valid_from, valid_to, k, v FROM s WHERE v > {c} {loop}",
+     "SELECT k, v FROM snap WHERE v > {c}"),
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams, st.integers(0, len(LOOP_QUERIES) - 1), st.sampled_from(sorted(LOOPS)),
+       st.integers(-3, 3), st.booleans())
+def test_snapshot_reducibility_loops(tuples, qi, loop, c, marks):
+    sql, snap_sql = (q.format(loop=loop, c=c) for q in LOOP_QUERIES[qi])
+    rows = run_executor(sql, tuples, marks)
+    off, lim, step, landmark = LOOPS[loop]
+    start = tuples[0][2] * S
+    con = duckdb.connect()
+    con.execute("CREATE TABLE raw (k INT, v INT, ts BIGINT)")
+    con.executemany("INSERT INTO raw VALUES (?, ?, ?)", [(k, v, ts * S) for k, v, ts in tuples])
+    for half in range(2 * tuples[0][2], 2 * tuples[-1][2] + 1):
+        x = half * S // 2
+        k = (x - start - off * S) // (step * S)
+        t_k = start + off * S + k * step * S
+        if k >= 0 and t_k < start + lim * S:
+            left = start if landmark else t_k - (step - 1 if step == 3 else 3) * S
+            where = f"ts >= {left} AND ts <= {t_k}"
+        else:
+            where = "FALSE"
+        con.execute(f"CREATE OR REPLACE TEMP VIEW snap AS SELECT k, v FROM raw WHERE {where}")
+        expected = Counter(tuple(_norm(x) for x in r) for r in con.execute(snap_sql).fetchall())
+        assert valid_at(rows, x) == expected, (sql, x / S, tuples)

@@ -336,8 +336,9 @@ class Builder:
                 node = P.Filter(node, f, node.schema)
             return node
         # a filter commutes with time windows (it keeps or drops single tuples) but would
-        # change which tuples a count window counts, so it stays above ROWS windows
-        below = not isinstance(window, P.RowsWindow)
+        # change which tuples a count window counts, and when a loop's ST (its first tuple)
+        # is, so it stays above ROWS windows and loops
+        below = not isinstance(window, (P.RowsWindow, P.LoopWindow))
         if below:
             for f in filters:
                 node = P.Filter(node, f, node.schema)

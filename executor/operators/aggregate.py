@@ -174,7 +174,8 @@ class AggregateIndex:
 
 
 class Aggregate(Operator):
-    """α over one input. ``slide_us``: the input is a hopping window (one row per slide)."""
+    """α over one input. ``slide_us``: the input is a hopping window (one row per slide);
+    ``loop``: the input is a StreaQueL loop's window (one row per iteration)."""
 
     def __init__(self, node, *, slide_us: int | None = None, slide_start_us: int = 0):
         self.node = node
@@ -182,6 +183,7 @@ class Aggregate(Operator):
         self.partials = [p.name for p in node.partials]
         self.fns = [partial_fn(p.func) for p in node.partials]
         self.slide_us = slide_us
+        self.loop = None
         self.slide_start = slide_start_us
         self.groups: dict = {}                  # key tuple -> AggregateIndex
         self.ready: list = []                   # rows final and coalesced, awaiting order
@@ -244,6 +246,14 @@ class Aggregate(Operator):
             s, cut = cut, cut + j
         yield s, e
 
+    def _split_at(self, s: int, e: int):
+        """[s, e) cut where the loop's iterations start."""
+        starts = self.loop.starts
+        for cut in starts[bisect.bisect_right(starts, s):bisect.bisect_left(starts, e)]:
+            yield s, int(cut)
+            s = int(cut)
+        yield s, e
+
     def _emit(self, key, elements: list) -> None:
         """One reorganisation's emitted elements of a group, as rows: each slide of a hopping
         window has its own row; otherwise equal neighbours are coalesced."""
@@ -251,6 +261,11 @@ class Aggregate(Operator):
             for s, e, states in elements:
                 values = self._values(states)
                 self.ready.extend((a, b, key, values) for a, b in self._split_slides(s, e))
+            return
+        if self.loop is not None and self.loop.starts is not None:
+            for s, e, states in elements:
+                values = self._values(states)
+                self.ready.extend((a, b, key, values) for a, b in self._split_at(s, e))
             return
         self._coalesce(key, [(s, e, self._values(states)) for s, e, states in elements])
 
