@@ -326,6 +326,8 @@ class Connection:
         try:
             while max_rows <= 0 or sent < max_rows:
                 want = None if max_rows <= 0 else max_rows - sent
+                if live.n_pending == 0:
+                    await self.flush()        # what is already said goes out before waiting
                 table = await live.take(want, None, s.cancel_event, self.client_closed())
                 rows = Rows(live.fields, table)
                 while rows.remaining:

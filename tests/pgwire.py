@@ -88,5 +88,12 @@ class Client:
         self.sock.close()
 
 
+def cancel(port: int, pid: int, secret: int) -> None:
+    """Send a CancelRequest on a connection of its own, as libpq does."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(struct.pack("!iiii", 16, 80877102, pid, secret))
+        s.recv(1)
+
+
 def error_fields(body: bytes) -> dict:
     return {f[:1].decode(): f[1:].decode() for f in body.split(b"\0") if f}

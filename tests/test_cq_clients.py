@@ -160,3 +160,28 @@ def test_jdbc_fetch_size(server, tmp_path):
     assert out[0] == "columns=k:int4"
     assert [x for x in out if x.startswith("row=")] == [f"row={k}" for k in range(41, 46)]
     assert out[-1] == "done"
+
+
+def test_simple_query_streams_rows_as_they_come(server):
+    """What psql 17's FETCH_COUNT relies on: one simple Query, DataRows sent (and flushed) as
+    the query produces them, until a CancelRequest ends it with 57014."""
+    s = _stream(server.dsn)
+    c = pgwire.Client(server.port)
+    c.send(pgwire.query(f"SELECT k FROM {s}"))
+    assert c.read()[0] == b"T"
+    got = []
+    for k in (7, 8):
+        with psycopg.connect(server.dsn, autocommit=True) as feed:
+            wait_running(server.dsn, f"FROM {s}")
+            feed.execute(f"INSERT INTO {s} VALUES ({k}, {lit(k)})")
+        tag, body = c.read()                      # arrives while the query still runs
+        assert tag == b"D"
+        got.append(int(body[6:]))
+    assert got == [7, 8]
+    pgwire.cancel(server.port, c.pid, c.secret)
+    msgs = c.until(b"Z")
+    errors = [pgwire.error_fields(b) for t, b in msgs if t == b"E"]
+    assert errors and errors[0]["C"] == "57014"
+    c.send(pgwire.query("SELECT 1"))
+    assert [t for t, _ in c.until(b"Z")] == [b"T", b"D", b"C", b"Z"]
+    c.close()
