@@ -63,18 +63,22 @@ async def gather(server) -> tuple[pa.Table, pa.Table]:
     return queries, streams
 
 
-def store(con, queries: pa.Table, streams: pa.Table) -> None:
+def store(db, queries: pa.Table, streams: pa.Table) -> None:
+    """Refill both views on a connection of their own, committed at once (a session's open
+    transaction must not hold them)."""
     with _lock:
-        for name, table in (("cq_queries", queries), ("cq_streams", streams)):
-            con.register("cq_fill", table)
-            try:
+        con = db.cursor()
+        try:
+            for name, table in (("cq_queries", queries), ("cq_streams", streams)):
+                con.register("cq_fill", table)
                 con.execute(f"DELETE FROM {CATALOG}.main.{name}")
                 con.execute(f"INSERT INTO {CATALOG}.main.{name} SELECT * FROM cq_fill")
-            finally:
                 con.unregister("cq_fill")
+        finally:
+            con.close()
 
 
 async def refresh(session) -> None:
     queries, streams = await gather(session.server)
-    await asyncio.get_running_loop().run_in_executor(session.server.pool, store, session.con,
-                                                     queries, streams)
+    await asyncio.get_running_loop().run_in_executor(session.server.pool, store,
+                                                     session.server.store.db, queries, streams)

@@ -485,3 +485,10 @@ def test_streaquel_loop_over_live_data(server):
         # ST is the first tuple's time (0); iteration t answers over [t - 2, t] until t + 3
         assert _fetch(cur, "FETCH 4 FROM c") == [(0, 3, 1, 1), (3, 6, 2, 5), (6, 9, 1, 4),
                                                  (9, 12, 1, 5)]
+
+
+def test_system_views_inside_transactions(server):
+    with psycopg.connect(server.dsn) as a, psycopg.connect(server.dsn) as b:
+        assert a.execute("SELECT count(*) >= 0 FROM cq_queries").fetchone() == (True,)
+        assert b.execute("SELECT count(*) >= 0 FROM cq_queries").fetchone() == (True,)
+        assert a.execute("SELECT count(*) >= 0 FROM cq_streams").fetchone() == (True,)

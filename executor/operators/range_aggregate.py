@@ -11,6 +11,7 @@ aggregate has one: COUNT(*) = 0). Results equal the aggregate index's (``aggrega
 """
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -21,6 +22,27 @@ from .aggregate import Aggregate
 
 _WINDOWED = {"sum": "SUM({a})", "count": "COUNT({a})", "count_star": "COUNT(\"__arr\")",
              "min": "MIN({a})", "max": "MAX({a})", "count_distinct": "COUNT(DISTINCT {a})"}
+
+
+def _group_bounds(table: pa.Table, keys: list) -> list:
+    """Where each group's run of rows starts (rows sorted by key), and the end."""
+    n = table.num_rows
+    if not keys or n == 0:
+        return [0, n] if n else [0]
+    changed = np.zeros(n, dtype=bool)
+    changed[0] = True
+    for k in keys:
+        col = table.column(k).to_numpy(zero_copy_only=False)
+        prev = col[:-1]
+        diff = np.asarray(col[1:] != prev, dtype=bool)
+        if col.dtype == object:           # None == None is a run, None != x is a change
+            nulls = np.array([v is None for v in col])
+            diff = (nulls[1:] != nulls[:-1]) | (diff & ~nulls[1:])
+        elif col.dtype.kind == "f":
+            both_nan = np.isnan(col[1:]) & np.isnan(prev)
+            diff &= ~both_nan
+        changed[1:] |= diff
+    return list(np.flatnonzero(changed)) + [n]
 
 
 def supports(node: P.Aggregate) -> bool:
@@ -88,18 +110,13 @@ class RangeAggregate(Aggregate):
         times = pts["__t"]
         values = [pts[p] for p in self.partials]
         counts = pts["__n"]
-        n = len(times)
-        i = 0
         keep_from: dict = {}
-        while i < n:
+        bounds = _group_bounds(table, self.keys)
+        for i, j in zip(bounds[:-1], bounds[1:]):
             key = tuple(k[i] for k in keys)
-            j = i
-            while j < n and tuple(k[j] for k in keys) == key:
-                j += 1
             start = self._group(key, times, values, counts, i, j, now, boundary)
             if start is not None:
                 keep_from[key] = start
-            i = j
         self._forget(keep_from)
         self.last_now = max(self.last_now, now)
         return self._release()
