@@ -37,6 +37,9 @@ WINDOWS = {
         "ts > (($t // 2000000) * 2000000) - 5000000 AND ts <= ($t // 2000000) * 2000000",
     "[RANGE 2 SECONDS SLIDE 2 SECONDS]":
         "ts > (($t // 2000000) * 2000000) - 2000000 AND ts <= ($t // 2000000) * 2000000",
+    # a fixed window over live data: the tuples with t1 <= ts < t2, each valid until t2
+    "[BETWEEN '1970-01-01 00:00:02' AND '1970-01-01 00:00:20']":
+        "ts >= 2000000 AND ts < 20000000 AND ts <= $t AND $t < 20000000",
     # count windows: valid until the n-th later tuple (in arrival order) of the partition
     "[ROWS 2]": "ts <= $t AND coalesce(next2, 1e18) > $t",
     "[PARTITION BY k ROWS 1]": "ts <= $t AND coalesce(knext1, 1e18) > $t",
