@@ -4,6 +4,7 @@ blocking FETCH, timeouts, LIMIT, cancel, disconnect, DROP, named windows, derive
 snapshot mode, count windows, late tuples, COPY into a stream and the system views."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -105,16 +106,23 @@ def _stream(c, name: str) -> None:
     c.execute(f"CREATE STREAM {name} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN)")
 
 
+@contextlib.contextmanager
+def _follow(server, prefix: str):
+    """A fresh stream, an autocommit connection that feeds it, and a cursor on a connection
+    of its own, inside a transaction (where DECLARE lives)."""
+    s = unique(prefix)
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        _stream(admin, s)
+        yield s, admin, conn.cursor()
+
+
 def _values(rows) -> str:
     return ", ".join(f"({k}, {v}, {lit(t)})" for k, v, t in rows)
 
 
 def test_fetch_blocks_until_rows_come(server):
-    s = unique("blk")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        _stream(admin, s)
-        cur = conn.cursor()
+    with _follow(server, "blk") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s} WHERE v > 0")
         feeder = Feeder(server.dsn, f"FROM {s}", [
             f"INSERT INTO {s} VALUES {_values([(1, 5, 1), (2, -1, 2)])}",
@@ -285,11 +293,7 @@ def test_windows_survive_restart(start_server, tmp_path):
 
 # ---------------------------------------------------------------------- windows and input
 def test_rows_window(server):
-    s = unique("rows")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        _stream(admin, s)
-        cur = conn.cursor()
+    with _follow(server, "rows") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT valid_from, valid_to, SUM(v) FROM {s} "
                     "[PARTITION BY k ROWS 2 WHERE v > 0]")
         admin.execute(f"INSERT INTO {s} VALUES "
@@ -313,11 +317,7 @@ def test_late_tuples_are_counted_and_reported(server):
 
 
 def test_copy_into_a_stream(server):
-    s = unique("cpy")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        _stream(admin, s)
-        cur = conn.cursor()
+    with _follow(server, "cpy") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
         with admin.cursor().copy(f"COPY {s} (t, k, v) FROM STDIN") as cp:
             cp.write_row(("2026-11-01 00:00:01", 1, 10))
@@ -340,11 +340,7 @@ def test_inserting_into_a_window_or_deleting_from_a_stream_fails(server):
 
 
 def test_system_views(server):
-    s = unique("sys")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        _stream(admin, s)
-        cur = conn.cursor()
+    with _follow(server, "sys") as (s, admin, cur):
         cur.execute(f"DECLARE mine CURSOR FOR SELECT k, COUNT(*) FROM {s} [RANGE 5] GROUP BY k")
         admin.execute(f"INSERT INTO {s} VALUES {_values([(1, 1, 1), (2, 2, 2), (1, 3, 3)])}")
         admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(4)}")
@@ -359,11 +355,7 @@ def test_system_views(server):
 
 
 def test_time_moves_with_advance(server):
-    s = unique("adv")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        _stream(admin, s)
-        cur = conn.cursor()
+    with _follow(server, "adv") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT valid_from, valid_to, COUNT(*) FROM {s} "
                     "[RANGE 2]")
         admin.execute(f"INSERT INTO {s} VALUES {_values([(1, 1, 1)])}")
@@ -472,11 +464,7 @@ def test_user_defined_aggregates(start_server):
 
 
 def test_streaquel_loop_over_live_data(server):
-    s = unique("loop")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        _stream(admin, s)
-        cur = conn.cursor()
+    with _follow(server, "loop") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT wtime(*), valid_to, COUNT(*), SUM(v) FROM {s} "
                     f"for (t = ST; t < ST + 12; t += 3) {{ WindowIs({s}, t - 2, t) }}")
         admin.execute(f"INSERT INTO {s} VALUES "
