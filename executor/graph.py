@@ -200,13 +200,15 @@ class _Vertex:
         self.sinks: list = []
 
 
-# Operators that map each tuple on its own: identical ones over the same stream share one
-# vertex (one scan, one window) whatever number of queries read them.
+# Scans, windows, σ and μ: identical ones over the same stream share one vertex (one scan,
+# one window state) whatever number of queries read them. A count window's state is the
+# stream's last n tuples, the same for every reader; a loop's iterations start with the first
+# tuple its query sees, so each query keeps its own.
 _SHAREABLE = (P.StreamScan, P.WindowRelationScan, P.Window, P.Filter, P.Map)
 
 
 def _shareable(node) -> bool:
-    if isinstance(node, P.Window) and not window.supports(node.window):
+    if isinstance(node, P.Window) and isinstance(node.window, P.LoopWindow):
         return False
     return isinstance(node, _SHAREABLE) and all(_shareable(c) for c in P.children(node))
 

@@ -47,6 +47,18 @@ def test_identical_operators_are_shared_and_freed_with_their_last_reader():
     assert g.shared == {} and g.scans == {} and g.queries == {}
 
 
+def test_count_windows_share_one_state():
+    g = Graph()
+    g.add(1, _plan("SELECT valid_from, valid_to, SUM(v) FROM s [PARTITION BY k ROWS 2]"))
+    g.add(2, _plan("SELECT valid_from, valid_to, MAX(v) FROM s [PARTITION BY k ROWS 2]"))
+    windows = [v for v in g.shared.values() if type(v.op).__name__ == "RowsWindow"]
+    assert len(windows) == 1 and len(windows[0].parents) == 2
+    g.push("s", _batch([(1, 1, 1), (1, 2, 2), (1, 3, 3)]))
+    out = g.watermark("s", 4 * S)
+    assert [r[2:] for r in _rows(out, 1)] == [(1,), (3,), (5,)]
+    assert [r[2:] for r in _rows(out, 2)] == [(1,), (2,), (3,)]
+
+
 def test_a_failing_operator_ends_only_its_queries():
     g = Graph()
     g.add("bad", _plan("SELECT 10 / v FROM s [NOW]"))
