@@ -214,15 +214,13 @@ def _shareable(node) -> bool:
 
 
 class _Query:
-    __slots__ = ("qid", "plan", "sink", "out_names", "rows_in", "rows_out", "own", "feeds",
-                 "streams")
+    __slots__ = ("qid", "plan", "sink", "out_names", "rows_in", "rows_out", "feeds", "streams")
 
     def __init__(self, qid, plan, feeds=None):
         self.qid, self.plan, self.feeds = qid, plan, feeds
         self.streams: set = set()
         self.out_names = [c.name for c in plan.root.schema]
         self.rows_in = self.rows_out = 0
-        self.own: list = []               # vertices only this query holds (state to free)
 
 
 class Graph:
@@ -247,17 +245,17 @@ class Graph:
         sink.sinks.append(qid)
         q.sink = sink
         try:
-            self._build(plan.root, sink, 0, q)
+            self._build(plan.root, sink, 0)
         except NotRunnable:
             self._release(sink)
             raise
         self.queries[qid] = q
         q.streams = self._reads(sink)
 
-    def _build(self, node, parent: _Vertex, port: int, q: _Query) -> _Vertex:
+    def _build(self, node, parent: _Vertex, port: int) -> _Vertex:
         rewrite = _REWRITES.get(type(node))
         if rewrite is not None:
-            return self._build(rewrite(node), parent, port, q)
+            return self._build(rewrite(node), parent, port)
         key = P.to_json(node) if _shareable(node) else None
         v = self.shared.get(key) if key is not None else None
         if v is not None:
@@ -285,13 +283,11 @@ class Graph:
         self._link(v, parent, port)
         if key is not None:
             self.shared[key] = v
-        else:
-            q.own.append(v)
         if isinstance(node, (P.StreamScan, P.WindowRelationScan)):
             name = node.stream if isinstance(node, P.StreamScan) else node.name
             self.scans.setdefault(name.lower(), []).append(v)
         for i, child in enumerate(kids):
-            self._build(child, v, i, q)
+            self._build(child, v, i)
         if isinstance(v.op, aggregate.Aggregate):
             v.op.loop = _loop_below(v)      # one row per iteration of a StreaQueL loop
         return v
@@ -400,7 +396,7 @@ class Graph:
                             last = top if last is None else max(last, top)
                         self._deliver(v, [first], out)
         for other in list(self.queries.values()):      # relations first: they were added first
-            for v in reversed(self._all(other.sink)):
+            for v in self._all(other.sink):
                 if v.op is not None:
                     self._deliver(v, v.op.on_end(), out)
         q = self.queries[qid]
@@ -414,14 +410,18 @@ class Graph:
 
     @staticmethod
     def _all(sink: _Vertex) -> list:
-        """Every vertex below ``sink``, parents before children."""
-        order, seen, stack = [], set(), [sink]
-        while stack:
-            v = stack.pop(0)
-            if id(v) not in seen:
-                seen.add(id(v))
-                order.append(v)
-                stack.extend(v.children)
+        """Every vertex below ``sink`` (and ``sink``), children before parents."""
+        order, seen = [], set()
+
+        def visit(v):
+            if id(v) in seen:
+                return
+            seen.add(id(v))
+            for c in v.children:
+                visit(c)
+            order.append(v)
+
+        visit(sink)
         return order
 
     def push(self, stream: str, batch: pa.RecordBatch) -> dict:
@@ -441,14 +441,16 @@ class Graph:
 
     def end(self, qid) -> list:
         """Flush what query ``qid`` still holds (its input has ended)."""
-        q = self.queries[qid]
         out: dict = {}
-        for v in reversed(q.own):     # children before parents
-            self._deliver(v, v.op.on_end(), out)
+        for v in self._all(self.queries[qid].sink):
+            if v.op is not None:
+                self._deliver(v, v.op.on_end(), out)
         return self._client({qid: out.get(qid, [])}).get(qid, [])
 
     def state_size(self, qid) -> int:
-        return sum(v.op.state_size() for v in self.queries[qid].own)
+        """Rows held by the operators query ``qid`` reads (shared ones included)."""
+        return sum(v.op.state_size() for v in self._all(self.queries[qid].sink)
+                   if v.op is not None)
 
     @staticmethod
     def _reads(sink: _Vertex) -> set:
