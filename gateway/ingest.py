@@ -1,30 +1,54 @@
-"""Stream data that arrives through SQL (INSERT, COPY, ALTER STREAM … ADVANCE TO) on its way
-to the back end: sorted by event time, tuples earlier than the stream's watermark counted as
-late and held back, the watermark moved to the latest timestamp seen.
+"""Stream data on its way to the back end, whatever the way in (INSERT, COPY, ALTER STREAM …
+ADVANCE TO): each stream's slack policy puts its tuples in event-time order, tuples later than
+the slack allows are counted as late and not delivered, and idle streams get heartbeats.
+
+Slack (``WITH (slack = …)``): ``none`` (the default) delivers at once and treats anything
+earlier than the newest tuple as late; ``'5 seconds'`` is K-slack (a tuple waits until a tuple
+K newer has arrived); ``adaptive`` is MP-K-slack (seed 003: K starts at 0 and grows to the
+largest delay seen, D(x) = t_curr − x.ts).
 
 Data alone moves time forward in the back end (a row is emitted once its interval is final);
-only punctuation (``advance``) and, later, idle heartbeats send a BOUNDARY, which splits open
-intervals (seed 000 Algorithm 6) — so results are not cut into pieces at every INSERT.
-
-A stream without slack promises its tuples in order; the clearinghouse (slack, heartbeats,
-sources on the ingest port) builds on this.
+punctuation (``advance``) and heartbeats send a BOUNDARY, which splits open intervals (seed 000
+Algorithm 6). A stream ``WITH (heartbeat = '1s')`` that has been idle that long (wall clock)
+gets a BOUNDARY at its newest event time plus the idle time, and its slack buffer is released,
+so a union or join with a busy stream does not stall.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dialect.intervals import interval_us
+
+HEARTBEAT_CHECK_S = 0.05      # how often idle streams are looked at
+
 
 @dataclass
 class StreamProgress:
     watermark: int | None = None      # µs: no tuple earlier than this will be delivered
     boundary: int | None = None       # µs: the last BOUNDARY sent to the back end
+    current: int | None = None        # µs: the newest event time seen (t_curr)
+    slack: int = 0                    # µs: K
+    adaptive: bool = False
+    heartbeat: int | None = None      # µs of wall clock, or None
+    last_arrival: float = 0.0         # wall clock (s) of the last tuple
+    held: pa.Table | None = None      # tuples waiting for the slack, sorted by event time
+    ts_column: str = ""
     late: int = 0
     delivered: int = 0
+
+    def configure(self, options: dict) -> None:
+        slack = str(options.get("slack", "none")).lower()
+        self.adaptive = slack == "adaptive"
+        if not self.adaptive:
+            self.slack = 0 if slack == "none" else interval_us(slack)
+        hb = options.get("heartbeat")
+        self.heartbeat = interval_us(hb) if hb else None
 
 
 def micros(col) -> np.ndarray:
@@ -43,38 +67,79 @@ class Ingest:
     def progress(self, name: str) -> StreamProgress:
         return self.streams.setdefault(name.lower(), StreamProgress())
 
-    async def push(self, name: str, ts_column: str, table: pa.Table) -> tuple[int, int]:
-        """Deliver ``table`` to the back end in event-time order; returns (delivered, late)."""
+    async def push(self, name: str, ts_column: str, table: pa.Table,
+                   options: dict | None = None) -> tuple[int, int]:
+        """Take ``table`` in; deliver what the slack releases. Returns (accepted, late)."""
         async with self._lock:
             p = self.progress(name)
+            p.configure(options or {})
+            p.ts_column = ts_column
             if table.num_rows == 0:
                 return 0, 0
             nulls = table.column(ts_column).null_count
             if nulls:
                 raise ValueError(f"{nulls} row(s) have no event time")
-            table = table.sort_by([(ts_column, "ascending")])
-            ts = micros(table.column(ts_column).combine_chunks())
-            late = 0
+            ts = micros(table.column(ts_column).combine_chunks())       # arrival order
+            if p.adaptive:      # MP-K-slack: K grows to the largest delay seen, late or not
+                seen = np.maximum.accumulate(ts)
+                if p.current is not None:
+                    seen = np.maximum(seen, p.current)
+                p.slack = max(p.slack, int((seen - ts).max()))
             if p.watermark is not None:
                 keep = ts >= p.watermark
                 late = int((~keep).sum())
                 if late:
                     table, ts = table.filter(pa.array(keep)), ts[keep]
-            if table.num_rows:
-                p.watermark = max(p.watermark or int(ts[-1]), int(ts[-1]))
-            p.late += late
-            p.delivered += table.num_rows
-            await self.link.send_data(name, table, p.watermark)
-            return table.num_rows, late
+                p.late += late
+            else:
+                late = 0
+            if len(ts):
+                p.current = int(max(ts.max(), p.current if p.current is not None else ts.max()))
+                p.last_arrival = time.monotonic()
+                p.held = table if p.held is None else pa.concat_tables(
+                    [p.held, table.cast(p.held.schema)])
+            await self._release(name, p, p.current - p.slack if p.current is not None else None)
+            return len(ts), late
+
+    async def _release(self, name: str, p: StreamProgress, bound: int | None,
+                       boundary: bool = False) -> None:
+        """Deliver the held tuples earlier than or at ``bound``, in event-time order; later
+        tuples than ``bound`` stay, earlier ones will be late from now on."""
+        if bound is None:
+            return
+        out = None
+        if p.held is not None and p.held.num_rows:
+            held = p.held.sort_by([(p.ts_column, "ascending")])
+            ts = micros(held.column(p.ts_column).combine_chunks())
+            k = int(np.searchsorted(ts, bound, side="right"))
+            out, rest = held.slice(0, k), held.slice(k)
+            p.held = rest if rest.num_rows else None
+        p.watermark = bound if p.watermark is None else max(p.watermark, bound)
+        if out is not None and out.num_rows:
+            p.delivered += out.num_rows
+            await self.link.send_data(name, out, p.current)
+        if boundary and (p.boundary is None or bound > p.boundary):
+            p.boundary = bound
+            await self.link.watermark(name, bound)
 
     async def advance(self, name: str, ts: int) -> None:
         """Punctuation: no tuple earlier than ``ts`` will follow."""
         async with self._lock:
             p = self.progress(name)
-            if p.boundary is None or ts > p.boundary:
-                p.boundary = ts
-                p.watermark = max(p.watermark if p.watermark is not None else ts, ts)
-                await self.link.watermark(name, ts)
+            await self._release(name, p, ts, boundary=True)
+
+    async def heartbeats(self) -> None:
+        """Forever: a BOUNDARY for each stream idle longer than its heartbeat interval."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_CHECK_S)
+            now = time.monotonic()
+            for name, p in list(self.streams.items()):
+                if p.heartbeat is None or p.current is None:
+                    continue
+                idle = int((now - p.last_arrival) * 1_000_000)
+                if idle >= p.heartbeat:
+                    async with self._lock:
+                        await self._release(name, p, p.current + idle, boundary=True)
 
     def forget(self, name: str) -> None:
         self.streams.pop(name.lower(), None)

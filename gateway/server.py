@@ -45,6 +45,7 @@ class Server:
             self.ssl_context = ctx
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set = set()
+        self._heartbeats: asyncio.Task | None = None
 
     def _keep_relations(self) -> None:
         """Start the queries of the named windows and derived streams kept in the catalog."""
@@ -84,6 +85,7 @@ class Server:
     async def start(self) -> int:
         await self.backend.start()
         await asyncio.get_running_loop().run_in_executor(self.pool, self._keep_relations)
+        self._heartbeats = asyncio.create_task(self.ingest.heartbeats())
         self._server = await asyncio.start_server(self._client, self.config.host,
                                                   self.config.port, limit=1 << 20)
         return self._server.sockets[0].getsockname()[1]
@@ -95,6 +97,8 @@ class Server:
             t.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5)
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
         await self.backend.stop()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.store.close()

@@ -370,7 +370,7 @@ def deliver(session, obj: StreamObject, table: pa.Table) -> int:
     srv = session.server
     try:
         n, late = srv.backend.call(srv.ingest.push(obj.relation().name, obj.timestamp_column,
-                                                   table))
+                                                   table, obj.options))
     except ValueError as e:
         raise E.NotNullViolation(f'{e} (column "{obj.timestamp_column}" of stream '
                                  f'"{obj.name}")') from None

@@ -480,3 +480,63 @@ def test_system_views_inside_transactions(server):
         assert a.execute("SELECT count(*) >= 0 FROM cq_queries").fetchone() == (True,)
         assert b.execute("SELECT count(*) >= 0 FROM cq_queries").fetchone() == (True,)
         assert a.execute("SELECT count(*) >= 0 FROM cq_streams").fetchone() == (True,)
+
+
+# ---------------------------------------------------------------------- slack and heartbeats
+def _arrivals(admin, s: str, times) -> None:
+    for t in times:                                  # one tuple per INSERT: arrival order
+        admin.execute(f"INSERT INTO {s} VALUES ({int(t * 10)}, {int(t * 10)}, {lit(t)})")
+
+
+def test_fixed_k_slack_reorders_and_counts_the_too_late(server):
+    s = unique("ks")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "WITH (slack = '3 seconds')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
+        # t_curr reaches 9, so everything up to 6 is released; 2 then comes too late
+        _arrivals(admin, s, [1, 3, 2, 5, 4, 9, 6, 2])
+        assert [r[0] for r in _fetch(cur, "FETCH 6 FROM c")] == [10, 20, 30, 40, 50, 60]
+        assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []
+        assert admin.execute("SELECT late FROM cq_streams WHERE stream = %s",
+                             [s]).fetchone() == (1,)
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")      # releases 9
+        assert [r[0] for r in _fetch(cur, "FETCH 1 FROM c")] == [90]
+
+
+def test_mp_k_slack_grows_to_the_largest_delay(server):
+    s = unique("mpk")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "WITH (slack = 'adaptive')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
+        # K starts at 0: 1, 2, 5 go at once, and 3 (2 behind 5) is late but makes K = 2;
+        # then 6 waits until 9 has come, 7 goes at once (9 - K), 8 waits
+        _arrivals(admin, s, [1, 2, 5, 3, 6, 9, 7, 8])
+        assert [r[0] for r in _fetch(cur, "FETCH 5 FROM c")] == [10, 20, 50, 60, 70]
+        assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []
+        assert admin.execute("SELECT late FROM cq_streams WHERE stream = %s",
+                             [s]).fetchone() == (1,)
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")
+        assert [r[0] for r in _fetch(cur, "FETCH 2 FROM c")] == [80, 90]
+
+
+def test_heartbeats_keep_a_union_with_a_quiet_stream_moving(server):
+    busy, quiet = unique("busy"), unique("quiet")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        _stream(admin, busy)
+        admin.execute(f"CREATE STREAM {quiet} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "WITH (heartbeat = '100ms')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {busy} [NOW] UNION ALL "
+                    f"SELECT v FROM {quiet} [NOW]")
+        admin.execute(f"INSERT INTO {quiet} VALUES (0, 1, {lit(0)})")
+        admin.execute(f"INSERT INTO {busy} VALUES (0, 2, {lit(0.01)}), (0, 3, {lit(0.02)})")
+        # the quiet stream's heartbeat moves its time on, so the busy rows are released
+        rows = _fetch(cur, "FETCH 3 FROM c WITH (timeout = '10s')")
+        assert [r[0] for r in rows] == [1, 2, 3]
