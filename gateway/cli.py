@@ -78,7 +78,48 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", default=d.log_level, help="DEBUG, INFO, WARNING "
                                                              "(env CQGATE_LOG_LEVEL)")
     s.set_defaults(func=_serve)
+    u = sub.add_parser("push", help="send a file to a stream through the ingest port",
+                       description="Send FILE (or standard input, '-') to STREAM through the "
+                                   "server's ingest port, as a source: the first line names "
+                                   "the wrapper and the stream, then the file's lines follow.")
+    u.add_argument("stream", help="the stream, optionally schema-qualified")
+    u.add_argument("file", help="a file of lines, or - for standard input")
+    u.add_argument("--wrapper", default="csvwrapper", help="csvwrapper (default) or "
+                                                            "jsonwrapper")
+    u.add_argument("--host", default=d.host if d.host != "0.0.0.0" else "127.0.0.1")
+    u.add_argument("--port", type=int, default=d.ingest_port,
+                   help=f"the ingest port (default {d.ingest_port}; env CQGATE_INGEST_PORT)")
+    u.set_defaults(func=_push)
     return p
+
+
+def _push(args) -> int:
+    """A source program: streams the file in 1 MiB pieces and reports progress on stderr."""
+    import socket
+    src = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
+    sent = 0
+    try:
+        with socket.create_connection((args.host, args.port), timeout=30) as sock:
+            sock.sendall(f"{args.wrapper},{args.stream}\n".encode())
+            while piece := src.read(1 << 20):
+                sock.sendall(piece)
+                sent += len(piece)
+                print(f"\r{sent / 2**20:.1f} MiB sent", end="", file=sys.stderr, flush=True)
+            sock.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+    except OSError as e:
+        print(f"cqgate push: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if src is not sys.stdin.buffer:
+            src.close()
+    print(f"\r{sent / 2**20:.1f} MiB sent", file=sys.stderr)
+    if answer:
+        print(answer.decode("utf-8", "replace").strip(), file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv=None) -> int:

@@ -40,6 +40,7 @@ class StreamProgress:
     held: pa.Table | None = None      # tuples waiting for the slack, sorted by event time
     ts_column: str = ""
     late: int = 0
+    bad: int = 0                      # source lines that could not be read
     delivered: int = 0
 
     def configure(self, options: dict) -> None:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from executor import udf
 
+from . import sources
 from .backend_link import BackendLink
 from .config import Config
 from .connection import Connection
@@ -46,6 +47,8 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set = set()
         self._heartbeats: asyncio.Task | None = None
+        self._sources: asyncio.base_events.Server | None = None
+        self.ingest_port = 0
 
     def _keep_relations(self) -> None:
         """Start the queries of the named windows and derived streams kept in the catalog."""
@@ -88,11 +91,17 @@ class Server:
         self._heartbeats = asyncio.create_task(self.ingest.heartbeats())
         self._server = await asyncio.start_server(self._client, self.config.host,
                                                   self.config.port, limit=1 << 20)
+        self._sources = await asyncio.start_server(
+            lambda r, w: sources.handle(self, r, w), self.config.host, self.config.ingest_port,
+            limit=sources.MAX_LINE)
+        self.ingest_port = self._sources.sockets[0].getsockname()[1]
         return self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._sources is not None:
+            self._sources.close()
         for t in list(self._tasks):
             t.cancel()
         if self._tasks:
@@ -115,7 +124,8 @@ async def serve(config: Config, ready=print) -> None:
     if config.auth == "trust" and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("auth is 'trust' on %s: anyone who reaches this address can connect; "
                     "use --auth scram-sha-256 with --users or --users-file", config.host)
-    ready(f"cqgate ready: accepting PostgreSQL connections on {config.host}:{port} "
+    ready(f"cqgate ready: accepting PostgreSQL connections on {config.host}:{port}, "
+          f"stream sources on {config.host}:{server.ingest_port} "
           f"(data directory {config.data_dir}, auth {config.auth}"
           f"{', TLS' if server.ssl_context else ''})")
     await stop.wait()

@@ -32,6 +32,8 @@ class ServerProcess:
                 m = re.search(r"ready: accepting PostgreSQL connections on [^:]+:(\d+)", line)
                 if m:
                     self.port = int(m.group(1))
+                    s = re.search(r"stream sources on [^:]+:(\d+)", line)
+                    self.ingest_port = int(s.group(1)) if s else None
                     ready.set()
 
         threading.Thread(target=pump, args=(self.proc.stdout,), daemon=True).start()

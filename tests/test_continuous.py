@@ -540,3 +540,62 @@ def test_heartbeats_keep_a_union_with_a_quiet_stream_moving(server):
         # the quiet stream's heartbeat moves its time on, so the busy rows are released
         rows = _fetch(cur, "FETCH 3 FROM c WITH (timeout = '10s')")
         assert [r[0] for r in rows] == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------- the ingest port
+def _source(server, text: str) -> bytes:
+    """Send ``text`` as a source on the ingest port; returns what the server answered."""
+    with socket.create_connection(("127.0.0.1", server.ingest_port), timeout=10) as sock:
+        sock.sendall(text.encode())
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    return answer
+
+
+def test_csv_source_on_the_ingest_port(server):
+    with _follow(server, "src") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v, t FROM {s}")
+        assert _source(server, f"csvwrapper,{s}\n"
+                               "1,10,2026-11-01 00:00:01\n"
+                               "2,20,2026-11-01 00:00:02,extra,columns\n"
+                               "3,oops,2026-11-01 00:00:03\n"            # bad: skipped
+                               "4\n"                                      # padded, stamped
+                               "#punctuate 2030-01-01 00:00:00\n") == b""
+        rows = _fetch(cur, "FETCH 3 FROM c")
+        assert [r[:2] for r in rows] == [(1, 10), (2, 20), (4, None)]
+        assert rows[0][2] == 1 and rows[2][2] > 20 * 86400      # 4 was stamped on arrival
+        st = admin.execute("SELECT tuples FROM cq_streams WHERE stream = %s", [s]).fetchone()
+        assert st == (3,)
+
+
+def test_json_source_and_unknown_names(server):
+    with _follow(server, "js") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
+        assert _source(server, f"jsonwrapper,{s}\n"
+                               '{"k": 5, "v": 50, "t": "2026-11-01 00:00:05"}\n'
+                               "not json\n"
+                               '{"K": 6, "V": 60, "T": "2026-11-01 00:00:06"}\n') == b""
+        assert _fetch(cur, "FETCH 2 FROM c") == [(5, 50), (6, 60)]
+    assert _source(server, "nosuchwrapper,x\n1\n").startswith(b"ERROR: unknown wrapper")
+    assert _source(server, "csvwrapper,nosuchstream\n1\n").startswith(
+        b'ERROR: stream "nosuchstream" does not exist')
+
+
+def test_cqgate_push(server, tmp_path):
+    import subprocess
+    import sys
+    with _follow(server, "push") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k FROM {s}")
+        f = tmp_path / "data.csv"
+        f.write_text("".join(f"{i},{i},2026-11-01 00:00:{i:02d}\n" for i in range(1, 4)))
+        r = subprocess.run([sys.executable, "-m", "gateway", "push", s, str(f), "--port",
+                            str(server.ingest_port)], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert _fetch(cur, "FETCH 3 FROM c") == [(1,), (2,), (3,)]
+        r = subprocess.run([sys.executable, "-m", "gateway", "push", "nosuch", str(f),
+                            "--port", str(server.ingest_port)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 1 and 'stream "nosuch" does not exist' in r.stderr
