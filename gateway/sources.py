@@ -17,11 +17,15 @@ from __future__ import annotations
 import asyncio
 import csv
 import datetime as dt
+import io
 import json
 import logging
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import csv as pacsv
 
 from .ingest import micros
 
@@ -81,15 +85,36 @@ class Source:
         rows = [r for r in rows if r is not None]
         if not rows:
             return None
-        arrival = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
         cols = {f"c{i}": pa.array([r[i] if r[i] != "" else None for r in rows], pa.string())
                 for i in range(len(self.names))}
-        ts = cols[f"c{self.ts_index}"]
-        if ts.null_count:          # no event time given: stamped with arrival time
-            cols[f"c{self.ts_index}"] = pa.array(
-                [arrival if v is None else v for v in ts.to_pylist()], pa.string())
         cols["line"] = pa.array(numbers, pa.int64())
-        raw = pa.table(cols)
+        return self._typed(pa.table(cols))
+
+    def parse_fast(self, data: bytes) -> pa.Table | None:
+        """Well-formed CSV (every line with all its columns) parsed by Arrow in one go; None
+        when a line is ragged, so the line-by-line rules apply."""
+        n = len(self.names)
+        try:
+            raw = pacsv.read_csv(
+                io.BytesIO(data),
+                read_options=pacsv.ReadOptions(column_names=[f"c{i}" for i in range(n)]),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={f"c{i}": pa.string() for i in range(n)},
+                    strings_can_be_null=True))
+        except pa.ArrowInvalid:
+            return None
+        first = self.line_no + 1
+        self.line_no += raw.num_rows
+        return self._typed(raw.append_column(
+            "line", pa.array(np.arange(first, first + raw.num_rows))))
+
+    def _typed(self, raw: pa.Table) -> pa.Table:
+        """Columns ``c0…`` of text (and ``line``) → the stream's typed columns: a missing
+        event time is the arrival time; a value its type cannot hold skips its line."""
+        ts = f"c{self.ts_index}"
+        if raw.column(ts).null_count:          # no event time given: stamped on arrival
+            arrival = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
+            raw = raw.set_column(self.ts_index, ts, pc.fill_null(raw.column(ts), arrival))
         casts = ", ".join(f'TRY_CAST(c{i} AS {t}) AS "{n}"'
                           for i, (n, t) in enumerate(zip(self.names, self.types)))
         bad = " OR ".join(f"(c{i} IS NOT NULL AND TRY_CAST(c{i} AS {t}) IS NULL)"
@@ -100,12 +125,11 @@ class Source:
                 .to_arrow_table()
         finally:
             self.con.unregister("src")
-        flags = typed.column("__bad").to_pylist()
-        if any(flags):
-            lines_bad = typed.filter(typed.column("__bad")).column("line").to_pylist()
-            for n in lines_bad:
+        flags = typed.column("__bad")
+        if pc.any(flags).as_py():
+            for n in typed.filter(flags).column("line").to_pylist():
                 self._bad(n, "a value does not fit its column's type")
-            typed = typed.filter(pa.compute.invert(typed.column("__bad")))
+            typed = typed.filter(pc.invert(flags))
         return typed.drop_columns(["__bad", "line"])
 
     def _bad(self, line: int, reason: str) -> None:
@@ -124,6 +148,22 @@ class Source:
         await self.server.ingest.advance(self.obj.relation().name,
                                          int(micros(value.combine_chunks())[0]))
 
+    async def feed_bytes(self, data: bytes) -> None:
+        """Whole lines: Arrow parses clean CSV at once; anything else goes line by line."""
+        if self.wrapper == "csv" and b"#punctuate" not in data:
+            table = self.parse_fast(data)
+            if table is not None:
+                await self._push(table)
+                return
+        await self.feed(data.decode("utf-8", "replace").split("\n"))
+
+    async def _push(self, table: pa.Table | None) -> None:
+        if table is not None and table.num_rows:
+            n, _ = await self.server.ingest.push(self.obj.relation().name,
+                                                 self.obj.timestamp_column, table,
+                                                 self.obj.options)
+            self.accepted += n
+
     async def feed(self, lines: list) -> None:
         data, marks = [], []
         for line in lines:
@@ -134,12 +174,7 @@ class Source:
         start = 0
         for at, text in marks + [(len(data), None)]:
             if at > start:
-                table = self.parse(data[start:at])
-                if table is not None and table.num_rows:
-                    n, _ = await self.server.ingest.push(
-                        self.obj.relation().name, self.obj.timestamp_column, table,
-                        self.obj.options)
-                    self.accepted += n
+                await self._push(self.parse(data[start:at]))
             start = at
             if text is not None:
                 await self.punctuate(text)
@@ -178,9 +213,9 @@ async def handle(server, reader: asyncio.StreamReader, writer: asyncio.StreamWri
                 rest = buf
                 continue
             rest = buf[cut + 1:]
-            await source.feed(buf[:cut].decode("utf-8", "replace").split("\n"))
+            await source.feed_bytes(buf[:cut + 1])
         if rest.strip():
-            await source.feed([rest.decode("utf-8", "replace")])
+            await source.feed_bytes(rest + b"\n")
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
     finally:
