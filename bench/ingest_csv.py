@@ -41,6 +41,12 @@ def wait_for(conn, stream: str, rows: int, t0: float) -> float:
     return time.perf_counter() - t0
 
 
+def report(name: str, rows: int, secs: float, machine: str) -> None:
+    print(json.dumps({"engine": "cqgate-server", "measurement": name, "rows": rows,
+                      "seconds": round(secs, 3), "rows_per_s": round(rows / secs),
+                      "machine": machine}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -58,23 +64,15 @@ def main() -> None:
                 subprocess.run([sys.executable, "-m", "gateway", "push", "pushed", path,
                                 "--port", str(srv.ingest_port)], check=True,
                                capture_output=True, cwd=ROOT)
-                secs = wait_for(c, "pushed", args.rows, t0)
-                print(json.dumps({"engine": "cqgate-server", "measurement":
-                                  "CSV source on the ingest port", "rows": args.rows,
-                                  "seconds": round(secs, 3),
-                                  "rows_per_s": round(args.rows / secs), "machine": machine}),
-                      flush=True)
+                report("CSV source on the ingest port", args.rows,
+                       wait_for(c, "pushed", args.rows, t0), machine)
                 data = open(path, "rb").read()
                 t0 = time.perf_counter()
                 with c.cursor().copy("COPY copied FROM STDIN (FORMAT csv)") as cp:
                     for i in range(0, len(data), 1 << 20):
                         cp.write(data[i:i + (1 << 20)])
-                secs = wait_for(c, "copied", args.rows, t0)
-                print(json.dumps({"engine": "cqgate-server", "measurement":
-                                  "COPY FROM STDIN into a stream", "rows": args.rows,
-                                  "seconds": round(secs, 3),
-                                  "rows_per_s": round(args.rows / secs), "machine": machine}),
-                      flush=True)
+                report("COPY FROM STDIN into a stream", args.rows,
+                       wait_for(c, "copied", args.rows, t0), machine)
         finally:
             srv.stop()
 
