@@ -21,6 +21,13 @@ class Watermark:
     ts: int
 
 
+def micros(col) -> pa.Array:
+    """An event-time column as int64 µs (TIMESTAMP of any unit or time zone, or an integer)."""
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.timestamp("us", tz=col.type.tz))
+    return col.cast(pa.int64())
+
+
 def with_interval(batch: pa.RecordBatch, ts, te) -> pa.RecordBatch:
     """``batch`` with its interval columns replaced (or added)."""
     cols = {name: batch.column(i) for i, name in enumerate(batch.schema.names)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import plan as P
-from .batches import INF, TE, TS, Watermark
+from .batches import INF, TE, TS, Watermark, micros
 from .operators import (aggregate, filter_map, join, loop_window, range_aggregate,
                         rows_window, slide_aggregate, union, window)
 from .operators.base import Operator, Stateless
@@ -34,8 +34,8 @@ class Scan(Stateless):
 
     def transform(self, batch):
         cols = {f"{self.node.alias}.{n}": batch.column(n) for n in self.names}
-        ts = _micros(batch.column(self.node.timestamp_column))
-        te = _micros(batch.column(self.node.end_column)) if self.node.end_column else ts
+        ts = micros(batch.column(self.node.timestamp_column))
+        te = micros(batch.column(self.node.end_column)) if self.node.end_column else ts
         cols[TS], cols[TE] = ts, te
         return pa.RecordBatch.from_pydict(cols)
 
@@ -51,12 +51,6 @@ class RelationScan(Stateless):
 
     def transform(self, batch):
         return batch.rename_columns(self.names + [TS, TE])
-
-
-def _micros(col) -> pa.Array:
-    if pa.types.is_timestamp(col.type):
-        col = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
-    return col.cast(pa.int64())
 
 
 class Limit(Operator):
@@ -384,21 +378,11 @@ class Graph:
         """Query ``qid`` run over ``batches`` ({stream: [batch]}, each in event-time order)
         to the end: its rows valid at instant ``at`` (default: the latest tuple's time)."""
         out: dict = {}
-        last = at
-        for name, group in batches.items():
-            for b in group:
-                for v in list(self.scans.get(name.lower(), ())):
-                    first = v.op.transform(b)
-                    if first is not None and first.num_rows:
-                        self._start(v, pc.min(first.column(TS)).as_py())
-                        if at is None:
-                            top = pc.max(first.column(TS)).as_py()
-                            last = top if last is None else max(last, top)
-                        self._deliver(v, [first], out)
+        latest = [self._feed(name, b, out) for name, group in batches.items() for b in group]
+        latest = [t for t in latest if t is not None]
+        last = at if at is not None else (max(latest) if latest else None)
         for other in list(self.queries.values()):      # relations first: they were added first
-            for v in self._all(other.sink):
-                if v.op is not None:
-                    self._deliver(v, v.op.on_end(), out)
+            self._flush(other.sink, out)
         q = self.queries[qid]
         rows = [b for b in out.get(qid, []) if b.num_rows]
         if not rows or last is None:
@@ -407,6 +391,12 @@ class Graph:
         table = table.filter(pc.and_(pc.less_equal(table.column(TS), last),
                                      pc.greater(table.column(TE), last)))
         return pa.Table.from_batches([_client_batch(q, b) for b in table.to_batches()])
+
+    def _flush(self, sink: _Vertex, out: dict) -> None:
+        """The input has ended: every operator below ``sink`` gives up what it holds."""
+        for v in self._all(sink):
+            if v.op is not None:
+                self._deliver(v, v.op.on_end(), out)
 
     @staticmethod
     def _all(sink: _Vertex) -> list:
@@ -424,13 +414,21 @@ class Graph:
         visit(sink)
         return order
 
-    def push(self, stream: str, batch: pa.RecordBatch) -> dict:
-        out: dict = {}
+    def _feed(self, stream: str, batch: pa.RecordBatch, out: dict) -> int | None:
+        """A stream's batch into every scan of it; returns its latest ts (µs), if any."""
+        latest = None
         for v in list(self.scans.get(stream.lower(), ())):
             first = v.op.transform(batch)
             if first is not None and first.num_rows:
-                self._start(v, pc.min(first.column(TS)).as_py())
+                lo, hi = pc.min_max(first.column(TS)).values()
+                self._start(v, lo.as_py())
+                latest = hi.as_py() if latest is None else max(latest, hi.as_py())
                 self._deliver(v, [first], out)
+        return latest
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> dict:
+        out: dict = {}
+        self._feed(stream, batch, out)
         return self._client(out, batch.num_rows, stream)
 
     def watermark(self, stream: str, ts: int) -> dict:
@@ -442,9 +440,7 @@ class Graph:
     def end(self, qid) -> list:
         """Flush what query ``qid`` still holds (its input has ended)."""
         out: dict = {}
-        for v in self._all(self.queries[qid].sink):
-            if v.op is not None:
-                self._deliver(v, v.op.on_end(), out)
+        self._flush(self.queries[qid].sink, out)
         return self._client({qid: out.get(qid, [])}).get(qid, [])
 
     def state_size(self, qid) -> int:

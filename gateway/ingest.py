@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dialect.intervals import interval_us
+from executor import batches
 
 HEARTBEAT_CHECK_S = 0.05      # how often idle streams are looked at
 
@@ -53,10 +53,8 @@ class StreamProgress:
 
 
 def micros(col) -> np.ndarray:
-    """An event-time column as µs (TIMESTAMP of any unit or time zone, or an integer)."""
-    if pa.types.is_timestamp(col.type):
-        col = pc.cast(col, pa.timestamp("us", tz=col.type.tz))
-    return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
+    """An event-time column as µs, in numpy."""
+    return batches.micros(col).to_numpy(zero_copy_only=False)
 
 
 class Ingest:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import duck
-from ..batches import TS, with_interval
+from ..batches import TS, micros, with_interval
 from .base import Stateless
 
 MAX_ITERATIONS = 1_000_000
@@ -42,7 +42,7 @@ class LoopWindow(Stateless):
                        f"make_timestamp({st}) AS \"ST\", make_timestamp({st}) AS \"NOW\" "
                        "FROM it)").column("v")
         if pa.types.is_timestamp(out.type):
-            out = out.cast(pa.timestamp("us")).cast(pa.int64())
+            out = micros(out)
         return out.to_numpy(zero_copy_only=False)
 
     def _iterate(self, st: int) -> None:
