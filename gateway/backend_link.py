@@ -143,6 +143,16 @@ class BackendLink:
         if not msg["ok"]:
             raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
 
+    async def _start_query(self, qid: int, plan: P.Plan, feeds: str | None,
+                           tables: dict | None) -> None:
+        """Send the tables its stream–table joins read, then the plan; count the tables."""
+        for tname, table in (tables or {}).items():
+            await self.send_table(tname, table)
+        await self._register(qid, plan, feeds)
+        self._tables_of[qid] = list(tables or {})
+        for t in self._tables_of[qid]:
+            self.tables_in_use[t] = self.tables_in_use.get(t, 0) + 1
+
     async def open(self, plan: P.Plan, fields: list, schema: pa.Schema, sql: str, owner: int,
                    name: str, tables: dict | None = None) -> LiveRows:
         """Start a continuous query; its rows arrive in the returned queue. ``tables``: the
@@ -150,20 +160,17 @@ class BackendLink:
         qid = self.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self)
         self.live[qid] = live
-        for tname, table in (tables or {}).items():
-            await self.send_table(tname, table)
         try:
-            await self._register(qid, plan, None)
+            await self._start_query(qid, plan, None, tables)
         except E.PgError:
             self.live.pop(qid, None)
             raise
-        self._use_tables(qid, tables or {})
         return live
 
-    def _use_tables(self, qid: int, tables) -> None:
-        self._tables_of[qid] = list(tables)
-        for t in tables:
-            self.tables_in_use[t] = self.tables_in_use.get(t, 0) + 1
+    async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None) -> None:
+        """Run a named window's or derived stream's query for as long as the server keeps it."""
+        await self._start_query(qid, plan, feeds, tables)
+        self.persistent[qid] = (plan, feeds)
 
     def _release_tables(self, qid: int) -> None:
         for t in self._tables_of.pop(qid, []):
@@ -174,14 +181,6 @@ class BackendLink:
     async def send_table(self, name: str, table: pa.Table) -> None:
         self.writer.write(wire.data(name, table, wire.TABLE))
         await self.writer.drain()
-
-    async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None) -> None:
-        """Run a named window's or derived stream's query for as long as the server keeps it."""
-        for tname, table in (tables or {}).items():
-            await self.send_table(tname, table)
-        await self._register(qid, plan, feeds)
-        self.persistent[qid] = (plan, feeds)
-        self._use_tables(qid, tables or {})
 
     async def snapshot(self, plan: P.Plan, relations: list) -> pa.Table | None:
         """A one-time query at now over the back end's recent tuples; ``relations`` are

@@ -195,10 +195,14 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     return Done(tag)
 
 
+def _tables(session, p: P.Plan) -> dict:
+    """The current contents of the tables a plan's stream–table joins read."""
+    return {name: session.table_contents(name) for name in P.tables_read(p.root)}
+
+
 def _keep(session, obj: StreamObject, p: P.Plan) -> None:
     link = session.server.backend
-    tables = {name: session.table_contents(name) for name in P.tables_read(p.root)}
-    link.call(link.keep(-obj.oid, p, obj.relation().name, tables))
+    link.call(link.keep(-obj.oid, p, obj.relation().name, _tables(session, p)))
 
 
 def keep_relation(session, obj: StreamObject) -> None:
@@ -458,8 +462,7 @@ def continuous_query(session, tree, params) -> Planned:
     if p.mode == "snapshot":
         return snapshot_query(session, tree)
     fields, schema = _typed_fields(session, p)
-    return Planned(p, fields, schema, {name: session.table_contents(name)
-                                       for name in P.tables_read(p.root)})
+    return Planned(p, fields, schema, _tables(session, p))
 
 
 def _relations(session, p: P.Plan) -> list:
