@@ -108,8 +108,11 @@ class Ingest:
             return
         out = None
         if p.held is not None and p.held.num_rows:
-            held = p.held.sort_by([(p.ts_column, "ascending")])
+            held = p.held
             ts = micros(held.column(p.ts_column).combine_chunks())
+            if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():      # sort only when out of order
+                order = np.argsort(ts, kind="stable")
+                held, ts = held.take(pa.array(order)), ts[order]
             k = int(np.searchsorted(ts, bound, side="right"))
             out, rest = held.slice(0, k), held.slice(k)
             p.held = rest if rest.num_rows else None

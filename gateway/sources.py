@@ -57,6 +57,15 @@ def _json_rows(lines: list, names: list) -> list:
 
 
 WRAPPERS = {"csvwrapper": "csv", "jsonwrapper": "json"}
+_ARROW_PARSES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string,
+                 pa.types.is_boolean, pa.types.is_date32,
+                 lambda t: pa.types.is_timestamp(t) and t.tz is None)
+
+
+def _arrival(typ: pa.DataType) -> pa.Scalar:
+    """Now, as a value of the event-time column's type."""
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return pa.scalar(now, pa.timestamp("us")).cast(typ)
 
 
 class Source:
@@ -68,6 +77,12 @@ class Source:
         self.types = [c[1] for c in obj.columns]
         self.ts_index = self.names.index(obj.timestamp_column)
         self.con = server.store.db.cursor()
+        self.schema = self.con.sql("SELECT " + ", ".join(
+            f'CAST(NULL AS {t}) AS "{n}"' for n, t in zip(self.names, self.types))).arrow().schema
+        # Arrow parses these types exactly as DuckDB casts them; others go through TRY_CAST
+        self.direct = all(any(check(f.type) for check in _ARROW_PARSES) and
+                          t.upper() not in ("UUID", "JSON")
+                          for f, t in zip(self.schema, self.types))
         self.line_no = 1
         self.bad = 0
         self.accepted = 0
@@ -91,22 +106,38 @@ class Source:
         return self._typed(pa.table(cols))
 
     def parse_fast(self, data: bytes) -> pa.Table | None:
-        """Well-formed CSV (every line with all its columns) parsed by Arrow in one go; None
-        when a line is ragged, so the line-by-line rules apply."""
+        """Well-formed CSV (every line with all its columns) parsed by Arrow in one go, typed
+        too when every value fits; None when a line is ragged, so the line rules apply."""
         n = len(self.names)
+        names = [f"c{i}" for i in range(n)]
+        if self.direct:
+            try:
+                typed = self._read_csv(data, names, self.schema.types)
+            except pa.ArrowInvalid:
+                pass                       # a value that does not fit: find it below
+            else:
+                self.line_no += typed.num_rows
+                typed = typed.rename_columns(self.names)
+                ts = typed.column(self.ts_index)
+                if ts.null_count:          # no event time given: stamped on arrival
+                    typed = typed.set_column(self.ts_index, self.names[self.ts_index],
+                                             pc.fill_null(ts, _arrival(ts.type)))
+                return typed
         try:
-            raw = pacsv.read_csv(
-                io.BytesIO(data),
-                read_options=pacsv.ReadOptions(column_names=[f"c{i}" for i in range(n)]),
-                convert_options=pacsv.ConvertOptions(
-                    column_types={f"c{i}": pa.string() for i in range(n)},
-                    strings_can_be_null=True))
+            raw = self._read_csv(data, names, [pa.string()] * n)
         except pa.ArrowInvalid:
             return None
         first = self.line_no + 1
         self.line_no += raw.num_rows
         return self._typed(raw.append_column(
             "line", pa.array(np.arange(first, first + raw.num_rows))))
+
+    @staticmethod
+    def _read_csv(data: bytes, names: list, types: list) -> pa.Table:
+        return pacsv.read_csv(
+            io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=names),
+            convert_options=pacsv.ConvertOptions(column_types=dict(zip(names, types)),
+                                                 strings_can_be_null=True))
 
     def _typed(self, raw: pa.Table) -> pa.Table:
         """Columns ``c0…`` of text (and ``line``) → the stream's typed columns: a missing
