@@ -18,6 +18,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from . import plan as P
 from . import udf, wire
 from .graph import Graph, NotRunnable
@@ -120,6 +122,9 @@ class Backend:
     def _retain(self, name: str, table) -> None:
         """Keep the stream's latest tuples (up to ``retain_rows``) for snapshot queries."""
         kept = self.retained.setdefault(name, deque())
+        if kept and kept[-1].schema != table.schema:     # the stream gained a column
+            table = pa.concat_tables([*kept, table], promote_options="default")
+            kept.clear()
         kept.append(table)
         total = sum(t.num_rows for t in kept)
         while kept and total - kept[0].num_rows >= self.retain_rows:

@@ -337,9 +337,20 @@ _LABELS = {
 
 def tables_read(node) -> set:
     """The names of the static tables a plan reads (through stream–table joins)."""
-    out = {node.table.lower()} if isinstance(node, TableScan) else set()
+    return _names_read(node, lambda n: n.table if isinstance(n, TableScan) else None)
+
+
+def streams_read(node) -> set:
+    """The names of the streams and named relations a plan reads."""
+    return _names_read(node, lambda n: n.stream if isinstance(n, StreamScan) else
+                       n.name if isinstance(n, WindowRelationScan) else None)
+
+
+def _names_read(node, name_of) -> set:
+    name = name_of(node)
+    out = {name.lower()} if name else set()
     for c in children(node):
-        out |= tables_read(c)
+        out |= _names_read(c, name_of)
     return out
 
 

@@ -25,6 +25,8 @@ from .results import LiveRows
 
 log = logging.getLogger("cqgate")
 HIGH_WATER = 8 << 20       # bytes queued towards the back end before ingest waits
+BEHIND = HIGH_WATER // 2   # queued bytes at which the back end counts as behind (ON OVERLOAD)
+SHED_LIMIT = 8 * HIGH_WATER  # a load-shedding stream waits only past this many queued bytes
 
 
 class BackendLink:
@@ -112,13 +114,15 @@ class BackendLink:
 
     def _on_ended(self, payload: bytes) -> None:
         msg = wire.parse_control(payload)
-        live = self.live.pop(msg["qid"], None)
+        # a failed query stays listed (cq_queries shows why) until its cursor closes
+        live = self.live.get(msg["qid"]) if msg.get("error") else self.live.pop(msg["qid"], None)
         self._release_tables(msg["qid"])
         if live is None:
             return
         err = None
         if msg.get("error"):
             err = E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
+            live.failure = msg["error"]
         live.finish(err)
 
     def _on_answer(self, payload: bytes) -> None:
@@ -159,6 +163,7 @@ class BackendLink:
         current contents of the tables it joins."""
         qid = self.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self)
+        live.streams = P.streams_read(plan.root)
         self.live[qid] = live
         try:
             await self._start_query(qid, plan, None, tables)
@@ -220,14 +225,23 @@ class BackendLink:
             self.loop.call_soon_threadsafe(self.writer.write, data)
 
     # ------------------------------------------------------------------ data
-    async def send_data(self, stream: str, table: pa.Table, latest: int | None) -> None:
+    async def send_data(self, stream: str, table: pa.Table, latest: int | None,
+                        wait: bool = True) -> None:
         """Stream rows, then how far the stream has got (``latest``: its newest event time,
-        for cq_streams and snapshots; not a BOUNDARY)."""
+        for cq_streams and snapshots; not a BOUNDARY). ``wait``: back pressure, wait while
+        the back end is behind (a stream that sheds load instead waits only past
+        ``SHED_LIMIT`` bytes, so memory stays bounded either way)."""
         if table.num_rows:
             self.writer.write(wire.data(stream, table))
         if latest is not None:
             self.writer.write(wire.control(wire.PROGRESS, stream=stream, ts=latest))
-        await self.writer.drain()     # back pressure: wait while the back end is behind
+        if wait or self.writer.transport.get_write_buffer_size() > SHED_LIMIT:
+            await self.writer.drain()
+
+    def behind(self) -> bool:
+        """Whether the back end has fallen behind: more than BEHIND bytes wait for it."""
+        return self.writer is not None and \
+            self.writer.transport.get_write_buffer_size() > BEHIND
 
     async def watermark(self, stream: str, ts: int) -> None:
         self.writer.write(wire.control(wire.WATERMARK, stream=stream, ts=ts))

@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a user-defined aggregate, name=module:Class (repeatable; also "
                         "CQGATE_AGGREGATES, comma-separated); the class has add(value), "
                         "result() and a 'returns' SQL type")
+    s.add_argument("--max-line-bytes", type=int, default=d.max_line_bytes,
+                   help="longest line a source may send on the ingest port; a longer one "
+                        f"closes the connection (default {d.max_line_bytes}; env "
+                        "CQGATE_MAX_LINE_BYTES)")
     s.add_argument("--log-level", default=d.log_level, help="DEBUG, INFO, WARNING "
                                                              "(env CQGATE_LOG_LEVEL)")
     s.set_defaults(func=_serve)
@@ -84,9 +88,20 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the wrapper and the stream, then the file's lines follow.")
     u.add_argument("stream", help="the stream, optionally schema-qualified")
     u.add_argument("file", help="a file of lines, or - for standard input")
-    u.add_argument("--wrapper", default="csvwrapper", help="csvwrapper (default) or "
-                                                            "jsonwrapper")
-    u.add_argument("--host", default=d.host if d.host != "0.0.0.0" else "127.0.0.1")
+    u.add_argument("--wrapper", default="csvwrapper",
+                   help="csvwrapper (default), jsonwrapper, or a wrapper made with CREATE "
+                        "WRAPPER and attached to the stream")
+    pace = u.add_mutually_exclusive_group()
+    pace.add_argument("--rate", type=float, help="send at most this many lines a second")
+    pace.add_argument("--speed", type=float,
+                      help="replay at event-time speed times this (1 = as the timestamps "
+                           "say, 10 = ten times faster)")
+    u.add_argument("--time-field", help="with --speed: the event-time field (1-based CSV "
+                                        "position or JSON key; default: the first field "
+                                        "that reads as a timestamp)")
+    u.add_argument("--quiet", action="store_true", help="no progress line")
+    u.add_argument("--host", default=d.host if d.host != "0.0.0.0" else "127.0.0.1",
+                   help="the server's address (default %(default)s)")
     u.add_argument("--port", type=int, default=d.ingest_port,
                    help=f"the ingest port (default {d.ingest_port}; env CQGATE_INGEST_PORT)")
     u.set_defaults(func=_push)
@@ -94,32 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _push(args) -> int:
-    """A source program: streams the file in 1 MiB pieces and reports progress on stderr."""
-    import socket
-    src = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
-    sent = 0
-    try:
-        with socket.create_connection((args.host, args.port), timeout=30) as sock:
-            sock.sendall(f"{args.wrapper},{args.stream}\n".encode())
-            while piece := src.read(1 << 20):
-                sock.sendall(piece)
-                sent += len(piece)
-                print(f"\r{sent / 2**20:.1f} MiB sent", end="", file=sys.stderr, flush=True)
-            sock.shutdown(socket.SHUT_WR)
-            answer = b""
-            while chunk := sock.recv(4096):
-                answer += chunk
-    except OSError as e:
-        print(f"cqgate push: {e}", file=sys.stderr)
-        return 1
-    finally:
-        if src is not sys.stdin.buffer:
-            src.close()
-    print(f"\r{sent / 2**20:.1f} MiB sent", file=sys.stderr)
-    if answer:
-        print(answer.decode("utf-8", "replace").strip(), file=sys.stderr)
-        return 1
-    return 0
+    from .push import push
+    return push(args)
 
 
 def main(argv=None) -> int:

@@ -341,6 +341,7 @@ async def _fetch_live(session, m, live: LiveRows):
                         hint="A continuous query's rows arrive once, in valid_from order.")
     n = None if "all" in (d, c) else int(c) if c else 1
     table = await live.take(n, _timeout(m), session.cancel_event, session.client_closed())
+    session.notices.extend(live.take_notices())
     if m.group("verb").lower() == "move":
         return Done(f"MOVE {table.num_rows}")
     return Rows(live.fields, table, "FETCH")

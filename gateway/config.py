@@ -23,6 +23,7 @@ class Config:
     tls_key: str | None = None
     require_tls: bool = False
     max_message_bytes: int = 64 * 1024 * 1024
+    max_line_bytes: int = 1024 * 1024    # longest line a source may send
     workers: int = 16                    # threads running DuckDB work
     log_level: str = "INFO"
     aggregates: str | None = None        # user aggregates: "name=module:Class,..."

@@ -329,6 +329,8 @@ class Connection:
                 if live.n_pending == 0:
                     await self.flush()        # what is already said goes out before waiting
                 table = await live.take(want, None, s.cancel_event, self.client_closed())
+                s.notices.extend(live.take_notices())
+                self.send_session_news()
                 rows = Rows(live.fields, table)
                 while rows.remaining:
                     data, n = encode_rows(rows, ENCODE_BATCH, fmts, s.tz)

@@ -25,6 +25,8 @@ import pyarrow as pa
 from dialect.intervals import interval_us
 from executor import batches
 
+from .ingest_log import IngestLog
+
 HEARTBEAT_CHECK_S = 0.05      # how often idle streams are looked at
 
 
@@ -41,7 +43,10 @@ class StreamProgress:
     ts_column: str = ""
     late: int = 0
     bad: int = 0                      # source lines that could not be read
+    dropped: int = 0                  # tuples shed under ON OVERLOAD
     delivered: int = 0
+    overload: str = "BLOCK"
+    sample: float = 0.1               # the share KEEP SAMPLE keeps
 
     def configure(self, options: dict) -> None:
         slack = str(options.get("slack", "none")).lower()
@@ -50,6 +55,8 @@ class StreamProgress:
             self.slack = 0 if slack == "none" else interval_us(slack)
         hb = options.get("heartbeat")
         self.heartbeat = interval_us(hb) if hb else None
+        self.overload = options.get("overload", "BLOCK")
+        self.sample = float(options.get("sample", 0.1))
 
 
 def micros(col) -> np.ndarray:
@@ -57,9 +64,31 @@ def micros(col) -> np.ndarray:
     return batches.micros(col).to_numpy(zero_copy_only=False)
 
 
+NO_TIME = np.iinfo(np.int64).min
+
+
+def _watermarks(p: StreamProgress, ts: np.ndarray, one_by_one: bool):
+    """The watermark each tuple meets on arrival (a tuple earlier than its watermark is
+    late), and the slack K after them (MP-K-slack: K grows to the largest delay seen, late
+    tuples' too, D(x) = t_curr − x.ts)."""
+    seen = np.maximum.accumulate(ts)               # t_curr after each tuple
+    if p.current is not None:
+        seen = np.maximum(seen, p.current)
+    k = np.maximum.accumulate(np.maximum(seen - ts, p.slack)) if p.adaptive else \
+        np.full(len(ts), p.slack)
+    p.slack = int(k[-1])
+    start = NO_TIME if p.watermark is None else p.watermark
+    if not one_by_one:
+        return start
+    bound = seen - k                               # the release bound after each tuple
+    before = np.concatenate([[start], bound[:-1]])
+    return np.maximum.accumulate(np.maximum(before, start))
+
+
 class Ingest:
     def __init__(self, link):
         self.link = link
+        self.log = IngestLog()
         self.streams: dict = {}           # relation name (lower) -> StreamProgress
         self._lock = asyncio.Lock()
 
@@ -67,8 +96,12 @@ class Ingest:
         return self.streams.setdefault(name.lower(), StreamProgress())
 
     async def push(self, name: str, ts_column: str, table: pa.Table,
-                   options: dict | None = None) -> tuple[int, int]:
-        """Take ``table`` in; deliver what the slack releases. Returns (accepted, late)."""
+                   options: dict | None = None, origin: str = "INSERT",
+                   one_by_one: bool = False) -> tuple[int, int]:
+        """Take ``table`` in; deliver what the slack releases. Returns (accepted, late).
+        ``origin`` says where the tuples came from, for the late-tuple log; ``one_by_one``:
+        the rows arrived in this order, each judged against those before it (a source's
+        lines, COPY), not together (one INSERT)."""
         async with self._lock:
             p = self.progress(name)
             p.configure(options or {})
@@ -79,26 +112,38 @@ class Ingest:
             if nulls:
                 raise ValueError(f"{nulls} row(s) have no event time")
             ts = micros(table.column(ts_column).combine_chunks())       # arrival order
-            if p.adaptive:      # MP-K-slack: K grows to the largest delay seen, late or not
-                seen = np.maximum.accumulate(ts)
-                if p.current is not None:
-                    seen = np.maximum(seen, p.current)
-                p.slack = max(p.slack, int((seen - ts).max()))
-            if p.watermark is not None:
-                keep = ts >= p.watermark
-                late = int((~keep).sum())
-                if late:
-                    table, ts = table.filter(pa.array(keep)), ts[keep]
-                p.late += late
-            else:
-                late = 0
+            watermark = _watermarks(p, ts, one_by_one)
+            keep = ts >= watermark
+            late = int((~keep).sum())
+            if late:
+                self.log.late_tuples(name, origin, table.filter(pa.array(~keep)), ts[~keep],
+                                     np.broadcast_to(watermark, ts.shape)[~keep])
+                table, ts = table.filter(pa.array(keep)), ts[keep]
+            p.late += late
+            if len(ts) and p.overload != "BLOCK" and self.link.behind():
+                table, ts = self._shed(name, p, table, ts)
             if len(ts):
                 p.current = int(max(ts.max(), p.current if p.current is not None else ts.max()))
                 p.last_arrival = time.monotonic()
                 p.held = table if p.held is None else pa.concat_tables(
-                    [p.held, table.cast(p.held.schema)])
+                    [p.held, table], promote_options="default")
             await self._release(name, p, p.current - p.slack if p.current is not None else None)
             return len(ts), late
+
+    def _shed(self, name: str, p: StreamProgress, table: pa.Table, ts: np.ndarray):
+        """ON OVERLOAD: the back end is behind, so this batch is shed. DROP keeps nothing
+        and counts it; KEEP COUNTS also logs how many tuples each event-time second lost
+        (``cq_shed``); KEEP SAMPLE delivers an even sample (``sample``, default 10 %) and logs
+        the counts, so a query can scale its answers up."""
+        keep = np.zeros(len(ts), bool)
+        if p.overload == "KEEP SAMPLE":
+            seen = p.dropped + p.delivered     # spread the sample evenly across batches
+            keep = np.floor((seen + np.arange(1, len(ts) + 1)) * p.sample) > \
+                np.floor((seen + np.arange(len(ts))) * p.sample)
+        if p.overload != "DROP":
+            self.log.shed_tuples(name, p.overload, ts, keep)
+        p.dropped += int((~keep).sum())
+        return table.filter(pa.array(keep)), ts[keep]
 
     async def _release(self, name: str, p: StreamProgress, bound: int | None,
                        boundary: bool = False) -> None:
@@ -119,7 +164,7 @@ class Ingest:
         p.watermark = bound if p.watermark is None else max(p.watermark, bound)
         if out is not None and out.num_rows:
             p.delivered += out.num_rows
-            await self.link.send_data(name, out, p.current)
+            await self.link.send_data(name, out, p.current, wait=p.overload == "BLOCK")
         if boundary and (p.boundary is None or bound > p.boundary):
             p.boundary = bound
             await self.link.watermark(name, bound)
@@ -145,3 +190,4 @@ class Ingest:
 
     def forget(self, name: str) -> None:
         self.streams.pop(name.lower(), None)
+        self.log.forget(name)

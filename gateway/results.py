@@ -58,6 +58,9 @@ class LiveRows:
         self.delivered = 0
         self.ended = False
         self.error = None
+        self.failure: str | None = None   # why the back end stopped it
+        self.streams: set = set()         # the streams and named relations it reads
+        self.notices: list = []           # (severity, sqlstate, message) for its next FETCH
         self._changed = asyncio.Event()
 
     # called by the back-end link, on the server's loop
@@ -79,8 +82,14 @@ class LiveRows:
         if not self.ended:
             self.finish()
             self.link.drop(self.qid)
+        else:
+            self.link.live.pop(self.qid, None)
 
     # called by the connection and FETCH
+    def take_notices(self) -> list:
+        out, self.notices = self.notices, []
+        return out
+
     async def take(self, n: int | None, timeout: float | None, cancel: asyncio.Event,
                    closed: asyncio.Future | None = None) -> pa.Table:
         """Up to ``n`` rows: waits until ``n`` are there (``n`` None: at least one), the query

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import ssl
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from executor import udf
@@ -38,6 +39,11 @@ class Server:
         udf.load(config.aggregates)          # fails at start, not at the first query
         self.backend = BackendLink(config.aggregates)
         self.ingest = Ingest(self.backend)
+        # user wrappers (CREATE WRAPPER) are imported from the server's Python path and from
+        # the data directory's wrappers/ folder
+        wrappers = os.path.join(config.data_dir, "wrappers")
+        if wrappers not in sys.path:
+            sys.path.append(wrappers)
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.ssl_context = None
         if config.tls_cert and config.tls_key:
@@ -93,7 +99,7 @@ class Server:
                                                   self.config.port, limit=1 << 20)
         self._sources = await asyncio.start_server(
             lambda r, w: sources.handle(self, r, w), self.config.host, self.config.ingest_port,
-            limit=sources.MAX_LINE)
+            limit=max(self.config.max_line_bytes + 1, sources.CHUNK))
         self.ingest_port = self._sources.sockets[0].getsockname()[1]
         return self._server.sockets[0].getsockname()[1]
 

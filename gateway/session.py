@@ -475,7 +475,7 @@ class Session:
             if stream is not None:
                 from . import stream_commands as SC
                 sql = SC.stream_rows_sql(stream, [c[0] for c in cols], "SELECT * FROM cq_copy_in")
-                return SC.deliver(self, stream, self.con.sql(sql).to_arrow_table())
+                return SC.deliver(self, stream, self.con.sql(sql).to_arrow_table(), "COPY")
             self.con.execute(f"INSERT INTO {req.table} ({names}) SELECT {casts} FROM cq_copy_in")
         except duckdb.Error as e:
             raise pg_error(e) from None

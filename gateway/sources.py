@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import datetime as dt
+import importlib
 import io
 import json
 import logging
@@ -31,29 +32,7 @@ from .ingest import micros
 
 log = logging.getLogger("cqgate")
 CHUNK = 1 << 20                 # bytes read before a chunk of lines is parsed
-MAX_LINE = 1 << 20              # a longer line ends the connection with an error
 PUNCTUATE = "#punctuate "
-
-
-def _csv_rows(lines: list, n: int) -> list:
-    """TelegraphCQ's csvwrapper: each line to exactly ``n`` fields (extra dropped, missing
-    NULL)."""
-    return [(r + [None] * n)[:n] if len(r) != n else r for r in csv.reader(lines)]
-
-
-def _json_rows(lines: list, names: list) -> list:
-    rows = []
-    for line in lines:
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            obj = None
-        if not isinstance(obj, dict):
-            rows.append(None)          # counted as a bad line
-            continue
-        low = {k.lower(): v for k, v in obj.items()}
-        rows.append([None if low.get(c) is None else str(low.get(c)) for c in names])
-    return rows
 
 
 WRAPPERS = {"csvwrapper": "csv", "jsonwrapper": "json"}
@@ -69,118 +48,157 @@ def _arrival(typ: pa.DataType) -> pa.Scalar:
 
 
 class Source:
-    """One connected source feeding one stream."""
+    """One connected source feeding one stream through one wrapper."""
 
-    def __init__(self, server, obj, wrapper: str, peer: str):
+    def __init__(self, server, obj, wrapper: str, peer: str, user=None):
         self.server, self.obj, self.wrapper, self.peer = server, obj, wrapper, peer
+        self.user = user                  # a user wrapper's (init, next, done), or None
+        self.origin = f"source {peer}"
+        self.con = server.store.db.cursor()
+        self.line_no = 1
+        self.bad = 0
+        self.accepted = 0
+        self._configure()
+        self.state = self.user[0](list(self.names)) if self.user else None
+
+    def _configure(self) -> None:
+        """The stream's columns and CSV options (again after ALTER STREAM … ADD COLUMN)."""
+        obj = self.obj
         self.names = [c[0] for c in obj.columns]
         self.types = [c[1] for c in obj.columns]
         self.ts_index = self.names.index(obj.timestamp_column)
-        self.con = server.store.db.cursor()
         self.schema = self.con.sql("SELECT " + ", ".join(
             f'CAST(NULL AS {t}) AS "{n}"' for n, t in zip(self.names, self.types))).arrow().schema
         # Arrow parses these types exactly as DuckDB casts them; others go through TRY_CAST
         self.direct = all(any(check(f.type) for check in _ARROW_PARSES) and
                           t.upper() not in ("UUID", "JSON")
                           for f, t in zip(self.schema, self.types))
-        self.line_no = 1
-        self.bad = 0
-        self.accepted = 0
+        self.delimiter = obj.options.get("delimiter", ",")
+        self.quote = obj.options.get("quote", '"')
+        listed = obj.options.get("columns")
+        lower = [n.lower() for n in self.names]
+        # the stream column each field of a line holds, in the line's order
+        self.order = [lower.index(c.strip().lower()) for c in listed.split(",")] if listed \
+            else list(range(len(self.names)))
 
+    # ------------------------------------------------------------------ parsing
     def parse(self, lines: list) -> pa.Table | None:
-        """Typed stream rows from a list of data lines; bad lines are counted and logged."""
+        """Typed stream rows from a list of data lines, by the line rules; bad lines are
+        counted and logged."""
         first = self.line_no + 1
         self.line_no += len(lines)
-        rows = _csv_rows(lines, len(self.names)) if self.wrapper == "csv" else \
-            _json_rows(lines, self.names)
-        numbers = [first + i for i, r in enumerate(rows) if r is not None]
-        for i, r in enumerate(rows):
-            if r is None:
-                self._bad(first + i, "not a JSON object")
-        rows = [r for r in rows if r is not None]
+        parse_line = _PARSERS[self.wrapper]
+        rows, numbers, texts = [], [], []
+        for i, line in enumerate(lines):
+            try:
+                got = parse_line(self, line)
+            except _BadLine as e:
+                self._bad(first + i, str(e), line)
+                continue
+            for r in got:
+                rows.append(r)
+                numbers.append(first + i)
+                texts.append(line)
         if not rows:
             return None
-        cols = {f"c{i}": pa.array([r[i] if r[i] != "" else None for r in rows], pa.string())
-                for i in range(len(self.names))}
+        cols = {f"c{i}": pa.array([r[i] for r in rows], pa.string())
+                for i in range(len(self.order))}
         cols["line"] = pa.array(numbers, pa.int64())
-        return self._typed(pa.table(cols))
+        return self._typed(pa.table(cols), texts)
 
     def parse_fast(self, data: bytes) -> pa.Table | None:
-        """Well-formed CSV (every line with all its columns) parsed by Arrow in one go, typed
+        """Well-formed CSV (every line with all its fields) parsed by Arrow in one go, typed
         too when every value fits; None when a line is ragged, so the line rules apply."""
-        n = len(self.names)
-        names = [f"c{i}" for i in range(n)]
+        names = [f"c{i}" for i in range(len(self.order))]
         if self.direct:
             try:
-                typed = self._read_csv(data, names, self.schema.types)
+                typed = self._read_csv(data, names, [self.schema.field(j).type
+                                                     for j in self.order])
             except pa.ArrowInvalid:
-                pass                       # a value that does not fit: find it below
+                pass                       # a value that does not fit: found below
             else:
                 self.line_no += typed.num_rows
-                typed = typed.rename_columns(self.names)
-                ts = typed.column(self.ts_index)
-                if ts.null_count:          # no event time given: stamped on arrival
-                    typed = typed.set_column(self.ts_index, self.names[self.ts_index],
-                                             pc.fill_null(ts, _arrival(ts.type)))
-                return typed
+                return self._stamped(self._in_stream_order(typed))
         try:
-            raw = self._read_csv(data, names, [pa.string()] * n)
+            raw = self._read_csv(data, names, [pa.string()] * len(names))
         except pa.ArrowInvalid:
             return None
         first = self.line_no + 1
         self.line_no += raw.num_rows
         return self._typed(raw.append_column(
-            "line", pa.array(np.arange(first, first + raw.num_rows))))
+            "line", pa.array(np.arange(first, first + raw.num_rows))), None)
 
-    @staticmethod
-    def _read_csv(data: bytes, names: list, types: list) -> pa.Table:
+    def _read_csv(self, data: bytes, names: list, types: list) -> pa.Table:
         return pacsv.read_csv(
             io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=names),
+            parse_options=pacsv.ParseOptions(delimiter=self.delimiter, quote_char=self.quote),
             convert_options=pacsv.ConvertOptions(column_types=dict(zip(names, types)),
                                                  strings_can_be_null=True))
 
-    def _typed(self, raw: pa.Table) -> pa.Table:
-        """Columns ``c0…`` of text (and ``line``) → the stream's typed columns: a missing
-        event time is the arrival time; a value its type cannot hold skips its line."""
-        ts = f"c{self.ts_index}"
-        if raw.column(ts).null_count:          # no event time given: stamped on arrival
-            arrival = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
-            raw = raw.set_column(self.ts_index, ts, pc.fill_null(raw.column(ts), arrival))
-        casts = ", ".join(f'TRY_CAST(c{i} AS {t}) AS "{n}"'
-                          for i, (n, t) in enumerate(zip(self.names, self.types)))
-        bad = " OR ".join(f"(c{i} IS NOT NULL AND TRY_CAST(c{i} AS {t}) IS NULL)"
-                          for i, t in enumerate(self.types))
+    def _in_stream_order(self, fields: pa.Table) -> pa.Table:
+        """Fields in line order → the stream's columns (columns a line lacks are NULL)."""
+        at = {j: i for i, j in enumerate(self.order)}
+        return pa.table([fields.column(at[j]) if j in at else pa.nulls(fields.num_rows, f.type)
+                         for j, f in enumerate(self.schema)], schema=self.schema)
+
+    def _stamped(self, typed: pa.Table) -> pa.Table:
+        ts = typed.column(self.ts_index)
+        if ts.null_count:                  # no event time given: stamped on arrival
+            typed = typed.set_column(self.ts_index, self.names[self.ts_index],
+                                     pc.fill_null(ts, _arrival(ts.type)))
+        return typed
+
+    def _typed(self, raw: pa.Table, texts: list | None) -> pa.Table:
+        """Fields ``c0…`` of text (and ``line``) → the stream's typed columns; a line with a
+        value its column's type cannot hold is skipped and logged with the reason."""
+        at = {j: i for i, j in enumerate(self.order)}
+        casts = ", ".join((f"TRY_CAST(c{at[j]} AS {t})" if j in at else f"CAST(NULL AS {t})")
+                          + f' AS "{n}"' for j, (n, t) in enumerate(zip(self.names, self.types)))
+        first_bad = " ".join(f"WHEN c{at[j]} IS NOT NULL AND TRY_CAST(c{at[j]} AS {t}) IS NULL "
+                             f"THEN {j}" for j, t in enumerate(self.types) if j in at)
         self.con.register("src", raw)
         try:
-            typed = self.con.sql(f"SELECT {casts}, ({bad}) AS __bad, line FROM src") \
-                .to_arrow_table()
+            typed = self.con.sql(f"SELECT {casts}, CASE {first_bad} END AS __bad, "
+                                 "line FROM src").to_arrow_table()
         finally:
             self.con.unregister("src")
-        flags = typed.column("__bad")
+        flags = pc.is_valid(typed.column("__bad"))
         if pc.any(flags).as_py():
-            for n in typed.filter(flags).column("line").to_pylist():
-                self._bad(n, "a value does not fit its column's type")
+            columns = typed.column("__bad").to_numpy(zero_copy_only=False)
+            for k in np.flatnonzero(flags.to_numpy(zero_copy_only=False)):
+                j, row = int(columns[k]), raw.slice(int(k), 1).to_pylist()[0]
+                text = texts[k] if texts else self.delimiter.join(
+                    row[f"c{i}"] or "" for i in range(len(self.order)))
+                self._bad(row["line"], f'invalid input for column "{self.names[j]}" '
+                          f"({self.types[j]}): {row[f'c{at[j]}']!r}", text)
             typed = typed.filter(pc.invert(flags))
-        return typed.drop_columns(["__bad", "line"])
+        return self._stamped(typed.drop_columns(["__bad", "line"]).cast(self.schema))
 
-    def _bad(self, line: int, reason: str) -> None:
+    def _bad(self, line: int, reason: str, text: str = "") -> None:
         self.bad += 1
-        self.server.ingest.progress(self.obj.relation().name).bad += 1
+        stream = self.obj.relation().name
+        self.server.ingest.progress(stream).bad += 1
+        self.server.ingest.log.error(stream, self.origin, line, reason, text)
         log.warning("source %s, stream %s, line %d: %s; line skipped", self.peer, self.obj.name,
                     line, reason)
 
+    # ------------------------------------------------------------------ feeding
     async def punctuate(self, text: str) -> None:
         try:
             value = self.con.sql("SELECT CAST(? AS TIMESTAMP) AS t",
                                  params=[text.strip()]).to_arrow_table().column(0)
         except duckdb.Error:
-            self._bad(self.line_no, "punctuation without a timestamp")
+            self._bad(self.line_no, "punctuation without a timestamp", PUNCTUATE + text)
             return
         await self.server.ingest.advance(self.obj.relation().name,
                                          int(micros(value.combine_chunks())[0]))
 
     async def feed_bytes(self, data: bytes) -> None:
         """Whole lines: Arrow parses clean CSV at once; anything else goes line by line."""
+        if not data.strip():
+            return
+        if len(self.obj.columns) != len(self.names):       # ALTER STREAM … ADD COLUMN
+            self._configure()
         if self.wrapper == "csv" and b"#punctuate" not in data:
             table = self.parse_fast(data)
             if table is not None:
@@ -192,7 +210,8 @@ class Source:
         if table is not None and table.num_rows:
             n, _ = await self.server.ingest.push(self.obj.relation().name,
                                                  self.obj.timestamp_column, table,
-                                                 self.obj.options)
+                                                 self.obj.options, self.origin,
+                                                 one_by_one=True)
             self.accepted += n
 
     async def feed(self, lines: list) -> None:
@@ -210,44 +229,170 @@ class Source:
             if text is not None:
                 await self.punctuate(text)
 
+    async def finish(self) -> None:
+        """The source closed: a user wrapper's ``done`` may give last rows."""
+        if self.user:
+            rows = self.user[2](self.state)
+            if rows:
+                await self._push(self._rows_table(_as_rows(self, rows), "done"))
+
+    def _rows_table(self, rows: list, where: str) -> pa.Table | None:
+        cols = {f"c{i}": pa.array([r[i] for r in rows], pa.string())
+                for i in range(len(self.order))}
+        cols["line"] = pa.array([self.line_no] * len(rows), pa.int64())
+        return self._typed(pa.table(cols), [where] * len(rows)) if rows else None
+
+
+class _BadLine(Exception):
+    """A line that cannot be read; the message is the reason."""
+
+
+def _fields(values) -> list:
+    """One row as text fields in line order (the stream's column order for a wrapper)."""
+    return [None if v is None or v == "" else str(v) for v in values]
+
+
+def _csv_line(source: Source, line: str) -> list:
+    """TelegraphCQ's csvwrapper: extra fields are dropped, missing ones are NULL."""
+    try:
+        fields = next(csv.reader([line], delimiter=source.delimiter, quotechar=source.quote,
+                                 strict=True))
+    except csv.Error as e:
+        raise _BadLine(f"broken quoting ({e})") from None
+    n = len(source.order)
+    return [_fields((fields + [None] * n)[:n])]
+
+
+def _json_line(source: Source, line: str) -> list:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise _BadLine(f"not JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise _BadLine("not a JSON object")
+    low = {k.lower(): v for k, v in obj.items()}
+    return [_fields((low.get(source.names[j].lower()) for j in source.order))]
+
+
+def _as_rows(source: Source, got) -> list:
+    """A user wrapper's answer → rows of text fields in the stream's column order: one row
+    (a dict by column name, or a sequence), a list of rows, or None (nothing)."""
+    if got is None:
+        return []
+    if isinstance(got, dict) or (isinstance(got, (tuple, list)) and got and
+                                 not isinstance(got[0], (dict, tuple, list))):
+        got = [got]
+    rows = []
+    for r in got:
+        if isinstance(r, dict):
+            low = {str(k).lower(): v for k, v in r.items()}
+            r = [low.get(source.names[j].lower()) for j in source.order]
+        r = list(r)
+        n = len(source.order)
+        rows.append(_fields((r + [None] * n)[:n]))
+    return rows
+
+
+def _user_line(source: Source, line: str) -> list:
+    try:
+        return _as_rows(source, source.user[1](source.state, line))
+    except Exception as e:                # noqa: BLE001 — a user function's failure is data
+        raise _BadLine(f"wrapper raised {type(e).__name__}: {e}") from None
+
+
+_PARSERS = {"csv": _csv_line, "json": _json_line, "user": _user_line}
+
+
+def load_wrapper(options: dict) -> tuple:
+    """A user wrapper's (init, next, done), each imported from its module path."""
+    importlib.invalidate_caches()
+    out = []
+    for key in ("init", "next", "done"):
+        module, _, func = options[key].rpartition(".")
+        out.append(getattr(importlib.import_module(module), func))
+    return tuple(out)
+
+
+def _wrapper_for(server, obj, name: str) -> tuple[str, tuple | None]:
+    """(kind, user functions) of the wrapper a source names; user wrappers must be attached
+    to the stream (ALTER STREAM s ADD WRAPPER w)."""
+    kind = WRAPPERS.get(name)
+    if kind is not None:
+        return kind, None
+    defined = server.streams.get("public", name, kinds=("wrapper",))
+    if defined is None:
+        raise _BadLine(f'unknown wrapper "{name}"')
+    if name not in obj.options.get("wrappers", []):
+        raise _BadLine(f'wrapper "{name}" is not attached to stream "{obj.name}" '
+                       f"(ALTER STREAM {obj.name} ADD WRAPPER {name})")
+    try:
+        return "user", load_wrapper(defined.options)
+    except (ImportError, AttributeError) as e:
+        raise _BadLine(f'wrapper "{name}" cannot be loaded: {e}') from None
+
+
+def _source(server, head: str, peer: str) -> Source:
+    """The source a first line ``<wrapper>,<stream>`` asks for, or _BadLine saying why not."""
+    wrapper, _, target = head.partition(",")
+    wrapper = wrapper.strip().lower()
+    schema, _, name = target.strip().rpartition(".")
+    obj = server.streams.get(schema or None, name, kinds=("stream",)) if name else None
+    if obj is None:
+        if wrapper not in WRAPPERS and server.streams.get("public", wrapper,
+                                                          kinds=("wrapper",)) is None:
+            raise _BadLine(f'unknown wrapper "{wrapper}"')
+        raise _BadLine(f'stream "{target.strip()}" does not exist')
+    kind, user = _wrapper_for(server, obj, wrapper)
+    try:
+        return Source(server, obj, kind, peer, user)
+    except Exception as e:                # noqa: BLE001 — a user init's failure
+        raise _BadLine(f'wrapper "{wrapper}" failed to start: {type(e).__name__}: {e}') \
+            from None
+
+
+def _first_long_line(buf: bytes, limit: int) -> int:
+    """Where the first line longer than ``limit`` bytes starts in ``buf`` (whole lines), or
+    -1."""
+    ends = np.flatnonzero(np.frombuffer(buf, np.uint8) == 10)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    long = np.flatnonzero(ends - starts > limit)
+    return int(starts[long[0]]) if len(long) else -1
+
 
 async def handle(server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     peer = writer.get_extra_info("peername")
     peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+    limit = server.config.max_line_bytes
     source = None
     try:
         head = (await reader.readline()).decode("utf-8", "replace").strip()
-        wrapper, _, target = head.partition(",")
-        kind = WRAPPERS.get(wrapper.strip().lower())
-        schema, _, name = target.strip().rpartition(".")
-        obj = server.streams.get(schema or None, name, kinds=("stream",)) if name else None
-        if kind is None or obj is None:
-            what = f'unknown wrapper "{wrapper}"' if kind is None else \
-                f'stream "{target.strip()}" does not exist'
-            writer.write(f"ERROR: {what}\n".encode())
-            await writer.drain()
-            return
-        source = Source(server, obj, kind, peer)
-        log.info("source %s feeds stream %s with %s", peer, obj.name, wrapper)
+        source = _source(server, head, peer)
+        log.info("source %s feeds stream %s with %s", peer, source.obj.name,
+                 head.partition(",")[0].strip())
         rest = b""
         while True:
             chunk = await reader.read(CHUNK)
+            if server.streams.objects.get(source.obj.key) is not source.obj:
+                raise _BadLine(f'stream "{source.obj.name}" was dropped')
             if not chunk:
                 break
             buf = rest + chunk
             cut = buf.rfind(b"\n")
-            if cut < 0:
-                if len(buf) > MAX_LINE:
-                    writer.write(b"ERROR: line longer than the limit\n")
-                    await writer.drain()
-                    return
-                rest = buf
-                continue
             rest = buf[cut + 1:]
-            await source.feed_bytes(buf[:cut + 1])
+            over = _first_long_line(buf[:cut + 1], limit) if cut >= 0 else -1
+            if cut >= 0:
+                await source.feed_bytes(buf[:over if over >= 0 else cut + 1])
+            if over >= 0 or len(rest) > limit:
+                raise _BadLine(f"a line is longer than the limit ({limit} bytes)")
         if rest.strip():
             await source.feed_bytes(rest + b"\n")
-    except (ConnectionError, asyncio.IncompleteReadError):
+        await source.finish()
+    except _BadLine as e:
+        log.warning("source %s: %s; connection closed", peer, e)
+        writer.write(f"ERROR: {e}\n".encode())
+        await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+            ValueError):
         pass
     finally:
         if source is not None:
@@ -255,4 +400,3 @@ async def handle(server, reader: asyncio.StreamReader, writer: asyncio.StreamWri
                      source.bad)
             source.con.close()
         writer.close()
-

@@ -39,7 +39,24 @@ STREAM_OPTIONS = {
     "slack": lambda v: v.lower() in ("none", "adaptive") or interval_us(v) >= 0,
     "heartbeat": lambda v: interval_us(v) > 0,
     "fragment": lambda v: interval_us(v) > 0,
+    # how sources' lines read (csvwrapper): one-character delimiter and quote, and the order
+    # of the fields in a line (column names; columns not listed are NULL)
+    "delimiter": lambda v: len(v) == 1 and v not in "\r\n",
+    "quote": lambda v: len(v) == 1 and v not in "\r\n",
+    "columns": lambda v: all(c.strip() for c in v.split(",")),
+    "sample": lambda v: 0 < float(v) <= 1,        # the share ON OVERLOAD KEEP SAMPLE keeps
 }
+
+
+def _check_stream_options(obj) -> None:
+    """Options that name columns must name the stream's own."""
+    listed = obj.options.get("columns")
+    if listed:
+        known = {c[0].lower() for c in obj.columns}
+        for c in listed.split(","):
+            if c.strip().lower() not in known:
+                raise E.UndefinedColumn(f'column "{c.strip()}" of stream "{obj.name}" does not '
+                                        'exist (option "columns")')
 _FUNCTION_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
 
 
@@ -79,7 +96,7 @@ def _options(items, known: dict, what: str) -> dict:
                 hint="Known options: " + ", ".join(sorted(known)) + ".")
         try:
             ok = check(value)
-        except PlanError:
+        except (PlanError, ValueError):
             ok = False
         if not ok:
             raise E.InvalidParameterValue(f'invalid value for {what} option "{key}": "{value}"')
@@ -168,8 +185,10 @@ def create_stream(session, tree: X.CreateStream, params) -> Done:
                                         "applies to unarchived streams")
         options["overload"] = tree.args["overload"]
     reg = session.server.streams
-    reg.save(StreamObject(reg.next_oid(), "stream", schema, name, tree.sql("cql"), cols, ts, te,
-                          bool(tree.args.get("archived")), options))
+    obj = StreamObject(reg.next_oid(), "stream", schema, name, tree.sql("cql"), cols, ts, te,
+                       bool(tree.args.get("archived")), options)
+    _check_stream_options(obj)
+    reg.save(obj)
     return Done("CREATE STREAM")
 
 
@@ -311,15 +330,28 @@ def alter(session, tree: X.AlterStream, params) -> Done:
             raise E.FeatureNotSupported("a stream's event-time columns are fixed at CREATE")
         obj.columns.append([_folded(col.this),
                             _duck_type(session, col.args["kind"].sql("postgres")), False])
+        _tell_readers(session, obj, f'stream "{obj.name}" has a new column '
+                      f'"{_folded(col.this)}"; this query keeps the columns it started with')
     elif action == "ADVANCE":
         ts = _event_time(session, obj, tree.args["to"], params)
         srv = session.server
         srv.backend.call(srv.ingest.advance(obj.relation().name, ts))
         return Done("ALTER STREAM")
     else:
-        obj.options.update(_options(tree.args.get("options"), STREAM_OPTIONS, "stream"))
+        changed = _options(tree.args.get("options"), STREAM_OPTIONS, "stream")
+        _check_stream_options(StreamObject(obj.oid, obj.kind, obj.schema, obj.name, "",
+                                           obj.columns, options={**obj.options, **changed}))
+        obj.options.update(changed)
     reg.save(obj)
     return Done("ALTER STREAM")
+
+
+def _tell_readers(session, obj: StreamObject, message: str) -> None:
+    """A NOTICE at the next FETCH of every running query that reads ``obj``."""
+    name = obj.relation().name.lower()
+    for live in list(session.server.backend.live.values()):
+        if name in live.streams:
+            live.notices.append(("NOTICE", "00000", message))
 
 
 def _event_time(session, obj: StreamObject, value: exp.Expression, params) -> int:
@@ -369,12 +401,14 @@ def stream_rows_sql(obj: StreamObject, names: list, source: str) -> str:
     return f"SELECT {cols} FROM ({source}) AS v({alias})"
 
 
-def deliver(session, obj: StreamObject, table: pa.Table) -> int:
+def deliver(session, obj: StreamObject, table: pa.Table, origin: str = "INSERT") -> int:
     """Hand typed stream rows to the back end; late ones are counted and reported."""
     srv = session.server
     try:
         n, late = srv.backend.call(srv.ingest.push(obj.relation().name, obj.timestamp_column,
-                                                   table, obj.options))
+                                                   table, obj.options,
+                                                   f"{origin} (pid {session.pid})",
+                                                   one_by_one=origin == "COPY"))
     except ValueError as e:
         raise E.NotNullViolation(f'{e} (column "{obj.timestamp_column}" of stream '
                                  f'"{obj.name}")') from None

@@ -3,7 +3,9 @@ time units as timestamps, waiting until a query runs in the back end, and feedin
 from another connection once it does."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import socket
 import threading
 import time
 import uuid
@@ -71,3 +73,35 @@ class Feeder(threading.Thread):
         assert not self.is_alive(), "feeder did not finish"
         if self.error is not None:
             raise self.error
+
+
+def fetch(cur, sql: str) -> list:
+    """Run a FETCH; rows with timestamps as seed time units."""
+    cur.execute(sql)
+    return [tuple(units(v) if hasattr(v, "year") else v for v in r) for r in cur.fetchall()]
+
+
+def make_stream(c, name: str) -> None:
+    c.execute(f"CREATE STREAM {name} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+
+
+@contextlib.contextmanager
+def follow(server, prefix: str):
+    """A fresh stream, an autocommit connection that feeds it, and a cursor on a connection
+    of its own, inside a transaction (where DECLARE lives)."""
+    s = unique(prefix)
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        make_stream(admin, s)
+        yield s, admin, conn.cursor()
+
+
+def send_source(port: int, text: str | bytes, timeout: float = 10) -> bytes:
+    """Send ``text`` as a source on the ingest port; returns what the server answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(text.encode() if isinstance(text, str) else text)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    return answer

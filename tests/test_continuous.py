@@ -4,7 +4,6 @@ blocking FETCH, timeouts, LIMIT, cancel, disconnect, DROP, named windows, derive
 snapshot mode, count windows, late tuples, COPY into a stream and the system views."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -16,11 +15,7 @@ import pytest
 
 import pgwire
 from continuous import Feeder, lit, running, unique, units, wait_running
-
-
-def _fetch(cur, sql: str) -> list:
-    cur.execute(sql)
-    return [tuple(units(v) if hasattr(v, "year") else v for v in r) for r in cur.fetchall()]
+from continuous import fetch as _fetch, follow as _follow, make_stream as _stream
 
 
 def _interval_stream(c, name: str) -> None:
@@ -102,21 +97,6 @@ def test_table7_range_window_over_zero_length_tuples(server):
 
 
 # ---------------------------------------------------------------------- cursors
-def _stream(c, name: str) -> None:
-    c.execute(f"CREATE STREAM {name} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN)")
-
-
-@contextlib.contextmanager
-def _follow(server, prefix: str):
-    """A fresh stream, an autocommit connection that feeds it, and a cursor on a connection
-    of its own, inside a transaction (where DECLARE lives)."""
-    s = unique(prefix)
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        _stream(admin, s)
-        yield s, admin, conn.cursor()
-
-
 def _values(rows) -> str:
     return ", ".join(f"({k}, {v}, {lit(t)})" for k, v, t in rows)
 
@@ -482,120 +462,3 @@ def test_system_views_inside_transactions(server):
         assert a.execute("SELECT count(*) >= 0 FROM cq_streams").fetchone() == (True,)
 
 
-# ---------------------------------------------------------------------- slack and heartbeats
-def _arrivals(admin, s: str, times) -> None:
-    for t in times:                                  # one tuple per INSERT: arrival order
-        admin.execute(f"INSERT INTO {s} VALUES ({int(t * 10)}, {int(t * 10)}, {lit(t)})")
-
-
-def test_fixed_k_slack_reorders_and_counts_the_too_late(server):
-    s = unique("ks")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                      "WITH (slack = '3 seconds')")
-        cur = conn.cursor()
-        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
-        # t_curr reaches 9, so everything up to 6 is released; 2 then comes too late
-        _arrivals(admin, s, [1, 3, 2, 5, 4, 9, 6, 2])
-        assert [r[0] for r in _fetch(cur, "FETCH 6 FROM c")] == [10, 20, 30, 40, 50, 60]
-        assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []
-        assert admin.execute("SELECT late FROM cq_streams WHERE stream = %s",
-                             [s]).fetchone() == (1,)
-        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")      # releases 9
-        assert [r[0] for r in _fetch(cur, "FETCH 1 FROM c")] == [90]
-
-
-def test_mp_k_slack_grows_to_the_largest_delay(server):
-    s = unique("mpk")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                      "WITH (slack = 'adaptive')")
-        cur = conn.cursor()
-        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
-        # K starts at 0: 1, 2, 5 go at once, and 3 (2 behind 5) is late but makes K = 2;
-        # then 6 waits until 9 has come, 7 goes at once (9 - K), 8 waits
-        _arrivals(admin, s, [1, 2, 5, 3, 6, 9, 7, 8])
-        assert [r[0] for r in _fetch(cur, "FETCH 5 FROM c")] == [10, 20, 50, 60, 70]
-        assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []
-        assert admin.execute("SELECT late FROM cq_streams WHERE stream = %s",
-                             [s]).fetchone() == (1,)
-        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")
-        assert [r[0] for r in _fetch(cur, "FETCH 2 FROM c")] == [80, 90]
-
-
-def test_heartbeats_keep_a_union_with_a_quiet_stream_moving(server):
-    busy, quiet = unique("busy"), unique("quiet")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        _stream(admin, busy)
-        admin.execute(f"CREATE STREAM {quiet} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                      "WITH (heartbeat = '100ms')")
-        cur = conn.cursor()
-        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {busy} [NOW] UNION ALL "
-                    f"SELECT v FROM {quiet} [NOW]")
-        admin.execute(f"INSERT INTO {quiet} VALUES (0, 1, {lit(0)})")
-        admin.execute(f"INSERT INTO {busy} VALUES (0, 2, {lit(0.01)}), (0, 3, {lit(0.02)})")
-        # the quiet stream's heartbeat moves its time on, so the busy rows are released
-        rows = _fetch(cur, "FETCH 3 FROM c WITH (timeout = '10s')")
-        assert [r[0] for r in rows] == [1, 2, 3]
-
-
-# ---------------------------------------------------------------------- the ingest port
-def _source(server, text: str) -> bytes:
-    """Send ``text`` as a source on the ingest port; returns what the server answered."""
-    with socket.create_connection(("127.0.0.1", server.ingest_port), timeout=10) as sock:
-        sock.sendall(text.encode())
-        sock.shutdown(socket.SHUT_WR)
-        answer = b""
-        while chunk := sock.recv(4096):
-            answer += chunk
-    return answer
-
-
-def test_csv_source_on_the_ingest_port(server):
-    with _follow(server, "src") as (s, admin, cur):
-        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v, t FROM {s}")
-        assert _source(server, f"csvwrapper,{s}\n"
-                               "1,10,2026-11-01 00:00:01\n"
-                               "2,20,2026-11-01 00:00:02,extra,columns\n"
-                               "3,oops,2026-11-01 00:00:03\n"            # bad: skipped
-                               "4\n"                                      # padded, stamped
-                               "#punctuate 2030-01-01 00:00:00\n") == b""
-        rows = _fetch(cur, "FETCH 3 FROM c")
-        assert [r[:2] for r in rows] == [(1, 10), (2, 20), (4, None)]
-        assert rows[0][2] == 1 and rows[2][2] > 20 * 86400      # 4 was stamped on arrival
-        st = admin.execute("SELECT tuples FROM cq_streams WHERE stream = %s", [s]).fetchone()
-        assert st == (3,)
-
-
-def test_json_source_and_unknown_names(server):
-    with _follow(server, "js") as (s, admin, cur):
-        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
-        assert _source(server, f"jsonwrapper,{s}\n"
-                               '{"k": 5, "v": 50, "t": "2026-11-01 00:00:05"}\n'
-                               "not json\n"
-                               '{"K": 6, "V": 60, "T": "2026-11-01 00:00:06"}\n') == b""
-        assert _fetch(cur, "FETCH 2 FROM c") == [(5, 50), (6, 60)]
-    assert _source(server, "nosuchwrapper,x\n1\n").startswith(b"ERROR: unknown wrapper")
-    assert _source(server, "csvwrapper,nosuchstream\n1\n").startswith(
-        b'ERROR: stream "nosuchstream" does not exist')
-
-
-def test_cqgate_push(server, tmp_path):
-    import subprocess
-    import sys
-    with _follow(server, "push") as (s, admin, cur):
-        cur.execute(f"DECLARE c CURSOR FOR SELECT k FROM {s}")
-        f = tmp_path / "data.csv"
-        f.write_text("".join(f"{i},{i},2026-11-01 00:00:{i:02d}\n" for i in range(1, 4)))
-        r = subprocess.run([sys.executable, "-m", "gateway", "push", s, str(f), "--port",
-                            str(server.ingest_port)], capture_output=True, text=True,
-                           timeout=60)
-        assert r.returncode == 0, r.stderr
-        assert _fetch(cur, "FETCH 3 FROM c") == [(1,), (2,), (3,)]
-        r = subprocess.run([sys.executable, "-m", "gateway", "push", "nosuch", str(f),
-                            "--port", str(server.ingest_port)], capture_output=True,
-                           text=True, timeout=60)
-        assert r.returncode == 1 and 'stream "nosuch" does not exist' in r.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dialect.names import TYPE_ALIASES
 
+from .. import ingest_log
 from ..protocol.types import TYPES, type_oid_case_sql
 
 CATALOG = "pgcat"
@@ -90,9 +91,10 @@ EMPTY_TABLES = {
     # cqgate's system views, filled from the back end just before a statement reads them
     "cq_queries": "pid INTEGER, name VARCHAR, kind VARCHAR, query VARCHAR, state VARCHAR, "
                   "started TIMESTAMPTZ, rows_in BIGINT, rows_out BIGINT, state_size BIGINT, "
-                  "last_emit TIMESTAMPTZ",
+                  "last_emit TIMESTAMPTZ, error VARCHAR",
     "cq_streams": "stream VARCHAR, tuples BIGINT, rate DOUBLE, watermark TIMESTAMP, "
-                  "late BIGINT",
+                  "late BIGINT, errors BIGINT, dropped BIGINT, slack INTERVAL",
+    **ingest_log.VIEWS,
 }
 
 # Views and static tables this module defines; the translator redirects these names.

@@ -1,0 +1,105 @@
+"""What the clearinghouse could not deliver, kept for the system views: malformed source lines
+(``cq_ingest_errors``), tuples later than the slack allows (``cq_late_tuples``) and load shed
+under ``ON OVERLOAD`` (``cq_shed``). Each list keeps its newest ``KEEP`` entries per stream;
+the totals in ``cq_streams`` count everything."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import deque
+
+import numpy as np
+import pyarrow as pa
+
+KEEP = 10_000          # entries kept per stream and list
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _timestamp(us: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=int(us))
+
+
+class IngestLog:
+    def __init__(self):
+        self.errors: dict = {}       # stream -> deque of error rows
+        self.late: dict = {}         # stream -> deque of late-tuple rows
+        self.shed: dict = {}         # stream -> {event-time second (µs): [policy, dropped, kept]}
+
+    def _list(self, lists: dict, stream: str) -> deque:
+        return lists.setdefault(stream.lower(), deque(maxlen=KEEP))
+
+    def error(self, stream: str, origin: str, line: int, reason: str, text: str) -> None:
+        self._list(self.errors, stream).append(
+            (stream.lower(), origin, line, reason, text[:200], _now()))
+
+    def late_tuples(self, stream: str, origin: str, table: pa.Table, ts: np.ndarray,
+                    watermarks: np.ndarray) -> None:
+        """``table``: the late rows, ``ts`` their event times and ``watermarks`` the
+        watermark each missed (µs)."""
+        start = max(0, table.num_rows - KEEP)
+        rows = table.slice(start).to_pylist()
+        kept = self._list(self.late, stream)
+        arrived = _now()
+        for row, t, w in zip(rows, ts[start:], watermarks[start:]):
+            kept.append((stream.lower(), _timestamp(t), _timestamp(w), arrived, origin,
+                         json.dumps(row, default=str)))
+
+    def shed_tuples(self, stream: str, policy: str, ts: np.ndarray, kept: np.ndarray) -> None:
+        """Per event-time second: how many tuples ``policy`` dropped and how many it kept."""
+        seconds = self.shed.setdefault(stream.lower(), {})
+        sec = ts // 1_000_000 * 1_000_000
+        for s, dropped, keep in zip(*_per_second(sec, kept)):
+            entry = seconds.setdefault(int(s), [policy, 0, 0])
+            entry[1] += int(dropped)
+            entry[2] += int(keep)
+        while len(seconds) > KEEP:
+            seconds.pop(next(iter(seconds)))
+
+    def forget(self, stream: str) -> None:
+        for lists in (self.errors, self.late, self.shed):
+            lists.pop(stream.lower(), None)
+
+    # ------------------------------------------------------------------ the views
+    def tables(self) -> dict:
+        errors = [r for d in self.errors.values() for r in d]
+        late = [r for d in self.late.values() for r in d]
+        shed = [(stream, _timestamp(s), p, d, k) for stream, seconds in self.shed.items()
+                for s, (p, d, k) in seconds.items()]
+        return {
+            "cq_ingest_errors": _table(errors, [
+                ("stream", pa.string()), ("source", pa.string()), ("line", pa.int64()),
+                ("reason", pa.string()), ("text", pa.string()),
+                ("logged", pa.timestamp("us", tz="UTC"))]),
+            "cq_late_tuples": _table(late, [
+                ("stream", pa.string()), ("event_time", pa.timestamp("us")),
+                ("watermark", pa.timestamp("us")), ("arrived", pa.timestamp("us", tz="UTC")),
+                ("source", pa.string()), ("tuple", pa.string())]),
+            "cq_shed": _table(shed, [
+                ("stream", pa.string()), ("second", pa.timestamp("us")),
+                ("policy", pa.string()), ("dropped", pa.int64()), ("kept", pa.int64())]),
+        }
+
+
+def _per_second(sec: np.ndarray, kept: np.ndarray):
+    keys, inverse = np.unique(sec, return_inverse=True)
+    total = np.bincount(inverse, minlength=len(keys))
+    keep = np.bincount(inverse, weights=kept.astype(np.int64), minlength=len(keys))
+    return keys, total - keep, keep
+
+
+def _table(rows: list, fields: list) -> pa.Table:
+    return pa.table({name: pa.array([r[i] for r in rows], typ)
+                     for i, (name, typ) in enumerate(fields)})
+
+
+# the DDL of the views, for the emulated catalog
+VIEWS = {
+    "cq_ingest_errors": "stream VARCHAR, source VARCHAR, line BIGINT, reason VARCHAR, "
+                        "text VARCHAR, logged TIMESTAMPTZ",
+    "cq_late_tuples": "stream VARCHAR, event_time TIMESTAMP, watermark TIMESTAMP, "
+                      "arrived TIMESTAMPTZ, source VARCHAR, tuple VARCHAR",
+    "cq_shed": "stream VARCHAR, second TIMESTAMP, policy VARCHAR, dropped BIGINT, kept BIGINT",
+}

@@ -1,0 +1,288 @@
+"""The clearinghouse through the real server: sources on the ingest port (csvwrapper with its
+options, jsonwrapper, user wrappers), ``cqgate push``, slack policies replayed on shuffled
+streams with a known delay distribution, heartbeats, malformed input and its views, back
+pressure and ON OVERLOAD load shedding, and ALTER STREAM ADD COLUMN while data flows."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+import pytest
+
+from continuous import fetch as _fetch, follow as _follow, make_stream as _stream
+from continuous import at, lit, send_source as _source, unique, units
+
+
+# ---------------------------------------------------------------------- slack and heartbeats
+def _arrivals(admin, s: str, times) -> None:
+    for t in times:                                  # one tuple per INSERT: arrival order
+        admin.execute(f"INSERT INTO {s} VALUES ({int(t * 10)}, {int(t * 10)}, {lit(t)})")
+
+
+def test_fixed_k_slack_reorders_and_counts_the_too_late(server):
+    s = unique("ks")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "WITH (slack = '3 seconds')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
+        # t_curr reaches 9, so everything up to 6 is released; 2 then comes too late
+        _arrivals(admin, s, [1, 3, 2, 5, 4, 9, 6, 2])
+        assert [r[0] for r in _fetch(cur, "FETCH 6 FROM c")] == [10, 20, 30, 40, 50, 60]
+        assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []
+        assert admin.execute("SELECT late FROM cq_streams WHERE stream = %s",
+                             [s]).fetchone() == (1,)
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")      # releases 9
+        assert [r[0] for r in _fetch(cur, "FETCH 1 FROM c")] == [90]
+
+
+def test_mp_k_slack_grows_to_the_largest_delay(server):
+    s = unique("mpk")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "WITH (slack = 'adaptive')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
+        # K starts at 0: 1, 2, 5 go at once, and 3 (2 behind 5) is late but makes K = 2;
+        # then 6 waits until 9 has come, 7 goes at once (9 - K), 8 waits
+        _arrivals(admin, s, [1, 2, 5, 3, 6, 9, 7, 8])
+        assert [r[0] for r in _fetch(cur, "FETCH 5 FROM c")] == [10, 20, 50, 60, 70]
+        assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []
+        assert admin.execute("SELECT late FROM cq_streams WHERE stream = %s",
+                             [s]).fetchone() == (1,)
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")
+        assert [r[0] for r in _fetch(cur, "FETCH 2 FROM c")] == [80, 90]
+
+
+def test_heartbeats_keep_a_union_with_a_quiet_stream_moving(server):
+    busy, quiet = unique("busy"), unique("quiet")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        _stream(admin, busy)
+        admin.execute(f"CREATE STREAM {quiet} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "WITH (heartbeat = '100ms')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {busy} [NOW] UNION ALL "
+                    f"SELECT v FROM {quiet} [NOW]")
+        admin.execute(f"INSERT INTO {quiet} VALUES (0, 1, {lit(0)})")
+        admin.execute(f"INSERT INTO {busy} VALUES (0, 2, {lit(0.01)}), (0, 3, {lit(0.02)})")
+        # the quiet stream's heartbeat moves its time on, so the busy rows are released
+        rows = _fetch(cur, "FETCH 3 FROM c WITH (timeout = '10s')")
+        assert [r[0] for r in rows] == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------- the ingest port
+def test_csv_source_on_the_ingest_port(server):
+    with _follow(server, "src") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v, t FROM {s}")
+        assert _source(server.ingest_port, f"csvwrapper,{s}\n"
+                               "1,10,2026-11-01 00:00:01\n"
+                               "2,20,2026-11-01 00:00:02,extra,columns\n"
+                               "3,oops,2026-11-01 00:00:03\n"            # bad: skipped
+                               "4\n"                                      # padded, stamped
+                               "#punctuate 2030-01-01 00:00:00\n") == b""
+        rows = _fetch(cur, "FETCH 3 FROM c")
+        assert [r[:2] for r in rows] == [(1, 10), (2, 20), (4, None)]
+        assert rows[0][2] == 1 and rows[2][2] > 20 * 86400      # 4 was stamped on arrival
+        st = admin.execute("SELECT tuples FROM cq_streams WHERE stream = %s", [s]).fetchone()
+        assert st == (3,)
+
+
+def test_json_source_and_unknown_names(server):
+    with _follow(server, "js") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
+        assert _source(server.ingest_port, f"jsonwrapper,{s}\n"
+                               '{"k": 5, "v": 50, "t": "2026-11-01 00:00:05"}\n'
+                               "not json\n"
+                               '{"K": 6, "V": 60, "T": "2026-11-01 00:00:06"}\n') == b""
+        assert _fetch(cur, "FETCH 2 FROM c") == [(5, 50), (6, 60)]
+    assert _source(server.ingest_port, "nosuchwrapper,x\n1\n").startswith(b"ERROR: unknown wrapper")
+    assert _source(server.ingest_port, "csvwrapper,nosuchstream\n1\n").startswith(
+        b'ERROR: stream "nosuchstream" does not exist')
+
+
+def test_cqgate_push(server, tmp_path):
+    with _follow(server, "push") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k FROM {s}")
+        f = tmp_path / "data.csv"
+        f.write_text("".join(f"{i},{i},2026-11-01 00:00:{i:02d}\n" for i in range(1, 4)))
+        r = subprocess.run([sys.executable, "-m", "gateway", "push", s, str(f), "--port",
+                            str(server.ingest_port)], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert _fetch(cur, "FETCH 3 FROM c") == [(1,), (2,), (3,)]
+        r = subprocess.run([sys.executable, "-m", "gateway", "push", "nosuch", str(f),
+                            "--port", str(server.ingest_port)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 1 and 'stream "nosuch" does not exist' in r.stderr
+
+
+def test_csv_options_delimiter_quote_and_field_order(server):
+    s = unique("opt")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, name TEXT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "WITH (delimiter = ';', quote = '''', columns = 't,name,k')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, name, t FROM {s}")
+        assert _source(server.ingest_port, f"csvwrapper,{s}\n"
+                                           "2026-11-01 00:00:01;'a;b';1\n"
+                                           "2026-11-01 00:00:02;plain;2\n") == b""
+        assert _fetch(cur, "FETCH 2 FROM c") == [(1, "a;b", 1), (2, "plain", 2)]
+        # the line rules, with the same options: extra fields dropped, missing ones NULL
+        assert _source(server.ingest_port, f"csvwrapper,{s}\n"
+                                           "2026-11-01 00:00:03;'x';3;extra\n"
+                                           "2026-11-01 00:00:04\n") == b""
+        assert _fetch(cur, "FETCH 2 FROM c") == [(3, "x", 3), (None, None, 4)]
+        with pytest.raises(psycopg.errors.UndefinedColumn, match="nope"):
+            admin.execute(f"ALTER STREAM {s} SET (columns = 't,nope')")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="delimiter"):
+            admin.execute(f"ALTER STREAM {s} SET (delimiter = ';;')")
+
+
+# ---------------------------------------------------------------------- bad input
+def test_malformed_lines_are_reported_with_line_number_and_reason(server):
+    with _follow(server, "bad") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
+        assert _source(server.ingest_port, f"csvwrapper,{s}\n"
+                                           "1,10,2026-11-01 00:00:01\n"     # line 2
+                                           "x,20,2026-11-01 00:00:02\n"     # a wrong type
+                                           "3,30,2026-13-45 00:00:03\n"     # a bad timestamp
+                                           '4,"40,2026-11-01 00:00:04\n'    # broken quoting
+                                           "5,50,2026-11-01 00:00:05\n") == b""
+        assert _source(server.ingest_port, f"jsonwrapper,{s}\n"
+                                           '{"k": 6, "v": 60, "t": "2026-11-01 00:00:06"}\n'
+                                           '{"k": 7,\n'                     # line 3: not JSON
+                                           "[8]\n") == b""                  # not an object
+        assert _fetch(cur, "FETCH 3 FROM c") == [(1, 10), (5, 50), (6, 60)]
+        errors = admin.execute("SELECT line, reason, text FROM cq_ingest_errors "
+                               "WHERE stream = %s", [s]).fetchall()
+        assert sorted((n, reason.split(":")[0].split(" (")[0], text)
+                      for n, reason, text in errors) == [
+            (3, 'invalid input for column "k"', "x,20,2026-11-01 00:00:02"),
+            (3, "not JSON", '{"k": 7,'),
+            (4, 'invalid input for column "t"', "3,30,2026-13-45 00:00:03"),
+            (4, "not a JSON object", "[8]"),
+            (5, "broken quoting", '4,"40,2026-11-01 00:00:04')]
+        assert admin.execute("SELECT tuples, errors FROM cq_streams WHERE stream = %s",
+                             [s]).fetchone() == (3, 5)
+
+
+# ---------------------------------------------------------------------- user wrappers
+WRAPPER = '''
+def init(columns):
+    return {"columns": columns, "lines": 0}
+
+
+def next(state, line):
+    """key=value pairs separated by spaces; anything else raises (a bad line)."""
+    state["lines"] += 1
+    return dict(pair.split("=", 1) for pair in line.split())
+
+
+def done(state):
+    return [-1, state["lines"], "2026-11-01 00:01:00"]
+'''
+
+
+def test_user_wrapper_attached_with_alter_stream(server):
+    module = unique("kvwrap")
+    folder = os.path.join(server.data_dir, "wrappers")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, module + ".py"), "w") as f:
+        f.write(WRAPPER)
+    with _follow(server, "uw") as (s, admin, cur):
+        w = unique("kv")
+        admin.execute(f"CREATE WRAPPER {w} (init = '{module}.init', next = '{module}.next', "
+                      f"done = '{module}.done')")
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
+        lines = (f"{w},{s}\nk=1 v=10 t=2026-11-01T00:00:01\ngarbage\n"
+                 "v=20 k=2 t=2026-11-01T00:00:02\n")
+        assert _source(server.ingest_port, lines) == \
+            f'ERROR: wrapper "{w}" is not attached to stream "{s}" (ALTER STREAM {s} ADD ' \
+            f'WRAPPER {w})\n'.encode()
+        admin.execute(f"ALTER STREAM {s} ADD WRAPPER {w}")
+        assert _source(server.ingest_port, lines) == b""
+        # two rows from next (garbage is a bad line), one from done: it saw three lines
+        assert _fetch(cur, "FETCH 3 FROM c") == [(1, 10), (2, 20), (-1, 3)]
+        reason = admin.execute("SELECT reason FROM cq_ingest_errors WHERE stream = %s",
+                               [s]).fetchone()[0]
+        assert reason.startswith("wrapper raised ValueError")
+        with pytest.raises(psycopg.errors.UndefinedObject, match="does not exist"):
+            admin.execute(f"ALTER STREAM {s} ADD WRAPPER nosuchwrapper")
+
+
+# ---------------------------------------------------------------------- slack on shuffled data
+def _shuffled(n: int, seed: int) -> list:
+    """Event times 0, 0.1, 0.2 … s, in the order they arrive when each tuple is delayed by
+    one of 0, 0, 0, 0.3, 0.8 or 2.5 seconds (chosen at random, reproducibly)."""
+    rng = random.Random(seed)
+    times = [round(i * 0.1, 1) for i in range(n)]
+    delay = [rng.choice([0, 0, 0, 0.3, 0.8, 2.5]) for _ in range(n)]
+    return sorted(times, key=lambda t: (t + delay[round(t * 10)], t))
+
+
+def _k_slack(order: list, k: float, adaptive: bool) -> tuple[list, float]:
+    """Seed 003's slack, one tuple at a time: the late tuples, and K at the end (counted in
+    tenths of a second, so no rounding blurs an edge)."""
+    watermark, current, late, k = -10**9, -10**9, [], round(k * 10)
+    for t in (round(t * 10) for t in order):
+        if t < watermark:
+            late.append(t / 10)
+        current = max(current, t)
+        if adaptive:
+            k = max(k, current - t)          # D(x) = t_curr − x.ts, late tuples' too
+        watermark = max(watermark, current - k)
+    return late, k / 10
+
+
+def _send_lines(port: int, head: str, lines: list, per: int = 40) -> None:
+    """One source sending its lines a few at a time, so they reach the server in several
+    reads."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head.encode())
+        for i in range(0, len(lines), per):
+            sock.sendall("".join(lines[i:i + per]).encode())
+            time.sleep(0.005)
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(4096) == b""
+
+
+@pytest.mark.parametrize("slack, k, adaptive", [("1 second", 1.0, False),
+                                                ("3 seconds", 3.0, False),
+                                                ("adaptive", 0.0, True)])
+def test_slack_on_a_shuffled_stream(server, slack, k, adaptive):
+    order = _shuffled(300, seed=5)
+    late, final_k = _k_slack(order, k, adaptive)
+    if slack == "3 seconds":
+        assert late == []            # K above the largest delay: nothing is late
+    else:
+        assert len(late) > 5         # the delays do outrun this slack
+    s = unique("shuf")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      f"WITH (slack = '{slack}')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT v, t FROM {s}")
+        lines = [f"0,{round(t * 10)},{at(t).isoformat(sep=' ')}\n" for t in order]
+        _send_lines(server.ingest_port, f"csvwrapper,{s}\n", lines + ["#punctuate 2030-01-01\n"])
+        want = sorted(set(order) - set(late))
+        rows = _fetch(cur, f"FETCH {len(want)} FROM c")
+        assert [t for _, t in rows] == want                    # in order, none lost
+        assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []
+        got = admin.execute("SELECT late, extract(epoch FROM slack) FROM cq_streams "
+                            "WHERE stream = %s", [s]).fetchone()
+        assert got == (len(late), pytest.approx(final_k))
+        logged = admin.execute("SELECT event_time FROM cq_late_tuples WHERE stream = %s "
+                               "ORDER BY arrived, event_time", [s]).fetchall()
+        assert sorted(units(r[0]) for r in logged) == sorted(late)
