@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from continuous import fetch as _fetch, follow as _follow, make_stream as _stream
+from conftest import ServerProcess
 from continuous import at, lit, send_source as _source, unique, units
 
 
@@ -286,3 +287,216 @@ def test_slack_on_a_shuffled_stream(server, slack, k, adaptive):
         logged = admin.execute("SELECT event_time FROM cq_late_tuples WHERE stream = %s "
                                "ORDER BY arrived, event_time", [s]).fetchall()
         assert sorted(units(r[0]) for r in logged) == sorted(late)
+
+
+# ---------------------------------------------------------------------- heartbeats
+def test_a_query_over_a_busy_and_a_silent_stream_keeps_producing(server):
+    """The busy stream's rows come out within a few heartbeat intervals although the other
+    stream said nothing after its first tuple (event times are arrival times here)."""
+    busy, quiet = unique("busy"), unique("quiet")
+    n, beat = 30, 0.3
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        _stream(admin, busy)
+        admin.execute(f"CREATE STREAM {quiet} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      f"WITH (heartbeat = '{int(beat * 1000)}ms')")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {busy} [NOW] UNION ALL "
+                    f"SELECT v FROM {quiet} [NOW]")
+        assert _source(server.ingest_port, f"csvwrapper,{quiet}\n0,-1\n") == b""
+        sent = {}
+
+        def feed():
+            with socket.create_connection(("127.0.0.1", server.ingest_port), timeout=10) as sock:
+                sock.sendall(f"csvwrapper,{busy}\n".encode())
+                for i in range(n):
+                    sent[i] = time.monotonic()
+                    sock.sendall(f"0,{i}\n".encode())
+                    time.sleep(0.05)
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        lag = []
+        deadline = time.monotonic() + 30
+        while len(lag) < n and time.monotonic() < deadline:
+            for (v,) in _fetch(cur, "FETCH ALL FROM c WITH (timeout = '2s')"):
+                if v >= 0:
+                    lag.append(time.monotonic() - sent[v])
+        feeder.join(10)
+        assert len(lag) == n
+        assert max(lag) < 4 * beat, lag
+
+
+# ---------------------------------------------------------------------- limits and overload
+def _backend_pid(srv) -> int:
+    out = subprocess.run(["pgrep", "-P", str(srv.proc.pid), "-f", "executor.backend"],
+                         capture_output=True, text=True, timeout=10).stdout.split()
+    assert len(out) == 1, out
+    return int(out[0])
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+PAD = "x" * 100
+BLOCK = "".join(f"{i},{i},{PAD}\n" for i in range(10_000)).encode()   # ~1 MiB, stamped
+
+
+def _wait_counts(admin, stream: str, total: int, timeout: float = 90) -> tuple:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = admin.execute("SELECT tuples, dropped FROM cq_streams WHERE stream = %s",
+                            [stream]).fetchone()
+        if got and got[0] + got[1] >= total:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"{stream}: {got} after {timeout}s, want {total} in all")
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    """A server of its own (these tests stop its back end) with a short line limit."""
+    srv = ServerProcess(str(tmp_path_factory.mktemp("cqgate-limited")), "--max-line-bytes",
+                        "200")
+    yield srv
+    srv.stop()
+
+
+def test_a_line_longer_than_the_limit_ends_the_source(limited):
+    with psycopg.connect(limited.dsn, autocommit=True) as admin:
+        s = unique("long")
+        _stream(admin, s)
+        answer = _source(limited.ingest_port, f"csvwrapper,{s}\n1,1,2026-11-01 00:00:01\n"
+                                              f"2,2,{'9' * 300}\n3,3,2026-11-01 00:00:03\n")
+        assert answer == b"ERROR: a line is longer than the limit (200 bytes)\n"
+        assert _wait_counts(admin, s, 1) == (1, 0)      # the line before it arrived
+
+
+def test_a_stalled_back_end_pushes_back_on_the_source(limited):
+    s = unique("bp")
+    with psycopg.connect(limited.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, pad TEXT, "
+                      "t TIMESTAMP TIMESTAMPCOLUMN)")
+        backend = _backend_pid(limited)
+        rss = _rss_mb(limited.proc.pid)
+        sent = 0
+        sock = socket.create_connection(("127.0.0.1", limited.ingest_port), timeout=10)
+        try:
+            sock.sendall(f"csvwrapper,{s}\n".encode())
+            os.kill(backend, signal.SIGSTOP)
+            try:
+                sock.settimeout(3)
+                with pytest.raises(TimeoutError):        # TCP pushes back: sending stalls
+                    for _ in range(400):                 # 400 MiB, if nothing held it up
+                        view = memoryview(BLOCK)
+                        while view:
+                            n = sock.send(view)
+                            view, sent = view[n:], sent + n
+                assert sent < 150 * len(BLOCK), sent     # stalled after some MiB of buffers
+                grown = _rss_mb(limited.proc.pid) - rss
+                assert grown < 300, f"the gateway grew by {grown:.0f} MiB"
+            finally:
+                os.kill(backend, signal.SIGCONT)
+            sock.settimeout(60)
+            if sent % len(BLOCK):
+                sock.sendall(BLOCK[sent % len(BLOCK):])  # finish the block cut short
+            sock.shutdown(socket.SHUT_WR)
+            assert sock.recv(100) == b""
+        finally:
+            sock.close()
+        total = -(-sent // len(BLOCK)) * len(BLOCK.splitlines())
+        assert _wait_counts(admin, s, total) == (total, 0)      # nothing lost
+
+
+@pytest.mark.parametrize("policy", ["DROP", "KEEP COUNTS", "KEEP SAMPLE"])
+def test_on_overload_sheds_load_and_counts_it(limited, policy):
+    s = unique("shed")
+    blocks = 40
+    with psycopg.connect(limited.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, pad TEXT, t TIMESTAMP "
+                      f"TIMESTAMPCOLUMN) WITH (sample = '0.25') ON OVERLOAD {policy}")
+        backend = _backend_pid(limited)
+        os.kill(backend, signal.SIGSTOP)
+        try:
+            # the source is never held up: what the back end cannot take is shed
+            assert _source(limited.ingest_port, f"csvwrapper,{s}\n".encode() + BLOCK * blocks,
+                           timeout=30) == b""
+        finally:
+            os.kill(backend, signal.SIGCONT)
+        total = blocks * len(BLOCK.splitlines())
+        tuples, dropped = _wait_counts(admin, s, total)
+        assert tuples + dropped == total and dropped > 0
+        shed = admin.execute("SELECT coalesce(sum(dropped), 0), coalesce(sum(kept), 0) "
+                             "FROM cq_shed WHERE stream = %s", [s]).fetchone()
+        if policy == "DROP":
+            assert shed == (0, 0)                        # only the total is kept
+        else:
+            assert shed[0] == dropped
+        if policy == "KEEP SAMPLE":
+            assert abs(float(shed[1] / (shed[0] + shed[1])) - 0.25) < 0.01
+        else:
+            assert shed[1] == 0
+
+
+# ---------------------------------------------------------------------- schema changes
+def test_add_column_while_a_source_and_queries_run(server):
+    with _follow(server, "addc") as (s, admin, cur), \
+            psycopg.connect(server.dsn) as other:
+        notices = []
+        cur.connection.add_notice_handler(lambda d: notices.append(d.message_primary))
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
+        with socket.create_connection(("127.0.0.1", server.ingest_port), timeout=10) as sock:
+            sock.sendall(f"csvwrapper,{s}\n1,10,2026-11-01 00:00:01\n".encode())
+            assert _fetch(cur, "FETCH 1 FROM c") == [(1, 10)]
+            admin.execute(f"ALTER STREAM {s} ADD COLUMN w INT")
+            cur2 = other.cursor()
+            cur2.execute(f"DECLARE d CURSOR FOR SELECT k, w FROM {s}")
+            # the same source goes on: without the new field, then with it
+            sock.sendall(b"2,20,2026-11-01 00:00:02\n3,30,2026-11-01 00:00:03,300\n")
+            assert _fetch(cur, "FETCH 2 FROM c") == [(2, 20), (3, 30)]
+            assert _fetch(cur2, "FETCH 2 FROM d") == [(2, None), (3, 300)]
+            sock.shutdown(socket.SHUT_WR)
+            assert sock.recv(100) == b""
+        assert any(f'stream "{s}" has a new column "w"' in n for n in notices), notices
+        admin.execute(f"INSERT INTO {s} VALUES (4, 40, {lit(4)}, 400)")
+        assert _fetch(cur2, "FETCH 1 FROM d") == [(4, 400)]
+
+
+def test_a_query_that_fails_shows_why_in_cq_queries(server):
+    s = unique("fail")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (name TEXT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT CAST(name AS INT) AS n FROM {s}")
+        admin.execute(f"INSERT INTO {s} VALUES ('12', {lit(1)}), ('twelve', {lit(2)})")
+        with pytest.raises(psycopg.Error, match="twelve"):
+            cur.execute("FETCH 2 FROM c")
+        state, error = admin.execute("SELECT state, error FROM cq_queries WHERE query LIKE "
+                                     "%s", [f"%{s}%"]).fetchone()
+        assert state == "failed" and "twelve" in error
+
+
+# ---------------------------------------------------------------------- cqgate push pacing
+def test_cqgate_push_rate_and_replay_speed(server, tmp_path):
+    with _follow(server, "pace") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k FROM {s}")
+        f = tmp_path / "paced.csv"
+        # event times 0, 0.1 … 1.9 s: 2 s of data
+        f.write_text("".join(f"{i},{i},{at(i / 10).isoformat(sep=' ')}\n" for i in range(20)))
+        push = [sys.executable, "-m", "gateway", "push", s, str(f), "--port",
+                str(server.ingest_port)]
+        t0 = time.monotonic()
+        r = subprocess.run(push + ["--speed", "4"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert time.monotonic() - t0 >= 2 / 4 - 0.05          # 2 s of event time at 4×
+        assert "20 lines" in r.stderr                            # the progress line
+        assert _fetch(cur, "FETCH 20 FROM c") == [(i,) for i in range(20)]
+        f.write_text("".join(f"{i},{i},{at(10 + i).isoformat(sep=' ')}\n" for i in range(20)))
+        t0 = time.monotonic()
+        r = subprocess.run(push + ["--rate", "50", "--quiet"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0 and r.stderr == ""
+        assert time.monotonic() - t0 >= 19 / 50 - 0.05        # 20 lines at 50 a second
+        assert _fetch(cur, "FETCH 20 FROM c") == [(i,) for i in range(20)]
