@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from continuous import fetch as _fetch, follow as _follow, make_stream as _stream
-from conftest import ServerProcess
+from conftest import ServerProcess, psql
 from continuous import at, lit, send_source as _source, unique, units
 
 
@@ -500,3 +500,33 @@ def test_cqgate_push_rate_and_replay_speed(server, tmp_path):
         assert r.returncode == 0 and r.stderr == ""
         assert time.monotonic() - t0 >= 19 / 50 - 0.05        # 20 lines at 50 a second
         assert _fetch(cur, "FETCH 20 FROM c") == [(i,) for i in range(20)]
+
+
+def test_the_example_source_program(server):
+    """clients/sources/source.py, as a user runs it: lines without an event time, stamped."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    s = unique("ex")
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE STREAM {s} (house INT, kwh DOUBLE, t TIMESTAMP TIMESTAMPCOLUMN)")
+        r = subprocess.run([sys.executable, os.path.join(root, "clients", "sources", "source.py"),
+                            s, "--port", str(server.ingest_port), "--count", "3", "--every",
+                            "0.01"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert _wait_counts(admin, s, 3) == (3, 0)
+
+
+def test_psql_copy_into_a_stream_feeds_a_running_query(server, tmp_path):
+    with _follow(server, "pcopy") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
+        src = tmp_path / "rows.csv"
+        # COPY rows arrive one by one: 00:00:02 after 00:00:03 is late (slack none)
+        src.write_text("1,10,2026-11-01 00:00:01\n3,30,2026-11-01 00:00:03\n"
+                       "2,20,2026-11-01 00:00:02\n4,40,2026-11-01 00:00:04\n")
+        r = psql(server, "-c", f"\\copy {s} from '{src}' csv")
+        assert r.returncode == 0 and "COPY 4" in r.stdout, r.stderr
+        assert "1 tuple(s) earlier than the watermark" in r.stderr
+        assert _fetch(cur, "FETCH 3 FROM c") == [(1, 10), (3, 30), (4, 40)]
+        late = admin.execute("SELECT source, tuple FROM cq_late_tuples WHERE stream = %s",
+                             [s]).fetchall()
+        assert len(late) == 1 and late[0][0].startswith("COPY (pid ")
+        assert '"k": 2' in late[0][1]

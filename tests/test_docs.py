@@ -1,12 +1,14 @@
 """The SQL in docs/ is run, not just shown: every ```sql block of docs/dialect.md and
 docs/sql.md runs against a real server, in order, and the printed plan in dialect.md is what
-EXPLAIN prints."""
+EXPLAIN prints; docs/continuous.md and docs/ingest.md show exactly what their examples
+return."""
 import os
 import re
 
 import psycopg
 import pytest
 
+from continuous import send_source
 from gateway.sql.lexer import split
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
@@ -42,20 +44,25 @@ def _cell(v) -> str:
     return v.isoformat(sep=" ") if hasattr(v, "isoformat") else str(v)
 
 
-def test_continuous_doc_shows_what_runs(start_server):
-    """docs/continuous.md, in order on one connection: each ```text block is exactly the rows
-    of the last statement before it that returned rows."""
-    s = start_server()
-    text = open(os.path.join(DOCS, "continuous.md"), encoding="utf-8").read()
+@pytest.mark.parametrize("doc", ["continuous.md", "ingest.md"])
+def test_doc_shows_what_runs(start_server, doc):
+    """The page, in order on one connection: ``sql`` blocks run, a ``source`` block is sent to
+    the ingest port as one source, and each ``text`` block is exactly the rows of the last
+    statement before it that returned rows."""
+    sources = os.path.join(os.path.dirname(DOCS), "clients", "sources")
+    s = start_server(env={"PYTHONPATH": sources})
+    text = open(os.path.join(DOCS, doc), encoding="utf-8").read()
     checked = 0
     with psycopg.connect(s.dsn, autocommit=True) as conn:
         last = None
-        for lang, body in re.findall(r"```(sql|text)\n(.*?)```", text, re.S):
+        for lang, body in re.findall(r"```(sql|text|source)\n(.*?)```", text, re.S):
             if lang == "sql":
                 for stmt in statements(body):
                     cur = conn.execute(stmt)
                     if cur.description:
                         last = [" | ".join(_cell(v) for v in r) for r in cur.fetchall()]
+            elif lang == "source":
+                assert send_source(s.ingest_port, body) == b""
             else:
                 assert last == body.strip().splitlines()
                 checked += 1
