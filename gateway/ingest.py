@@ -1,11 +1,13 @@
-"""Stream data on its way to the back end, whatever the way in (INSERT, COPY, ALTER STREAM …
-ADVANCE TO): each stream's slack policy puts its tuples in event-time order, tuples later than
-the slack allows are counted as late and not delivered, and idle streams get heartbeats.
+"""Stream data on its way to the back end, whatever the way in (INSERT, COPY, sources, ALTER
+STREAM … ADVANCE TO): each stream's slack policy puts its tuples in event-time order, tuples
+later than the slack allows are counted, logged (``cq_late_tuples``) and not delivered, idle
+streams get heartbeats, and an ``ON OVERLOAD`` stream sheds load while the back end is behind.
 
 Slack (``WITH (slack = …)``): ``none`` (the default) delivers at once and treats anything
 earlier than the newest tuple as late; ``'5 seconds'`` is K-slack (a tuple waits until a tuple
 K newer has arrived); ``adaptive`` is MP-K-slack (seed 003: K starts at 0 and grows to the
-largest delay seen, D(x) = t_curr − x.ts).
+largest delay seen, D(x) = t_curr − x.ts). Each tuple is judged against the watermark as it
+stood when it arrived: a source's lines and COPY rows one by one, an INSERT's rows together.
 
 Data alone moves time forward in the back end (a row is emitted once its interval is final);
 punctuation (``advance``) and heartbeats send a BOUNDARY, which splits open intervals (seed 000

@@ -1,16 +1,20 @@
 """The ingest port: programs that know nothing about SQL send stream data over TCP, as to
 TelegraphCQ's port 5533 (``cat log | nc host 55533``). The first line names the wrapper and the
-stream, ``csvwrapper,sensors`` (the stream may be schema-qualified); every later line is data.
+stream, ``csvwrapper,sensors`` (the stream may be schema-qualified); every later line is data,
+or punctuation, ``#punctuate <timestamp>``: nothing earlier will follow.
 
-Built-in wrappers: ``csvwrapper`` (TelegraphCQ's rules: extra columns are dropped, missing ones
-are NULL, and when a line lacks the event-time column it is stamped with its arrival time)
-and ``jsonwrapper`` (one JSON object a line, keys by column name). A source may also send a
-punctuation line, ``#punctuate <timestamp>``: nothing earlier will follow.
+Wrappers: ``csvwrapper`` (TelegraphCQ's rules: extra fields are dropped, missing ones are NULL,
+a line without the event time is stamped with its arrival time; the stream's ``delimiter``,
+``quote`` and ``columns`` options say how lines read), ``jsonwrapper`` (one object a line, keys
+by column name), and user wrappers (CREATE WRAPPER: Python ``init``/``next``/``done``, served
+to a stream once attached with ALTER STREAM … ADD WRAPPER).
 
-Lines are parsed a chunk at a time, typed by DuckDB (``TRY_CAST``: a line with a value that
-does not fit its column is counted, logged with its line number and reason, and skipped; the
-rest of the chunk is kept) and handed to ``gateway/ingest.py`` like INSERT and COPY rows. An
-unknown wrapper or stream gets one ``ERROR:`` line back and the connection closes.
+Clean CSV chunks are parsed and typed by Arrow at once; otherwise lines are read one by one
+and typed by DuckDB (``TRY_CAST``), so a bad line (a value its column cannot hold, broken
+quoting, not JSON, a wrapper's exception) is counted, logged with its line number and reason
+(``cq_ingest_errors``) and skipped while the rest is kept. Rows go on to ``gateway/ingest.py``
+in arrival order. An unknown wrapper or stream, or a line over ``--max-line-bytes``, gets one
+``ERROR:`` line back and the connection closes.
 """
 from __future__ import annotations
 
@@ -232,9 +236,13 @@ class Source:
     async def finish(self) -> None:
         """The source closed: a user wrapper's ``done`` may give last rows."""
         if self.user:
-            rows = self.user[2](self.state)
+            try:
+                rows = _as_rows(self, self.user[2](self.state))
+            except Exception as e:            # noqa: BLE001 — a user function's failure
+                self._bad(self.line_no, f"wrapper done raised {type(e).__name__}: {e}")
+                return
             if rows:
-                await self._push(self._rows_table(_as_rows(self, rows), "done"))
+                await self._push(self._rows_table(rows, "done"))
 
     def _rows_table(self, rows: list, where: str) -> pa.Table | None:
         cols = {f"c{i}": pa.array([r[i] for r in rows], pa.string())
@@ -247,8 +255,10 @@ class _BadLine(Exception):
     """A line that cannot be read; the message is the reason."""
 
 
-def _fields(values) -> list:
-    """One row as text fields in line order (the stream's column order for a wrapper)."""
+def _fields(values, n: int) -> list:
+    """One row as exactly ``n`` text fields in line order (extra ones dropped, missing ones
+    NULL, as TelegraphCQ's csvwrapper does)."""
+    values = (list(values) + [None] * n)[:n]
     return [None if v is None or v == "" else str(v) for v in values]
 
 
@@ -259,8 +269,7 @@ def _csv_line(source: Source, line: str) -> list:
                                  strict=True))
     except csv.Error as e:
         raise _BadLine(f"broken quoting ({e})") from None
-    n = len(source.order)
-    return [_fields((fields + [None] * n)[:n])]
+    return [_fields(fields, len(source.order))]
 
 
 def _json_line(source: Source, line: str) -> list:
@@ -271,7 +280,8 @@ def _json_line(source: Source, line: str) -> list:
     if not isinstance(obj, dict):
         raise _BadLine("not a JSON object")
     low = {k.lower(): v for k, v in obj.items()}
-    return [_fields((low.get(source.names[j].lower()) for j in source.order))]
+    return [_fields((low.get(source.names[j].lower()) for j in source.order),
+                    len(source.order))]
 
 
 def _as_rows(source: Source, got) -> list:
@@ -287,9 +297,7 @@ def _as_rows(source: Source, got) -> list:
         if isinstance(r, dict):
             low = {str(k).lower(): v for k, v in r.items()}
             r = [low.get(source.names[j].lower()) for j in source.order]
-        r = list(r)
-        n = len(source.order)
-        rows.append(_fields((r + [None] * n)[:n]))
+        rows.append(_fields(r, len(source.order)))
     return rows
 
 

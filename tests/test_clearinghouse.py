@@ -530,3 +530,34 @@ def test_psql_copy_into_a_stream_feeds_a_running_query(server, tmp_path):
                              [s]).fetchall()
         assert len(late) == 1 and late[0][0].startswith("COPY (pid ")
         assert '"k": 2' in late[0][1]
+
+
+def test_several_sources_feed_one_stream_at_once(server):
+    s = unique("many")
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        _stream(admin, s)
+        lines = "".join(f"{i},{i}\n" for i in range(5000))      # stamped on arrival
+        answers = []
+        feeders = [threading.Thread(target=lambda: answers.append(
+            _source(server.ingest_port, f"csvwrapper,public.{s}\n" + lines)))
+            for _ in range(3)]
+        for f in feeders:
+            f.start()
+        for f in feeders:
+            f.join(60)
+        assert answers == [b""] * 3
+        assert _wait_counts(admin, s, 15000) == (15000, 0)
+        assert admin.execute("SELECT late, errors FROM cq_streams WHERE stream = %s",
+                             [s]).fetchone() == (0, 0)
+
+
+def test_dropping_a_stream_ends_its_sources(server):
+    s = unique("gone")
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        _stream(admin, s)
+        with socket.create_connection(("127.0.0.1", server.ingest_port), timeout=10) as sock:
+            sock.sendall(f"csvwrapper,{s}\n1,1\n".encode())
+            _wait_counts(admin, s, 1)
+            admin.execute(f"DROP STREAM {s}")
+            sock.sendall(b"2,2\n")
+            assert sock.recv(200) == f'ERROR: stream "{s}" was dropped\n'.encode()
