@@ -86,13 +86,17 @@ def make_stream(c, name: str) -> None:
 
 
 @contextlib.contextmanager
-def follow(server, prefix: str):
-    """A fresh stream, an autocommit connection that feeds it, and a cursor on a connection
-    of its own, inside a transaction (where DECLARE lives)."""
+def follow(server, prefix: str, create: str | None = None):
+    """A fresh stream (``create``: its CREATE STREAM with ``{s}`` for the name; by default
+    ``(k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN)``), an autocommit connection that feeds it,
+    and a cursor on a connection of its own, inside a transaction (where DECLARE lives)."""
     s = unique(prefix)
     with psycopg.connect(server.dsn, autocommit=True) as admin, \
             psycopg.connect(server.dsn) as conn:
-        make_stream(admin, s)
+        if create is None:
+            make_stream(admin, s)
+        else:
+            admin.execute(create.format(s=s))
         yield s, admin, conn.cursor()
 
 

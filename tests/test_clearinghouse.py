@@ -28,12 +28,9 @@ def _arrivals(admin, s: str, times) -> None:
 
 
 def test_fixed_k_slack_reorders_and_counts_the_too_late(server):
-    s = unique("ks")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                      "WITH (slack = '3 seconds')")
-        cur = conn.cursor()
+    with _follow(server, "ks",
+                 "CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                 "WITH (slack = '3 seconds')") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
         # t_curr reaches 9, so everything up to 6 is released; 2 then comes too late
         _arrivals(admin, s, [1, 3, 2, 5, 4, 9, 6, 2])
@@ -46,12 +43,9 @@ def test_fixed_k_slack_reorders_and_counts_the_too_late(server):
 
 
 def test_mp_k_slack_grows_to_the_largest_delay(server):
-    s = unique("mpk")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                      "WITH (slack = 'adaptive')")
-        cur = conn.cursor()
+    with _follow(server, "mpk",
+                 "CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                 "WITH (slack = 'adaptive')") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
         # K starts at 0: 1, 2, 5 go at once, and 3 (2 behind 5) is late but makes K = 2;
         # then 6 waits until 9 has come, 7 goes at once (9 - K), 8 waits
@@ -70,7 +64,7 @@ def test_heartbeats_keep_a_union_with_a_quiet_stream_moving(server):
             psycopg.connect(server.dsn) as conn:
         _stream(admin, busy)
         admin.execute(f"CREATE STREAM {quiet} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                      "WITH (heartbeat = '100ms')")
+                 "WITH (heartbeat = '100ms')")
         cur = conn.cursor()
         cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {busy} [NOW] UNION ALL "
                     f"SELECT v FROM {quiet} [NOW]")
@@ -128,12 +122,10 @@ def test_cqgate_push(server, tmp_path):
 
 
 def test_csv_options_delimiter_quote_and_field_order(server):
-    s = unique("opt")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        admin.execute(f"CREATE STREAM {s} (k INT, name TEXT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                      "WITH (delimiter = ';', quote = '''', columns = 't,name,k')")
-        cur = conn.cursor()
+    with _follow(server, "opt",
+                 "CREATE STREAM {s} (k INT, name TEXT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                 "WITH (delimiter = ';', quote = '''', columns = 't,name,k')") \
+            as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT k, name, t FROM {s}")
         assert _source(server.ingest_port, f"csvwrapper,{s}\n"
                                            "2026-11-01 00:00:01;'a;b';1\n"
@@ -268,12 +260,9 @@ def test_slack_on_a_shuffled_stream(server, slack, k, adaptive):
         assert late == []            # K above the largest delay: nothing is late
     else:
         assert len(late) > 5         # the delays do outrun this slack
-    s = unique("shuf")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                      f"WITH (slack = '{slack}')")
-        cur = conn.cursor()
+    with _follow(server, "shuf",
+                 "CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                 f"WITH (slack = '{slack}')") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT v, t FROM {s}")
         lines = [f"0,{round(t * 10)},{at(t).isoformat(sep=' ')}\n" for t in order]
         _send_lines(server.ingest_port, f"csvwrapper,{s}\n", lines + ["#punctuate 2030-01-01\n"])
@@ -299,7 +288,7 @@ def test_a_query_over_a_busy_and_a_silent_stream_keeps_producing(server):
             psycopg.connect(server.dsn) as conn:
         _stream(admin, busy)
         admin.execute(f"CREATE STREAM {quiet} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                      f"WITH (heartbeat = '{int(beat * 1000)}ms')")
+                 f"WITH (heartbeat = '{int(beat * 1000)}ms')")
         cur = conn.cursor()
         cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {busy} [NOW] UNION ALL "
                     f"SELECT v FROM {quiet} [NOW]")
@@ -464,11 +453,8 @@ def test_add_column_while_a_source_and_queries_run(server):
 
 
 def test_a_query_that_fails_shows_why_in_cq_queries(server):
-    s = unique("fail")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        admin.execute(f"CREATE STREAM {s} (name TEXT, t TIMESTAMP TIMESTAMPCOLUMN)")
-        cur = conn.cursor()
+    with _follow(server, "fail", "CREATE STREAM {s} (name TEXT, t TIMESTAMP TIMESTAMPCOLUMN)") \
+            as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT CAST(name AS INT) AS n FROM {s}")
         admin.execute(f"INSERT INTO {s} VALUES ('12', {lit(1)}), ('twelve', {lit(2)})")
         with pytest.raises(psycopg.Error, match="twelve"):
