@@ -88,8 +88,10 @@ def _watermarks(p: StreamProgress, ts: np.ndarray, one_by_one: bool):
 
 
 class Ingest:
-    def __init__(self, link):
+    def __init__(self, link, archive=None, pool=None):
         self.link = link
+        self.archive = archive            # gateway/archive.py, for TYPE ARCHIVED streams
+        self.pool = pool                  # threads for the archive's file writes
         self.log = IngestLog()
         self.streams: dict = {}           # relation name (lower) -> StreamProgress
         self._lock = asyncio.Lock()
@@ -99,11 +101,12 @@ class Ingest:
 
     async def push(self, name: str, ts_column: str, table: pa.Table,
                    options: dict | None = None, origin: str = "INSERT",
-                   one_by_one: bool = False) -> tuple[int, int]:
+                   one_by_one: bool = False, archive: str | None = None) -> tuple[int, int]:
         """Take ``table`` in; deliver what the slack releases. Returns (accepted, late).
         ``origin`` says where the tuples came from, for the late-tuple log; ``one_by_one``:
         the rows arrived in this order, each judged against those before it (a source's
-        lines, COPY), not together (one INSERT)."""
+        lines, COPY), not together (one INSERT). ``archive``: the stream's key when it is
+        archived: every tuple, late or not, is on disk before this returns."""
         async with self._lock:
             p = self.progress(name)
             p.configure(options or {})
@@ -113,6 +116,10 @@ class Ingest:
             nulls = table.column(ts_column).null_count
             if nulls:
                 raise ValueError(f"{nulls} row(s) have no event time")
+            if archive is not None and self.archive is not None:
+                await asyncio.get_running_loop().run_in_executor(
+                    self.pool, self.archive.append, archive, ts_column,
+                    (options or {}).get("fragment"), table)
             ts = micros(table.column(ts_column).combine_chunks())       # arrival order
             watermark = _watermarks(p, ts, one_by_one)
             keep = ts >= watermark

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from executor import udf
 
 from . import sources
+from .archive import Archive
 from .backend_link import BackendLink
 from .config import Config
 from .connection import Connection
@@ -23,6 +24,7 @@ from .store import Store
 from .streams import StreamRegistry
 
 log = logging.getLogger("cqgate")
+COMPACT_EVERY_S = 5.0      # how often archived streams' small files are merged
 
 
 class Server:
@@ -38,7 +40,8 @@ class Server:
         self.sessions: dict = {}
         udf.load(config.aggregates)          # fails at start, not at the first query
         self.backend = BackendLink(config.aggregates)
-        self.ingest = Ingest(self.backend)
+        self.archive = Archive(config.data_dir)
+        self.ingest = Ingest(self.backend, self.archive, self.pool)
         # user wrappers (CREATE WRAPPER) are imported from the server's Python path and from
         # the data directory's wrappers/ folder
         wrappers = os.path.join(config.data_dir, "wrappers")
@@ -95,6 +98,7 @@ class Server:
         await self.backend.start()
         await asyncio.get_running_loop().run_in_executor(self.pool, self._keep_relations)
         self._heartbeats = asyncio.create_task(self.ingest.heartbeats())
+        self._compactor = asyncio.create_task(self._compact())
         self._server = await asyncio.start_server(self._client, self.config.host,
                                                   self.config.port, limit=1 << 20)
         self._sources = await asyncio.start_server(
@@ -102,6 +106,18 @@ class Server:
             limit=max(self.config.max_line_bytes + 1, sources.CHUNK))
         self.ingest_port = self._sources.sockets[0].getsockname()[1]
         return self._server.sockets[0].getsockname()[1]
+
+    async def _compact(self) -> None:
+        """Forever: merge archived streams' small files (in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(COMPACT_EVERY_S)
+            for obj in list(self.streams.objects.values()):
+                if obj.kind == "stream" and obj.archived:
+                    try:
+                        await loop.run_in_executor(self.pool, self.archive.compact, obj.key)
+                    except OSError as e:
+                        log.warning("compacting the archive of %s failed: %s", obj.name, e)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -114,6 +130,7 @@ class Server:
             await asyncio.wait(self._tasks, timeout=5)
         if self._heartbeats is not None:
             self._heartbeats.cancel()
+            self._compactor.cancel()
         await self.backend.stop()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.store.close()

@@ -215,7 +215,9 @@ class Source:
             n, _ = await self.server.ingest.push(self.obj.relation().name,
                                                  self.obj.timestamp_column, table,
                                                  self.obj.options, self.origin,
-                                                 one_by_one=True)
+                                                 one_by_one=True,
+                                                 archive=self.obj.key if self.obj.archived
+                                                 else None)
             self.accepted += n
 
     async def feed(self, lines: list) -> None:

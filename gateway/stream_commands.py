@@ -269,11 +269,18 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
             return Done(tag)
         raise E.UndefinedTable(f'{word.lower()} "{name}" does not exist')
     dependents = _all_dependents(reg, obj)
-    if dependents and not tree.args.get("cascade"):
-        names = ", ".join(f"{d.kind} {d.name}" for d in dependents)
-        raise E.PgError(f'cannot drop {word.lower()} {name} because other objects depend on '
-                        "it", sqlstate="2BP01", detail=f"{names} depend(s) on it.",
-                        hint=f"Use DROP {word} ... CASCADE to drop the dependent objects too.")
+    readers = _readers(session, [obj, *dependents]) if obj.kind != "wrapper" else []
+    if (dependents or readers) and not tree.args.get("cascade"):
+        if dependents:
+            names = ", ".join(f"{d.kind} {d.name}" for d in dependents)
+            msg, detail = "other objects depend on it", f"{names} depend(s) on it."
+        else:
+            msg = "running queries read it"
+            detail = f"{len(readers)} running query(ies) read it: " + "; ".join(
+                (live.name or live.sql)[:80] for live in readers[:3])
+        raise E.PgError(f"cannot drop {word.lower()} {name} because {msg}", sqlstate="2BP01",
+                        detail=detail, hint=f"Use DROP {word} ... CASCADE to drop the "
+                        "dependent objects too and stop the queries that read them.")
     for d in dependents:
         session.notices.append(("NOTICE", "00000", f"drop cascades to {d.kind} {d.name}"))
         _stop(session, d)
@@ -283,14 +290,24 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
     return Done(tag)
 
 
+def _readers(session, objs: list) -> list:
+    """The running cursors' queries that read any of ``objs``."""
+    names = {o.relation().name.lower() for o in objs}
+    return [live for live in list(session.server.backend.live.values())
+            if live.streams & names and not live.ended]
+
+
 def _stop(session, obj: StreamObject) -> None:
-    """End what the back end runs for ``obj``: its own query, and every query reading it."""
+    """End what the back end runs for ``obj``: its own query, and every query reading it;
+    an archived stream's archive goes too."""
     link = session.server.backend
     if obj.kind in ("window", "derived"):
         link.drop(-obj.oid)
     if obj.kind != "wrapper":
         link.drop_stream(obj.relation().name)
         session.server.ingest.forget(obj.relation().name)
+    if obj.kind == "stream" and obj.archived:
+        session.server.archive.drop(obj.key)
 
 
 def _all_dependents(reg, obj) -> list:
@@ -408,7 +425,8 @@ def deliver(session, obj: StreamObject, table: pa.Table, origin: str = "INSERT")
         n, late = srv.backend.call(srv.ingest.push(obj.relation().name, obj.timestamp_column,
                                                    table, obj.options,
                                                    f"{origin} (pid {session.pid})",
-                                                   one_by_one=origin == "COPY"))
+                                                   one_by_one=origin == "COPY",
+                                                   archive=obj.key if obj.archived else None))
     except ValueError as e:
         raise E.NotNullViolation(f'{e} (column "{obj.timestamp_column}" of stream '
                                  f'"{obj.name}")') from None

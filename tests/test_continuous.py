@@ -207,7 +207,11 @@ def test_drop_stream_ends_its_queries_with_an_error(server):
         _stream(admin, s)
         cur = conn.cursor()
         cur.execute(f"DECLARE c CURSOR FOR SELECT * FROM {s}")
-        admin.execute(f"DROP STREAM {s}")
+        with pytest.raises(psycopg.errors.DependentObjectsStillExist,
+                           match="running queries read it") as e:
+            admin.execute(f"DROP STREAM {s}")          # PostgreSQL's habit: say CASCADE
+        assert "CASCADE" in e.value.diag.message_hint
+        admin.execute(f"DROP STREAM {s} CASCADE")
         with pytest.raises(psycopg.errors.QueryCanceled, match="dropped"):
             cur.execute("FETCH 1 FROM c")
 

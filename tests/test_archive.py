@@ -1,0 +1,122 @@
+"""Archived streams through the real server: every tuple (late ones too) kept as Parquet in
+time fragments that DuckDB reads on its own, small files compacted, acknowledged COPY rows
+surviving ``kill -9``, and PostgreSQL's habits when dropping."""
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import os
+import signal
+import threading
+import time
+
+import duckdb
+import psycopg
+import pytest
+
+from conftest import ServerProcess
+from continuous import at, lit, unique
+
+
+def _archive(srv, stream: str) -> str:
+    return os.path.join(srv.data_dir, "archive", f"public.{stream}")
+
+
+def _read(srv, stream: str) -> list:
+    """The archive as DuckDB reads it, independently of the server."""
+    files = glob.glob(os.path.join(_archive(srv, stream), "fragment=*", "*.parquet"))
+    if not files:
+        return []
+    return duckdb.sql(f"SELECT k, v, t, fragment FROM read_parquet({files!r}, "
+                      "hive_partitioning = true) ORDER BY v").fetchall()
+
+
+def test_an_archived_stream_keeps_every_tuple_in_time_fragments(server):
+    s = unique("arch")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) TYPE ARCHIVED "
+                  "WITH (fragment = '10 seconds')")
+        for v, t in [(1, 1), (2, 12), (3, 25), (4, 3)]:        # 4 comes late
+            c.execute(f"INSERT INTO {s} VALUES (0, {v}, {lit(t)})")
+        assert c.execute("SELECT late FROM cq_streams WHERE stream = %s", [s]).fetchone() == (1,)
+    rows = _read(server, s)
+    assert [(v, t) for _, v, t, _ in rows] == [(1, at(1)), (2, at(12)), (3, at(25)), (4, at(3))]
+    # each fragment is named by its start, Unix µs (event times are UTC)
+    base = int(at(0).replace(tzinfo=dt.timezone.utc).timestamp()) * 1_000_000
+    assert [f for *_, f in rows] == [base, base + 10_000_000, base + 20_000_000, base]
+
+
+def test_small_files_are_compacted(server):
+    s = unique("cmp")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) TYPE ARCHIVED")
+        for v in range(12):                                    # twelve files, one fragment
+            c.execute(f"INSERT INTO {s} VALUES (0, {v}, {lit(v)})")
+    folder = glob.glob(os.path.join(_archive(server, s), "fragment=*"))
+    assert len(folder) == 1
+    deadline = time.monotonic() + 30
+    while len(glob.glob(os.path.join(folder[0], "*.parquet"))) > 1:
+        assert time.monotonic() < deadline, "not compacted within 30 s"
+        time.sleep(0.2)
+    assert [v for _, v, _, _ in _read(server, s)] == list(range(12))
+
+
+def test_drop_stream_takes_its_archive_and_says_cascade_while_read(server):
+    s = unique("dra")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "TYPE ARCHIVED")
+        admin.execute(f"INSERT INTO {s} VALUES (0, 1, {lit(1)})")
+        assert os.path.isdir(_archive(server, s))
+        conn.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
+        with pytest.raises(psycopg.errors.DependentObjectsStillExist):
+            admin.execute(f"DROP STREAM {s}")
+        assert os.path.isdir(_archive(server, s))              # nothing happened
+        admin.execute(f"DROP STREAM {s} CASCADE")
+        assert not os.path.exists(_archive(server, s))
+
+
+def test_acknowledged_copy_rows_survive_kill_9(tmp_path):
+    data = str(tmp_path / "data")
+    srv = ServerProcess(data)
+    acked = []
+    stop = threading.Event()
+    try:
+        with psycopg.connect(srv.dsn, autocommit=True) as c:
+            c.execute("CREATE STREAM durable (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "TYPE ARCHIVED WITH (fragment = '1 minute')")
+
+        def copy_until_killed():
+            n = 0
+            try:
+                with psycopg.connect(srv.dsn, autocommit=True) as c:
+                    while not stop.is_set():
+                        with c.cursor().copy("COPY durable FROM STDIN") as cp:
+                            for _ in range(500):
+                                cp.write_row((0, n, at(n / 1000)))
+                                n += 1
+                        acked.append(n)               # COPY returned: these rows are durable
+            except psycopg.Error:
+                pass                                  # the server died mid-COPY
+        writer = threading.Thread(target=copy_until_killed, daemon=True)
+        writer.start()
+        deadline = time.monotonic() + 30
+        while len(acked) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        srv.proc.send_signal(signal.SIGKILL)
+        srv.proc.wait(10)
+        stop.set()
+        writer.join(30)
+    finally:
+        srv.stop()
+    assert len(acked) >= 5
+    srv = ServerProcess(data)                             # the archive is recovered at start
+    try:
+        files = glob.glob(os.path.join(data, "archive", "public.durable", "*", "*.parquet"))
+        kept = duckdb.sql(f"SELECT count(*), count(DISTINCT v), min(v) FROM read_parquet("
+                          f"{files!r})").fetchall()[0]
+        assert kept[0] == kept[1] >= acked[-1] and kept[2] == 0   # nothing lost, no duplicate
+        assert not glob.glob(os.path.join(data, "archive", "**", ".*.tmp"), recursive=True)
+    finally:
+        srv.stop()
