@@ -12,6 +12,7 @@ batches without a SQL parser of its own. ``to_dict``/``from_dict`` turn a plan i
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 from dataclasses import dataclass
 from typing import Union
@@ -296,7 +297,8 @@ def _window_text(w) -> str:
         + (f" where {w.where.sql}" if w.where is not None else ""),
         NowWindow: lambda w: "now",
         UnboundedWindow: lambda w: "unbounded",
-        FixedWindow: lambda w: f"between {w.low_us} and {w.high_us} µs",
+        FixedWindow: lambda w: f"between {_timestamp_text(w.low_us)} and "
+                               f"{_timestamp_text(w.high_us)}",
         IntervalWindow: lambda w: "own intervals",
         LoopWindow: lambda w: f"loop {w.var} = {w.init.sql}; {w.condition.sql}; "
                               f"{w.var} = {w.next.sql} → [{w.left.sql}, {w.right.sql}]",
@@ -363,9 +365,19 @@ def children(node) -> tuple:
     return (inp,) if inp is not None else ()
 
 
+# which engine runs a plan of each mode
+_ENGINE = {"continuous": "(back end)", "snapshot": "(back end, at now)",
+           "archive": "(Spark, over the archive)"}
+
+
+def _timestamp_text(us: int) -> str:
+    return (datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=us)).isoformat(sep=" ")
+
+
 def explain(plan: Plan) -> list[str]:
     """The plan as indented lines, root first."""
-    lines = [f"{plan.mode} query → " + ", ".join(c.name for c in plan.output)]
+    lines = [f"{plan.mode} query {_ENGINE[plan.mode]} → "
+             + ", ".join(c.name for c in plan.output)]
 
     def walk(node, prefix: str, last: bool, top: bool) -> None:
         branch = "" if top else ("└─ " if last else "├─ ")

@@ -141,11 +141,9 @@ class Archive:
                     self.path(key), f"fragment={int(start)}",
                     f"part-{stamp}-{next(self._seq)}.parquet"))
 
-    @contextlib.contextmanager
     def reading(self, key: str):
         """Hold the stream's files still (no compaction) while a query lists and reads them."""
-        with self._lock(key).read():
-            yield self.path(key)
+        return self._lock(key).read()
 
     def files(self, key: str, low_us: int | None = None, high_us: int | None = None,
               fragment: str | None = None) -> list:

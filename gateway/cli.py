@@ -79,6 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest line a source may send on the ingest port; a longer one "
                         f"closes the connection (default {d.max_line_bytes}; env "
                         "CQGATE_MAX_LINE_BYTES)")
+    s.add_argument("--spark-master", default=d.spark_master,
+                   help="Spark master for queries over archived streams: local[*] (the "
+                        "default, in this process) or spark://host:7077 for a standalone "
+                        "cluster, which must read the data directory at the same path "
+                        "(env CQGATE_SPARK_MASTER)")
+    s.add_argument("--spark-warm", action="store_true", default=d.spark_warm,
+                   help="start Spark with the server rather than at the first archive query "
+                        "(env CQGATE_SPARK_WARM)")
     s.add_argument("--log-level", default=d.log_level, help="DEBUG, INFO, WARNING "
                                                              "(env CQGATE_LOG_LEVEL)")
     s.set_defaults(func=_serve)

@@ -27,6 +27,8 @@ class Config:
     workers: int = 16                    # threads running DuckDB work
     log_level: str = "INFO"
     aggregates: str | None = None        # user aggregates: "name=module:Class,..."
+    spark_master: str = "local[*]"       # where archive queries run: local, or spark://host:port
+    spark_warm: bool = False             # start Spark with the server, not at the first query
 
     def __post_init__(self):
         if not self.data_dir:

@@ -17,6 +17,7 @@ from . import sources
 from .archive import Archive
 from .backend_link import BackendLink
 from .config import Config
+from .spark import Spark
 from .connection import Connection
 from .ingest import Ingest
 from .protocol.auth import Users, METHODS
@@ -41,6 +42,7 @@ class Server:
         udf.load(config.aggregates)          # fails at start, not at the first query
         self.backend = BackendLink(config.aggregates)
         self.archive = Archive(config.data_dir)
+        self.spark = Spark(config.spark_master, config.data_dir)
         self.ingest = Ingest(self.backend, self.archive, self.pool)
         # user wrappers (CREATE WRAPPER) are imported from the server's Python path and from
         # the data directory's wrappers/ folder
@@ -99,6 +101,8 @@ class Server:
         await asyncio.get_running_loop().run_in_executor(self.pool, self._keep_relations)
         self._heartbeats = asyncio.create_task(self.ingest.heartbeats())
         self._compactor = asyncio.create_task(self._compact())
+        if self.config.spark_warm:
+            self.pool.submit(self.spark.session)
         self._server = await asyncio.start_server(self._client, self.config.host,
                                                   self.config.port, limit=1 << 20)
         self._sources = await asyncio.start_server(
@@ -132,6 +136,7 @@ class Server:
             self._heartbeats.cancel()
             self._compactor.cancel()
         await self.backend.stop()
+        await asyncio.get_running_loop().run_in_executor(self.pool, self.spark.stop)
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.store.close()
 

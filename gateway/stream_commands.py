@@ -26,6 +26,7 @@ from dialect.intervals import interval_us
 from dialect.planner import explain, is_continuous, plan
 from executor import plan as P
 
+from . import archive_query
 from .protocol import errors as E
 from .protocol import types as T
 from .results import Done, Field, Rows
@@ -502,17 +503,19 @@ def _without_order(tree):
     return tree, tail
 
 
-def continuous_query(session, tree, params) -> Planned:
-    if tree.args.get("order") is not None and \
-            _plan(session, _without_order(tree)[0]).mode == "snapshot":
-        return snapshot_query(session, tree)      # ORDER BY is fine on a finite answer
-    p = _plan(session, tree)      # every planning error reaches the client with its SQLSTATE
+def continuous_query(session, tree, params) -> Planned | Rows:
+    """A query over streams: continuous (planned, for the session to start in the back end),
+    or finite: evaluated at now (snapshot) or over the archive (on Spark), where ORDER BY and
+    LIMIT apply."""
+    ordered = tree.args.get("order") is not None
+    p = _plan(session, _without_order(tree)[0] if ordered else tree)
     if p.mode == "archive":
-        raise E.FeatureNotSupported(
-            "a fixed window wholly in the past reads the archive, which this version cannot "
-            "query yet", hint="Use a window that reaches the present.")
+        fields, schema = _typed_fields(session, p)
+        return Rows(fields, archive_query.run(session, tree, schema), "SELECT")
     if p.mode == "snapshot":
         return snapshot_query(session, tree)
+    if ordered:        # every planning error reaches the client with its SQLSTATE
+        p = _plan(session, tree)
     fields, schema = _typed_fields(session, p)
     return Planned(p, fields, schema, _tables(session, p))
 

@@ -43,7 +43,7 @@ def test_streams_in_the_catalog_and_across_restart(start_server, tmp_path):
         desc = c.execute("SELECT obj_description('temp.streams'::regclass)").fetchone()
         assert desc == ("stream (archived)",)
         plan = [r[0] for r in c.execute("EXPLAIN SELECT * FROM per_node WHERE avg > 20")]
-        assert plan[0] == "snapshot query → node, avg"
+        assert plan[0] == "snapshot query (back end, at now) → node, avg"
     r = psql(s2, "-c", "\\d per_node", "-c", "\\dt temp.*")
     assert 'View "public.per_node"' in r.stdout and " avg    | double precision" in r.stdout
     assert " temp   | streams | table | cqgate" in r.stdout
@@ -57,7 +57,7 @@ def test_explain_prints_the_algebra(server):
             "EXPLAIN SELECT AVG(S.call_length) FROM calls AS S [PARTITION BY S.customer_id "
             "ROWS 10 WHERE S.type = 'Long Distance']")]
         assert lines == [
-            "continuous query → avg",
+            "continuous query (back end) → avg",
             "μ avg",
             '└─ α partial p0 = sum("S.call_length"), p1 = count("S.call_length") final '
             'avg = CAST("p0" AS DOUBLE) / "p1"',

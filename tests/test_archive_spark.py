@@ -1,0 +1,135 @@
+"""Queries over the past on Spark: ``[BETWEEN t1 AND t2]`` over an archived stream, through
+the real server (its one warm SparkSession), each answer compared with DuckDB reading the same
+Parquet files on its own; and one query on a real standalone Spark master and worker started
+here on 127.0.0.1."""
+from __future__ import annotations
+
+import glob
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import duckdb
+import psycopg
+import pytest
+
+from conftest import ServerProcess
+from continuous import at, unique
+
+ROWS = [(i % 4, round(i * 0.75, 2), at(i * 0.5)) for i in range(120)]     # 60 s of tuples
+
+
+def _archived(c, name: str) -> None:
+    c.execute(f"CREATE STREAM {name} (k INT, v DOUBLE, t TIMESTAMP TIMESTAMPCOLUMN) "
+              "TYPE ARCHIVED WITH (fragment = '10 seconds')")
+    with c.cursor().copy(f"COPY {name} FROM STDIN") as cp:
+        for row in ROWS:
+            cp.write_row(row)
+
+
+def _duckdb(data_dir: str, stream: str, sql: str) -> list:
+    """``sql`` with ``{s}`` for the stream's archive, read by DuckDB itself."""
+    files = glob.glob(os.path.join(data_dir, "archive", f"public.{stream}", "*", "*.parquet"))
+    return duckdb.sql(sql.format(s=f"read_parquet({files!r})")).fetchall()
+
+
+def _lit(seconds: float) -> str:
+    return f"'{at(seconds).isoformat(sep=' ')}'"
+
+
+def test_a_past_window_runs_on_spark_and_matches_duckdb(server):
+    s = unique("past")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        _archived(c, s)
+        lo, hi = 12.5, 41
+        got = c.execute(f"SELECT k, count(*) AS n, sum(v) AS total, valid_from, valid_to "
+                        f"FROM {s} [BETWEEN {_lit(lo)} AND {_lit(hi)}] "
+                        "GROUP BY k ORDER BY k").fetchall()
+        want = _duckdb(server.data_dir, s,
+                       f"SELECT k, count(*), sum(v), TIMESTAMP {_lit(lo)}, TIMESTAMP {_lit(hi)} "
+                       f"FROM {{s}} WHERE t >= TIMESTAMP {_lit(lo)} AND t < TIMESTAMP {_lit(hi)} "
+                       "GROUP BY k ORDER BY k")
+        assert got == want and len(got) == 4
+        # two windows: a row holds over their intersection
+        got = c.execute(f"SELECT a.v, b.v, valid_from, valid_to "
+                        f"FROM {s} [BETWEEN {_lit(0)} AND {_lit(30)}] a, "
+                        f"{s} [BETWEEN {_lit(20)} AND {_lit(50)}] b "
+                        "WHERE a.t = b.t ORDER BY a.v").fetchall()
+        want = _duckdb(server.data_dir, s,
+                       f"SELECT v, v, TIMESTAMP {_lit(20)}, TIMESTAMP {_lit(30)} FROM {{s}} "
+                       f"WHERE t >= TIMESTAMP {_lit(20)} AND t < TIMESTAMP {_lit(30)} "
+                       "ORDER BY v")
+        assert got == want and len(got) == 20
+        assert c.execute(f"SELECT count(*) FROM {s} [BETWEEN {_lit(0)} AND {_lit(10)}] a, "
+                         f"{s} [BETWEEN {_lit(10)} AND {_lit(20)}] b").fetchall() == [(0,)]
+        plan = [r[0] for r in c.execute(f"EXPLAIN SELECT v FROM {s} "
+                                        f"[BETWEEN {_lit(0)} AND {_lit(10)}]").fetchall()]
+        assert plan[0] == "archive query (Spark, over the archive) → v"
+        assert plan[-2].endswith("between 2026-11-01 00:00:00 and 2026-11-01 00:00:10")
+        live = unique("live")
+        c.execute(f"CREATE STREAM {live} (k INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="not archived"):
+            c.execute(f"SELECT k FROM {live} [BETWEEN {_lit(0)} AND {_lit(10)}]")
+        assert c.execute("SELECT 1").fetchone() == (1,)     # the session goes on
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"nothing listens on {port} after {timeout}s")
+
+
+def test_an_archive_query_on_a_standalone_spark_cluster(tmp_path):
+    import pyspark
+    home = os.path.dirname(pyspark.__file__)
+    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1",
+           "PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(tmp_path / "logs"),
+           "SPARK_WORKER_DIR": str(tmp_path / "work")}
+    port = _free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    cls = os.path.join(home, "bin", "spark-class")
+    procs = [subprocess.Popen([cls, "org.apache.spark.deploy.master.Master", "--host",
+                               "127.0.0.1", "--port", str(port), "--webui-port", "0"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    srv = None
+    try:
+        _wait_port(port, 90)
+        procs.append(subprocess.Popen([cls, "org.apache.spark.deploy.worker.Worker",
+                                       master_url, "--host", "127.0.0.1", "--cores", "1",
+                                       "--memory", "1g", "--webui-port", "0"],
+                                      env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        srv = ServerProcess(str(tmp_path / "data"), "--spark-master", master_url)
+        s = unique("cluster")
+        with psycopg.connect(srv.dsn, autocommit=True) as c:
+            _archived(c, s)
+            got = c.execute(f"SELECT k, count(*), sum(v) FROM {s} "
+                            f"[BETWEEN {_lit(5)} AND {_lit(55)}] GROUP BY k ORDER BY k") \
+                .fetchall()
+        want = _duckdb(srv.data_dir, s, f"SELECT k, count(*), sum(v) FROM {{s}} WHERE "
+                       f"t >= TIMESTAMP {_lit(5)} AND t < TIMESTAMP {_lit(55)} "
+                       "GROUP BY k ORDER BY k")
+        assert got == want and len(got) == 4
+        # the cluster ran it: the worker launched an executor for the server's application
+        assert glob.glob(str(tmp_path / "work" / "app-*"))
+    finally:
+        if srv is not None:
+            srv.stop()
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
