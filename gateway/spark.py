@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import threading
 import uuid
@@ -49,6 +50,17 @@ class Spark:
         self._session = None
         self._lock = threading.Lock()
 
+    def _driver_host(self) -> str:
+        """Where executors reach this driver: loopback for local work and a cluster on this
+        machine; otherwise CQGATE_SPARK_DRIVER_HOST, or this host's name."""
+        named = os.environ.get("CQGATE_SPARK_DRIVER_HOST")
+        if named:
+            return named
+        if self.master.startswith("local") or "://127.0.0.1" in self.master or \
+                "://localhost" in self.master:
+            return "127.0.0.1"
+        return socket.gethostname()
+
     def session(self):
         with self._lock:
             if self._session is None:
@@ -61,8 +73,9 @@ class Spark:
                      .config("spark.sql.session.timeZone", "UTC")
                      .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
                      .config("spark.sql.shuffle.partitions", "4")
-                     .config("spark.driver.host", "127.0.0.1")
-                     .config("spark.driver.bindAddress", "127.0.0.1"))
+                     .config("spark.driver.host", self._driver_host())
+                     .config("spark.driver.bindAddress",
+                             os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")))
                 if self.data_dir:
                     b = b.config("spark.local.dir", os.path.join(self.data_dir, "spark-tmp"))
                 self._session = b.getOrCreate()
