@@ -74,7 +74,15 @@ def spark_sql(session, tree: exp.Expression, holds: contextlib.ExitStack) -> tup
 
 def run(session, tree: exp.Expression, schema: pa.Schema) -> pa.Table:
     """The query's answer from Spark, in ``schema`` (the plan's names and types)."""
+    from pyspark.errors import AnalysisException, PySparkException
     with contextlib.ExitStack() as holds:
         sql, views = spark_sql(session, tree, holds)
-        table = session.server.spark.run(sql, views)
+        try:
+            table = session.server.spark.run(sql, views)
+        except AnalysisException as e:
+            raise E.FeatureNotSupported(f"Spark cannot run this query over the archive: "
+                                        f"{str(e).splitlines()[0]}") from None
+        except PySparkException as e:
+            raise E.PgError(f"the archive query failed on Spark: {str(e).splitlines()[0]}",
+                            sqlstate="XX000") from None
     return table.rename_columns(schema.names).cast(schema)
