@@ -71,8 +71,8 @@ NO_TIME = np.iinfo(np.int64).min
 
 def _watermarks(p: StreamProgress, ts: np.ndarray, one_by_one: bool):
     """The watermark each tuple meets on arrival (a tuple earlier than its watermark is
-    late), and the slack K after them (MP-K-slack: K grows to the largest delay seen, late
-    tuples' too, D(x) = t_curr − x.ts)."""
+    late); sets ``p.slack`` to K after them (MP-K-slack: K grows to the largest delay seen,
+    late tuples' too, D(x) = t_curr − x.ts)."""
     seen = np.maximum.accumulate(ts)               # t_curr after each tuple
     if p.current is not None:
         seen = np.maximum(seen, p.current)
