@@ -59,8 +59,10 @@ class Backend:
             wire.DROP: self.on_drop, wire.DROP_STREAM: self.on_drop_stream,
             wire.STATS: self.on_stats, wire.SNAPSHOT: self.on_snapshot,
             wire.TABLE: self.on_table, wire.PROGRESS: self.on_progress,
+            wire.HISTORY: self.on_history,
         }
         self.retained: dict = {}          # stream -> deque of recent batches (snapshots)
+        self.history: dict = {}           # qid -> {stream: [tables]} to prime it with
         self.retain_rows = retain_rows
 
     def handle(self, kind: bytes, payload: bytes) -> None:
@@ -69,16 +71,24 @@ class Backend:
     # ------------------------------------------------------------------ control
     def on_plan(self, payload: bytes) -> None:
         msg = wire.parse_control(payload)
+        history = self.history.pop(msg["qid"], None)
         try:
             plan = P.from_dict(msg["plan"])
-            self.graph.add(msg["qid"], plan, feeds=msg.get("feeds"))
+            self.graph.add(msg["qid"], plan, feeds=msg.get("feeds"), private=history is not None)
         except NotRunnable as e:
             self.send(wire.control(wire.ANSWER, req=msg["req"], ok=False, error=str(e),
                                    sqlstate="0A000"))
             return
         self.queries[msg["qid"]] = QueryStats(time.time())
         self.send(wire.control(wire.ANSWER, req=msg["req"], ok=True))
+        if history is not None:          # a window reaching into the past starts primed
+            self._emit(self.graph.prime(msg["qid"], {
+                name: pa.concat_tables(parts) for name, parts in history.items()}, msg["seam"]))
         self._emit({})                   # LIMIT 0 ends at once
+
+    def on_history(self, payload: bytes) -> None:
+        qid, stream, table = wire.parse_history(payload)
+        self.history.setdefault(qid, {}).setdefault(stream.lower(), []).append(table)
 
     def on_table(self, payload: bytes) -> None:
         name, table = wire.parse_data(payload)

@@ -229,20 +229,25 @@ class Graph:
         self.failures: dict = {}        # query id -> error, for queries an operator failed
         self.tables: dict = {}          # table name (lower) -> [TableJoin] reading it
         self.table_data: dict = {}      # table name (lower) -> its latest contents
+        self._private = False           # building a query that shares nothing
 
     # ------------------------------------------------------------------ building
-    def add(self, qid, plan: P.Plan, feeds: str | None = None) -> None:
+    def add(self, qid, plan: P.Plan, feeds: str | None = None, private: bool = False) -> None:
         """Run ``plan`` as query ``qid``; with ``feeds``, its results are also the tuples of
-        the relation of that name (a named window or derived stream) other queries read."""
+        the relation of that name (a named window or derived stream) other queries read.
+        ``private``: share no vertex (the query is about to be primed with history)."""
         q = _Query(qid, plan, feeds.lower() if feeds else None)
         sink = _Vertex(None)
         sink.sinks.append(qid)
         q.sink = sink
+        self._private = private
         try:
             self._build(plan.root, sink, 0)
         except NotRunnable:
             self._release(sink)
             raise
+        finally:
+            self._private = False
         self.queries[qid] = q
         q.streams = self._reads(sink)
 
@@ -250,7 +255,7 @@ class Graph:
         rewrite = _REWRITES.get(type(node))
         if rewrite is not None:
             return self._build(rewrite(node), parent, port)
-        key = P.to_json(node) if _shareable(node) else None
+        key = P.to_json(node) if _shareable(node) and not self._private else None
         v = self.shared.get(key) if key is not None else None
         if v is not None:
             self._link(v, parent, port)
@@ -373,6 +378,22 @@ class Graph:
             if isinstance(parent.op, aggregate.Aggregate):
                 parent.op.start(ts)
             self._start(parent, ts)
+
+    def prime(self, qid, history: dict, seam: int) -> dict:
+        """Feed a privately built query the archived tuples its windows reach back to
+        ({stream: table in event-time order}), as though it had run all along; of what that
+        gives, only rows still valid at ``seam`` (the instant live data takes over) go out."""
+        out: dict = {}
+        sink = self.queries[qid].sink
+        for v in self._all(sink):
+            if isinstance(v.op, Scan) and v.op.source in history:
+                for batch in history[v.op.source].to_batches():
+                    first = v.op.transform(batch)
+                    if first.num_rows:
+                        self._start(v, pc.min(first.column(TS)).as_py())
+                        self._deliver(v, [first], out)
+        rows = [b.filter(pc.greater(b.column(TE), seam)) for b in out.get(qid, [])]
+        return self._client({qid: rows} if rows else {})
 
     def snapshot(self, qid, batches: dict, at: int | None) -> pa.Table | None:
         """Query ``qid`` run over ``batches`` ({stream: [batch]}, each in event-time order)

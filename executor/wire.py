@@ -5,7 +5,8 @@ Gateway → back end: ``PLAN`` {req, qid, plan, feeds} · ``DATA`` stream + batc
 ``WATERMARK`` {stream, ts} · ``DROP`` {qid} · ``DROP_STREAM`` {stream} · ``STATS`` {req} ·
 ``SNAPSHOT`` {req, qid, plan, relations} (a one-time query at now: ``ROWS`` then ``ANSWER``) ·
 ``TABLE`` name + contents (a static table that stream–table joins read, as it now stands) ·
-``PROGRESS`` {stream, ts} (the newest event time delivered; statistics, not a BOUNDARY).
+``PROGRESS`` {stream, ts} (the newest event time delivered; statistics, not a BOUNDARY) ·
+``HISTORY`` qid/stream + batch (archived tuples that prime query qid, sent before its PLAN).
 Back end → gateway: ``ROWS`` qid + batch · ``ENDED`` {qid, error?, sqlstate?} · ``ANSWER``
 {req, ok, error?, …}.
 """
@@ -17,7 +18,7 @@ import struct
 import pyarrow as pa
 
 PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
-SNAPSHOT, TABLE, PROGRESS = b"Q", b"T", b"G"
+SNAPSHOT, TABLE, PROGRESS, HISTORY = b"Q", b"T", b"G", b"H"
 ROWS, ENDED, ANSWER = b"R", b"E", b"A"
 
 _HEAD = struct.Struct("!cI")
@@ -62,6 +63,16 @@ def parse_data(payload: bytes) -> tuple[str, pa.Table]:
     (n,) = _NAME.unpack_from(payload)
     name = payload[_NAME.size:_NAME.size + n].decode()
     return name, read_ipc(memoryview(payload)[_NAME.size + n:])
+
+
+def history(qid: int, stream: str, batch) -> bytes:
+    return data(f"{qid}/{stream}", batch, HISTORY)
+
+
+def parse_history(payload: bytes) -> tuple[int, str, pa.Table]:
+    name, table = parse_data(payload)
+    qid, _, stream = name.partition("/")
+    return int(qid), stream, table
 
 
 def rows(qid: int, batch) -> bytes:

@@ -165,6 +165,27 @@ class Archive:
                     if f.endswith(".parquet") and not f.startswith(".")]
         return out
 
+    def read(self, key: str, ts_column: str, after_us: int | None, until_us: int | None,
+             fragment: str | None = None) -> pa.Table | None:
+        """The archived tuples with after < ts ≤ until (either edge open when None), in
+        event-time order; None when there are none."""
+        with self.reading(key):
+            files = self.files(key, None if after_us is None else after_us + 1,
+                               None if until_us is None else until_us + 1, fragment)
+            if not files:
+                return None
+            table = pa.concat_tables([pq.read_table(f) for f in files],
+                                     promote_options="default")
+        ts = batches.micros(table.column(ts_column).combine_chunks())
+        keep = np.ones(len(ts), bool)
+        values = ts.to_numpy(zero_copy_only=False)
+        if after_us is not None:
+            keep &= values > after_us
+        if until_us is not None:
+            keep &= values <= until_us
+        table = table.filter(pa.array(keep))
+        return table.sort_by([(ts_column, "ascending")]) if table.num_rows else None
+
     def compact(self, key: str) -> int:
         """Merge each fragment's small files into one; returns how many files went."""
         base = self.path(key)

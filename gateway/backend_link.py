@@ -142,31 +142,41 @@ class BackendLink:
     def new_qid(self) -> int:
         return next(self._ids)
 
-    async def _register(self, qid: int, plan: P.Plan, feeds: str | None) -> None:
-        msg = await self._ask(wire.PLAN, qid=qid, plan=P.to_dict(plan), feeds=feeds)
+    async def _register(self, qid: int, plan: P.Plan, feeds: str | None,
+                        seam: int | None = None) -> None:
+        msg = await self._ask(wire.PLAN, qid=qid, plan=P.to_dict(plan), feeds=feeds, seam=seam)
         if not msg["ok"]:
             raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
 
     async def _start_query(self, qid: int, plan: P.Plan, feeds: str | None,
-                           tables: dict | None) -> None:
-        """Send the tables its stream–table joins read, then the plan; count the tables."""
+                           tables: dict | None, history: dict | None = None,
+                           seam: int | None = None) -> None:
+        """Send the tables its stream–table joins read and the archived tuples that prime it
+        ({stream: table}; rows valid at ``seam`` and later go out), then the plan; count the
+        tables."""
         for tname, table in (tables or {}).items():
             await self.send_table(tname, table)
-        await self._register(qid, plan, feeds)
+        for stream, table in (history or {}).items():
+            for batch in table.to_batches(max_chunksize=1 << 16):
+                self.writer.write(wire.history(qid, stream, batch))
+                await self.writer.drain()
+        await self._register(qid, plan, feeds, seam if history else None)
         self._tables_of[qid] = list(tables or {})
         for t in self._tables_of[qid]:
             self.tables_in_use[t] = self.tables_in_use.get(t, 0) + 1
 
     async def open(self, plan: P.Plan, fields: list, schema: pa.Schema, sql: str, owner: int,
-                   name: str, tables: dict | None = None) -> LiveRows:
+                   name: str, tables: dict | None = None, history: dict | None = None,
+                   seam: int | None = None) -> LiveRows:
         """Start a continuous query; its rows arrive in the returned queue. ``tables``: the
-        current contents of the tables it joins."""
+        current contents of the tables it joins; ``history``/``seam``: archived tuples its
+        windows reach back to, and where live data takes over."""
         qid = self.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self)
         live.streams = P.streams_read(plan.root)
         self.live[qid] = live
         try:
-            await self._start_query(qid, plan, None, tables)
+            await self._start_query(qid, plan, None, tables, history, seam)
         except E.PgError:
             self.live.pop(qid, None)
             raise

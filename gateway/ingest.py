@@ -69,6 +69,27 @@ def micros(col) -> np.ndarray:
 NO_TIME = np.iinfo(np.int64).min
 
 
+@dataclass(frozen=True)
+class History:
+    """An archived stream whose past a new query's windows reach into: the tuples newer than
+    ``reach_us`` before the seam (``None``: all of them), or, for a fixed window, from
+    ``since_us`` on."""
+    stream: str                # relation name, as the back end knows it
+    key: str                   # schema.name, as the archive knows it
+    ts_column: str
+    fragment: str | None
+    reach_us: int | None = None
+    since_us: int | None = None
+
+    def after(self, seam: int | None) -> int | None:
+        """The newest event time before the tuples needed (None: all of them)."""
+        if self.since_us is not None:
+            return self.since_us - 1
+        if self.reach_us is None or seam is None:
+            return None
+        return seam - self.reach_us
+
+
 def _watermarks(p: StreamProgress, ts: np.ndarray, one_by_one: bool):
     """The watermark each tuple meets on arrival (a tuple earlier than its watermark is
     late); sets ``p.slack`` to K after them (MP-K-slack: K grows to the largest delay seen,
@@ -177,6 +198,29 @@ class Ingest:
         if boundary and (p.boundary is None or bound > p.boundary):
             p.boundary = bound
             await self.link.watermark(name, bound)
+
+    async def start_primed(self, histories: list, start):
+        """Start a query whose windows reach into archived streams' past: while no stream data
+        moves, read each stream's history up to its watermark (the seam: what the back end
+        has been given, which the archive holds, late tuples too) and ``await start(history,
+        seam)``, which registers the query; live data after the seam follows it."""
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            history, seams = {}, []
+            for stream in {h.stream.lower() for h in histories}:
+                mine = [h for h in histories if h.stream.lower() == stream]
+                p = self.streams.get(stream)
+                seam = p.watermark if p is not None else None
+                afters = [h.after(seam) for h in mine]       # the widest reach of them all
+                after = None if None in afters else min(afters)
+                h = mine[0]
+                table = await loop.run_in_executor(self.pool, self.archive.read, h.key,
+                                                   h.ts_column, after, seam, h.fragment)
+                if table is not None:
+                    history[stream] = table
+                    top = int(micros(table.column(h.ts_column).combine_chunks())[-1])
+                    seams.append(seam if seam is not None else top)
+            return await start(history, max(seams) if seams else NO_TIME)
 
     async def advance(self, name: str, ts: int) -> None:
         """Punctuation: no tuple earlier than ``ts`` will follow."""

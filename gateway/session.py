@@ -371,9 +371,13 @@ class Session:
             from . import stream_commands
             res = await self._call(stream_commands.run, self, p.translated.source, params)
             if isinstance(res, stream_commands.Planned):
-                return await self.server.backend.open(res.plan, res.fields, res.schema,
-                                                      p.stmt.text, self.pid, p.name,
-                                                      res.tables)
+                def start(history=None, seam=None):
+                    return self.server.backend.open(res.plan, res.fields, res.schema,
+                                                    p.stmt.text, self.pid, p.name, res.tables,
+                                                    history, seam)
+                if res.history:        # windows reaching into an archive start primed
+                    return await self.server.ingest.start_primed(list(res.history), start)
+                return await start()
             return res
         if p.command is not None:
             from .commands import run_command

@@ -30,7 +30,7 @@ from . import archive_query
 from .protocol import errors as E
 from .protocol import types as T
 from .results import Done, Field, Rows
-from .ingest import micros
+from .ingest import History, micros
 from .streams import BUILTIN_WRAPPERS, SessionCatalog, StreamObject
 from .sql import translate as TR
 from .store import pg_error
@@ -492,6 +492,7 @@ class Planned:
     fields: list
     schema: pa.Schema             # the Arrow types the rows are sent with
     tables: dict                  # name -> contents of the tables its stream–table joins read
+    history: tuple = ()           # ingest.History of archived streams its windows reach into
 
 
 def _without_order(tree):
@@ -517,7 +518,37 @@ def continuous_query(session, tree, params) -> Planned | Rows:
     if ordered:        # every planning error reaches the client with its SQLSTATE
         p = _plan(session, tree)
     fields, schema = _typed_fields(session, p)
-    return Planned(p, fields, schema, _tables(session, p))
+    return Planned(p, fields, schema, _tables(session, p), _history(session, p))
+
+
+# how far back each window kind reaches from the instant a query starts: (reach, since).
+# [UNBOUNDED] (also a stream read without a window) starts with the query, as a TelegraphCQ
+# query does; a window written to reach back is primed from the archive.
+_REACH = {
+    P.RangeWindow: lambda w: (w.size_us, None),
+    P.SlideWindow: lambda w: (w.size_us + w.slide_us, None),
+    P.FixedWindow: lambda w: (None, w.low_us),
+}
+
+
+def _history(session, p: P.Plan) -> tuple:
+    """The archived streams whose past the plan's windows reach into."""
+    out, reg = [], session.server.streams
+
+    def visit(node):
+        if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan) \
+                and type(node.window) in _REACH:
+            schema, _, name = node.input.stream.rpartition(".")
+            obj = reg.get(schema or "public", name, kinds=("stream",))
+            if obj is not None and obj.archived:
+                reach, since = _REACH[type(node.window)](node.window)
+                out.append(History(node.input.stream, obj.key, obj.timestamp_column,
+                                   obj.options.get("fragment"), reach, since))
+        for c in P.children(node):
+            visit(c)
+
+    visit(p.root)
+    return tuple(out)
 
 
 def _relations(session, p: P.Plan) -> list:

@@ -120,3 +120,42 @@ def test_acknowledged_copy_rows_survive_kill_9(tmp_path):
         assert not glob.glob(os.path.join(data, "archive", "**", ".*.tmp"), recursive=True)
     finally:
         srv.stop()
+
+
+def test_a_window_reaching_into_the_past_starts_from_the_archive(server):
+    """The seam: tuples before and after the query starts, each counted exactly once in the
+    window's aggregate, at every instant (checked against DuckDB over all the tuples)."""
+    s = unique("seam")
+    before = [(v, v) for v in range(1, 11)]                 # (v, t): one a second
+    after = [(v, v) for v in range(11, 21)]
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "TYPE ARCHIVED WITH (fragment = '5 seconds')")
+        for v, t in before:
+            admin.execute(f"INSERT INTO {s} VALUES (0, {v}, {lit(t)})")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT count(*), sum(v), valid_from, valid_to "
+                    f"FROM {s} [RANGE '8 seconds']")
+        for v, t in after:
+            admin.execute(f"INSERT INTO {s} VALUES (0, {v}, {lit(t)})")
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(30)}")
+        cur.execute("FETCH ALL FROM c WITH (timeout = '5s')")
+        rows = cur.fetchall()
+        while rows[-1][3] is None or rows[-1][3] < at(30):
+            cur.execute("FETCH ALL FROM c WITH (timeout = '5s')")
+            more = cur.fetchall()
+            assert more, rows
+            rows += more
+        everything = duckdb.sql("SELECT * FROM (VALUES " + ", ".join(
+            f"({v}, TIMESTAMP '{at(t).isoformat(sep=' ')}')" for v, t in before + after)
+            + ") AS x(v, t)")
+        for count, total, frm, to in rows:
+            assert to > at(10)                   # the answer starts where live data took over
+            inst = max(frm, at(10))              # an instant in the row's interval, ≥ the seam
+            want = duckdb.sql(f"SELECT count(*), sum(v) FROM everything WHERE t > TIMESTAMP "
+                              f"'{inst - dt.timedelta(seconds=8)}' AND t <= TIMESTAMP "
+                              f"'{inst}'").fetchall()[0]
+            assert (count, total) == want, (frm, to)
+        assert rows[0][2] <= at(10) < rows[0][3]
+        assert rows[0][:2] == (8, sum(range(3, 11)))     # primed: the 8 seconds up to 10
