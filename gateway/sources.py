@@ -103,6 +103,10 @@ class Source:
                 rows.append(r)
                 numbers.append(first + i)
                 texts.append(line)
+        return self._rows_typed(rows, numbers, texts)
+
+    def _rows_typed(self, rows: list, numbers: list, texts: list) -> pa.Table | None:
+        """Rows of text fields (line order), their line numbers and texts → typed rows."""
         if not rows:
             return None
         cols = {f"c{i}": pa.array([r[i] for r in rows], pa.string())
@@ -243,14 +247,8 @@ class Source:
             except Exception as e:            # noqa: BLE001 — a user function's failure
                 self._bad(self.line_no, f"wrapper done raised {type(e).__name__}: {e}")
                 return
-            if rows:
-                await self._push(self._rows_table(rows, "done"))
-
-    def _rows_table(self, rows: list, where: str) -> pa.Table | None:
-        cols = {f"c{i}": pa.array([r[i] for r in rows], pa.string())
-                for i in range(len(self.order))}
-        cols["line"] = pa.array([self.line_no] * len(rows), pa.int64())
-        return self._typed(pa.table(cols), [where] * len(rows)) if rows else None
+            await self._push(self._rows_typed(rows, [self.line_no] * len(rows),
+                                              ["done"] * len(rows)))
 
 
 class _BadLine(Exception):
