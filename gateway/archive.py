@@ -105,6 +105,7 @@ class Archive:
         self._locks: dict = {}
         self._guard = threading.Lock()
         self._seq = itertools.count()
+        self._parts: dict = {}           # fragment folder -> files in it (what compaction sees)
         self._recover()
 
     def _recover(self) -> None:
@@ -115,6 +116,9 @@ class Archive:
             for n in names:
                 if n.startswith(".") and n.endswith(".tmp"):
                     os.remove(os.path.join(folder, n))
+            if os.path.basename(folder).startswith("fragment="):
+                self._parts[folder] = len([n for n in os.listdir(folder)
+                                           if n.endswith(".parquet") and not n.startswith(".")])
 
     def path(self, key: str) -> str:
         """The folder of stream ``key`` (``schema.name``)."""
@@ -137,9 +141,11 @@ class Archive:
         with self._lock(key).read():        # appends may run while others read, not compaction
             for start in np.unique(starts):
                 rows = table.filter(pa.array(starts == start))
-                write_durably(rows, os.path.join(
-                    self.path(key), f"fragment={int(start)}",
-                    f"part-{stamp}-{next(self._seq)}.parquet"))
+                folder = os.path.join(self.path(key), f"fragment={int(start)}")
+                write_durably(rows, os.path.join(folder,
+                                                 f"part-{stamp}-{next(self._seq)}.parquet"))
+                with self._guard:
+                    self._parts[folder] = self._parts.get(folder, 0) + 1
 
     def reading(self, key: str):
         """Hold the stream's files still (no compaction) while a query lists and reads them."""
@@ -187,17 +193,15 @@ class Archive:
         return table.sort_by([(ts_column, "ascending")]) if table.num_rows else None
 
     def compact(self, key: str) -> int:
-        """Merge each fragment's small files into one; returns how many files went."""
-        base = self.path(key)
-        if not os.path.isdir(base):
-            return 0
+        """Merge the small files of each fragment that has gathered COMPACT_AT of them into
+        one (only those folders are looked at); returns how many files went."""
+        base = self.path(key) + os.sep
+        with self._guard:
+            due = [f for f, n in self._parts.items() if f.startswith(base) and n >= COMPACT_AT]
         gone = 0
-        for entry in sorted(os.listdir(base)):
-            folder = os.path.join(base, entry)
+        for folder in due:
             parts = sorted(f for f in os.listdir(folder)
                            if f.endswith(".parquet") and not f.startswith("."))
-            if len(parts) < COMPACT_AT:
-                continue
             with self._lock(key).write():
                 merged = pa.concat_tables([pq.read_table(os.path.join(folder, p))
                                            for p in parts], promote_options="default")
@@ -210,12 +214,17 @@ class Archive:
                     os.fsync(f.fileno())
                 write_durably(merged, os.path.join(folder, name))
                 _finish_compaction(folder)
+                with self._guard:
+                    self._parts[folder] -= len(parts) - 1
             gone += len(parts) - 1
         return gone
 
     def drop(self, key: str) -> None:
         with self._lock(key).write():
             shutil.rmtree(self.path(key), ignore_errors=True)
+        with self._guard:
+            for folder in [f for f in self._parts if f.startswith(self.path(key) + os.sep)]:
+                del self._parts[folder]
 
     def streams(self) -> list:
         return sorted(os.listdir(self.root)) if os.path.isdir(self.root) else []
