@@ -538,8 +538,7 @@ def _history(session, p: P.Plan) -> tuple:
     def visit(node):
         if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan) \
                 and type(node.window) in _REACH:
-            schema, _, name = node.input.stream.rpartition(".")
-            obj = reg.get(schema or "public", name, kinds=("stream",))
+            obj = reg.by_relation(node.input.stream, kinds=("stream",))
             if obj is not None and obj.archived:
                 reach, since = _REACH[type(node.window)](node.window)
                 out.append(History(node.input.stream, obj.key, obj.timestamp_column,
@@ -558,8 +557,7 @@ def _relations(session, p: P.Plan) -> list:
 
     def visit(node):
         if isinstance(node, P.WindowRelationScan) and all(n != node.name for n, _ in out):
-            schema, _, name = node.name.rpartition(".")
-            obj = reg.get(schema or "public", name, kinds=("window", "derived"))
+            obj = reg.by_relation(node.name, kinds=("window", "derived"))
             inner = plan(sqlglot.parse_one(obj.definition, read="cql").args["expression"],
                          catalog)
             visit(inner.root)

@@ -75,6 +75,12 @@ class StreamRegistry:
             return obj
         return None
 
+    def by_relation(self, name: str, kinds=None) -> StreamObject | None:
+        """The object a plan names (``StreamObject.relation().name``: schema-qualified
+        outside public)."""
+        schema, _, bare = name.rpartition(".")
+        return self.get(schema or None, bare, kinds)
+
     def next_oid(self) -> int:
         return max([FIRST_OID - 1] + [o.oid for o in self.objects.values()]) + 1
 
