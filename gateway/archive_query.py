@@ -6,7 +6,8 @@ whole window, so the answer is the query as plain SQL over those tuples, valid o
 intersection of its windows (no rows when it is empty). Each windowed stream becomes a
 temporary view of its archive files for the range (fragments outside it are never read), the
 pseudo-columns ``valid_from``/``valid_to`` become the intersection's edges, and sqlglot writes
-the rest as Spark SQL, ORDER BY and LIMIT included.
+the rest as Spark SQL, ORDER BY and LIMIT included. Rows go to the client as Spark's
+partitions finish, and long jobs report their progress (stages done / total) as NOTICEs.
 """
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from sqlglot import exp
 
 from dialect import expressions as X
 from dialect.planner.apply_default_windows import window_of
+from dialect.intervals import interval_us
 from dialect.planner.build import timestamp_us
 
 from .protocol import errors as E
+from .results import LiveRows
 from .spark import ArchiveView
 
 
@@ -72,17 +75,61 @@ def spark_sql(session, tree: exp.Expression, holds: contextlib.ExitStack) -> tup
     return tree.sql(dialect="spark"), views
 
 
-def run(session, tree: exp.Expression, schema: pa.Schema) -> pa.Table:
-    """The query's answer from Spark, in ``schema`` (the plan's names and types)."""
-    from pyspark.errors import AnalysisException, PySparkException
-    with contextlib.ExitStack() as holds:
-        sql, views = spark_sql(session, tree, holds)
-        try:
-            table = session.server.spark.run(sql, views)
-        except AnalysisException as e:
-            raise E.FeatureNotSupported(f"Spark cannot run this query over the archive: "
-                                        f"{str(e).splitlines()[0]}") from None
-        except PySparkException as e:
-            raise E.PgError(f"the archive query failed on Spark: {str(e).splitlines()[0]}",
-                            sqlstate="XX000") from None
-    return table.rename_columns(schema.names).cast(schema)
+class PastRows(LiveRows):
+    """The answer of a query over the past, arriving from Spark as its partitions finish;
+    progress lines become NOTICEs. Read like a continuous query's rows (forward only);
+    closing it early cancels the Spark jobs."""
+
+    def __init__(self, fields: list, schema: pa.Schema):
+        super().__init__(fields, schema, 0, "", 0, "", None)
+        self.job = None
+
+    def note(self, message: str) -> None:
+        self.notices.append(("NOTICE", "00000", message))
+        self._changed.set()
+
+    def close(self) -> None:
+        if not self.ended:
+            self.finish()
+            if self.job is not None:
+                self.job.cancel()
+
+
+def _spark_error(e: Exception) -> E.PgError:
+    from pyspark.errors import AnalysisException
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, AnalysisException):
+        return E.FeatureNotSupported(f"Spark cannot run this query over the archive: {first}")
+    return E.PgError(f"the archive query failed on Spark: {first}", sqlstate="XX000")
+
+
+def run(session, tree: exp.Expression, fields: list, schema: pa.Schema) -> PastRows:
+    """Start the query on Spark; its rows arrive in the returned queue (in ORDER BY order
+    when it has one, otherwise as Spark's partitions finish)."""
+    from pyspark.errors import PySparkException
+    loop = session.server.backend.loop
+    rows = PastRows(fields, schema)
+    holds = contextlib.ExitStack()
+    sql, views = spark_sql(session, tree, holds)
+
+    def batch(b: pa.RecordBatch) -> None:
+        table = pa.Table.from_batches([b]).rename_columns(schema.names).cast(schema)
+        loop.call_soon_threadsafe(rows.put, table)
+
+    def end(error) -> None:
+        holds.close()
+        loop.call_soon_threadsafe(rows.finish, None if error is None else _spark_error(error))
+
+    try:
+        rows.job = session.server.spark.start(
+            sql, views, ordered=tree.args.get("order") is not None,
+            every=interval_us(session.settings.get("cq.progress_interval", "1s")) / 1e6,
+            on_batch=batch, on_progress=lambda m: loop.call_soon_threadsafe(rows.note, m),
+            on_end=end)
+    except PySparkException as e:
+        holds.close()
+        raise _spark_error(e) from None
+    except BaseException:
+        holds.close()
+        raise
+    return rows

@@ -328,7 +328,8 @@ class Connection:
                 want = None if max_rows <= 0 else max_rows - sent
                 if live.n_pending == 0:
                     await self.flush()        # what is already said goes out before waiting
-                table = await live.take(want, None, s.cancel_event, self.client_closed())
+                table = await live.take(want, None, s.cancel_event, self.client_closed(),
+                                        notices=True)
                 s.notices.extend(live.take_notices())
                 self.send_session_news()
                 rows = Rows(live.fields, table)

@@ -91,12 +91,13 @@ class LiveRows:
         return out
 
     async def take(self, n: int | None, timeout: float | None, cancel: asyncio.Event,
-                   closed: asyncio.Future | None = None) -> pa.Table:
+                   closed: asyncio.Future | None = None, *, notices: bool = False) -> pa.Table:
         """Up to ``n`` rows: waits until ``n`` are there (``n`` None: at least one), the query
-        ends, or ``timeout`` seconds pass (then returns what came, maybe nothing)."""
+        ends, or ``timeout`` seconds pass (then returns what came, maybe nothing).
+        ``notices``: also return (maybe with no rows) when a notice is waiting."""
         deadline = None if timeout is None else time.monotonic() + timeout
         want = 1 if n is None else n
-        while self.n_pending < want and not self.ended:
+        while self.n_pending < want and not self.ended and not (notices and self.notices):
             if cancel.is_set():
                 raise QueryCanceled("canceling statement due to user request")
             left = None if deadline is None else deadline - time.monotonic()

@@ -83,6 +83,20 @@ class Portals(dict):
         super().clear()
 
 
+def _interval_setting(name: str, value: str) -> str:
+    from dialect.errors import PlanError
+    from dialect.intervals import interval_us
+    value = value.strip().strip("'")
+    try:
+        if interval_us(value) < 0:
+            raise PlanError("negative")
+    except PlanError:
+        raise E.InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"',
+                                      hint="Write an interval such as '1s', '500ms' or 0.") \
+            from None
+    return value
+
+
 @dataclass
 class Session:
     server: object                # gateway.server.Server
@@ -171,6 +185,8 @@ class Session:
             value = "UTF8"
         if key == "TimeZone":
             value = value.strip("'")
+        if key == "cq.progress_interval":
+            value = _interval_setting(name, value)
         self.settings[key] = value
         if key in S.REPORTED:
             self.pending_status.append((key, value))

@@ -40,6 +40,7 @@ DEFAULTS = {
     "max_connections": "100",
     "transaction_read_only": "off",
     "cq.mode": "continuous",
+    "cq.progress_interval": "1s",      # how often a long archive query reports progress
 }
 
 REPORTED = ("application_name", "client_encoding", "DateStyle", "default_transaction_read_only",

@@ -2,8 +2,9 @@
 the first archive query (or at start with ``--spark-warm``) and kept warm; ``local[*]`` by
 default, a standalone cluster with ``--spark-master spark://host:7077``.
 
-``run`` takes Spark SQL over temporary views, each view the archive files of one stream
-restricted to a time range, and returns the answer as an Arrow table. Timestamps are
+``start`` runs Spark SQL over temporary views, each view the archive files of one stream
+restricted to a time range, in a thread of its own (a Job): Arrow batches come back as
+Spark's partitions finish, and progress (stages done / total) as lines. Timestamps are
 TIMESTAMP_NTZ in UTC throughout, as the archive writes them.
 """
 from __future__ import annotations
@@ -83,10 +84,17 @@ class Spark:
                 log.info("Spark session started (master %s)", self.master)
             return self._session
 
-    def run(self, sql: str, views: dict) -> pa.Table:
-        """``sql`` (Spark SQL) with each name in ``views`` bound to its ArchiveView."""
+    def start(self, sql: str, views: dict, *, ordered: bool, every: float, on_batch,
+              on_progress, on_end) -> "Job":
+        """Start ``sql`` (Spark SQL) with each name in ``views`` bound to its ArchiveView;
+        Spark's analysis errors are raised here, before any row; see Job for the rest."""
         spark = self.session()
         made = []
+
+        def drop():
+            for name in made:
+                spark.catalog.dropTempView(name)
+
         try:
             for name, v in views.items():
                 cols = ", ".join(_q(c) for c, _ in v.columns)
@@ -103,13 +111,144 @@ class Spark:
                         " WHERE false"
                 spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS {body}")
                 made.append(name)
-            return spark.sql(sql).toArrow()
-        finally:
-            for name in made:
-                spark.catalog.dropTempView(name)
+            df = spark.sql(sql)
+        except BaseException:
+            drop()
+            raise
+        return Job(self, df, ordered, every, on_batch, on_progress, on_end, drop).start()
 
     def stop(self) -> None:
         with self._lock:
             if self._session is not None:
                 self._session.stop()
                 self._session = None
+
+
+# ---------------------------------------------------------------------- one running query
+def _arrow_batches(df, ordered: bool):
+    """The answer's Arrow record batches as Spark's partitions finish: in partition order
+    when ``ordered`` (an ORDER BY's answer), otherwise as they arrive. PySpark's public
+    ``toArrow`` waits for the whole answer, so this reads the same socket it reads."""
+    try:
+        from pyspark.errors.exceptions.captured import unwrap_spark_exception
+        from pyspark.serializers import UTF8Deserializer, read_int
+        from pyspark.sql.pandas.serializers import (ArrowCollectSerializer,
+                                                    ArrowStreamSerializer)
+        from pyspark.traceback_utils import SCCallSiteSync
+        from pyspark.util import _create_local_socket
+        collect = df._jdf.collectAsArrowToPython
+    except (ImportError, AttributeError):          # a PySpark whose internals moved
+        yield from df.toArrow().to_batches()
+        return
+    with SCCallSiteSync(df.sparkSession.sparkContext):
+        port, secret, server = collect()
+    stream, sock = _create_local_socket((port, secret))
+    try:
+        if ordered:
+            yield from ArrowCollectSerializer().load_stream(stream)
+        else:
+            yield from ArrowStreamSerializer().load_stream(stream)
+            n = read_int(stream)          # then the order Spark would have put them in
+            if n == -1:
+                raise RuntimeError(UTF8Deserializer().loads(stream))
+            for _ in range(n):
+                read_int(stream)
+    finally:
+        stream.close()
+        sock.close()
+        with unwrap_spark_exception():
+            server.getResult()
+
+
+class Progress:
+    """Stages done / total of the Spark jobs in one job group, read from the status
+    tracker. A stage is counted once however many jobs list it; a stage a finished job
+    never ran (Spark skipped it: its output was already there) is left out."""
+
+    def __init__(self, sc, group: str):
+        self.sc, self.group = sc, group
+
+    def read(self) -> tuple[int, int, int, int]:
+        """(stages done, stages, tasks done, tasks)."""
+        tracker = self.sc.statusTracker()
+        stages: dict = {}                 # stage id -> (done, tasks done, tasks) or None
+        for job_id in tracker.getJobIdsForGroup(self.group):
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            over = job.status == "SUCCEEDED"
+            for stage_id in job.stageIds:
+                st = tracker.getStageInfo(stage_id)
+                complete = st is not None and st.numActiveTasks == 0 and \
+                    st.numCompletedTasks >= st.numTasks
+                if stage_id in stages or (over and not complete):
+                    continue
+                stages[stage_id] = None if st is None else \
+                    (complete, st.numCompletedTasks, st.numTasks)
+        known = [v for v in stages.values() if v is not None]
+        return (sum(v[0] for v in known), len(stages), sum(v[1] for v in known),
+                sum(v[2] for v in known))
+
+
+class Job:
+    """A query running on Spark in a thread of its own: ``on_batch`` gets each Arrow batch
+    as it comes, ``on_progress`` a line every ``every`` seconds while the job runs (with
+    ``every`` 0: at every change) and a last one when it ends if any went before or
+    ``every`` is 0, ``on_end`` the error or None; ``cancel`` stops the Spark jobs."""
+
+    def __init__(self, spark: "Spark", df, ordered: bool, every: float, on_batch, on_progress,
+                 on_end, cleanup):
+        self.spark, self.df, self.ordered, self.every = spark, df, ordered, every
+        self.on_batch, self.on_progress, self.on_end, self.cleanup = \
+            on_batch, on_progress, on_end, cleanup
+        self.group = f"cqgate-{uuid.uuid4().hex}"
+        self.cancelled = False
+        self._over = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cqgate-spark", daemon=True)
+
+    def start(self) -> "Job":
+        self._thread.start()
+        return self
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.spark.session().sparkContext.cancelJobGroup(self.group)
+
+    def _run(self) -> None:
+        sc = self.spark.session().sparkContext
+        sc.setJobGroup(self.group, "cqgate archive query", interruptOnCancel=True)
+        watcher = threading.Thread(target=self._watch, args=(Progress(sc, self.group),),
+                                   name="cqgate-spark-progress", daemon=True)
+        watcher.start()
+        error = None
+        try:
+            for batch in _arrow_batches(self.df, self.ordered):
+                if self.cancelled:
+                    break
+                if batch.num_rows:
+                    self.on_batch(batch)
+        except Exception as e:  # noqa: BLE001 - Spark's failure is the query's answer
+            error = e
+        finally:
+            self._over.set()
+            watcher.join()
+            self.cleanup()
+            self.on_end(None if self.cancelled else error)
+
+    def _watch(self, progress: Progress) -> None:
+        said = None                       # what the last line reported
+        seen = (lambda n: n) if self.every else (lambda n: n[:2])
+        while not self._over.wait(self.every or 0.05):
+            now = progress.read()
+            if now[1] and (said is None or seen(now) != seen(said)):
+                self.on_progress(_progress_line(*now))
+                said = now
+        if said is not None or not self.every:
+            final = progress.read()
+            if final[1] and final != said:
+                self.on_progress(_progress_line(*final))
+
+
+def _progress_line(done: int, total: int, tasks_done: int, tasks: int) -> str:
+    return f"archive query on Spark: {done} of {total} stages done ({tasks_done} of " \
+           f"{tasks} tasks)"

@@ -512,7 +512,7 @@ def continuous_query(session, tree, params) -> Planned | Rows:
     p = _plan(session, _without_order(tree)[0] if ordered else tree)
     if p.mode == "archive":
         fields, schema = _typed_fields(session, p)
-        return Rows(fields, archive_query.run(session, tree, schema), "SELECT")
+        return archive_query.run(session, tree, fields, schema)
     if p.mode == "snapshot":
         return snapshot_query(session, tree)
     if ordered:        # every planning error reaches the client with its SQLSTATE

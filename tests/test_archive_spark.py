@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import duckdb
 import psycopg
 import pytest
 
-from conftest import ServerProcess
+from conftest import ServerProcess, psql
 from continuous import at, unique
 
 ROWS = [(i % 4, round(i * 0.75, 2), at(i * 0.5)) for i in range(120)]     # 60 s of tuples
@@ -52,6 +53,10 @@ def test_a_past_window_runs_on_spark_and_matches_duckdb(server):
                        f"FROM {{s}} WHERE t >= TIMESTAMP {_lit(lo)} AND t < TIMESTAMP {_lit(hi)} "
                        "GROUP BY k ORDER BY k")
         assert got == want and len(got) == 4
+        # parameters ($1) are bound before Spark sees the query
+        got = c.execute(f"SELECT count(*) FROM {s} [BETWEEN {_lit(lo)} AND {_lit(hi)}] "
+                        "WHERE k = %s", (2,)).fetchall()
+        assert got == [(sum(n for k, n, *_ in want if k == 2),)]
         # two windows: a row holds over their intersection
         got = c.execute(f"SELECT a.v, b.v, valid_from, valid_to "
                         f"FROM {s} [BETWEEN {_lit(0)} AND {_lit(30)}] a, "
@@ -73,6 +78,41 @@ def test_a_past_window_runs_on_spark_and_matches_duckdb(server):
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="not archived"):
             c.execute(f"SELECT k FROM {live} [BETWEEN {_lit(0)} AND {_lit(10)}]")
         assert c.execute("SELECT 1").fetchone() == (1,)     # the session goes on
+
+
+def test_archive_answers_stream_back_with_progress_notices_psql_prints(server):
+    s = unique("progress")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        _archived(c, s)
+    query = (f"SELECT a.k, count(*) AS n FROM {s} [BETWEEN {_lit(0)} AND {_lit(60)}] a, "
+             f"{s} [BETWEEN {_lit(0)} AND {_lit(60)}] b WHERE a.k = b.k GROUP BY a.k "
+             "ORDER BY a.k")
+    # cq.progress_interval = 0: a line at every change of stages done, and one at the end
+    r = psql(server, "-A", "-t", "-c", "SET cq.progress_interval = 0", "-c", query,
+             timeout=180)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if "archive query on Spark" in ln]
+    assert lines and all(ln.startswith("NOTICE:  archive query on Spark: ") for ln in lines)
+    done, total = map(int, re.search(r"(\d+) of (\d+) stages done", lines[-1]).groups())
+    assert done == total >= 2, lines       # a join and an aggregate: several stages
+    want = _duckdb(server.data_dir, s, "SELECT a.k, count(*) FROM {s} a, {s} b "
+                   "WHERE a.k = b.k GROUP BY a.k ORDER BY a.k")
+    assert [tuple(map(int, ln.split("|"))) for ln in r.stdout.split()[1:]] == want
+    # a short job at the default interval (1 s) says nothing; a cursor reads it forward,
+    # and closing it early ends the Spark job
+    with psycopg.connect(server.dsn) as c:
+        heard = []
+        c.add_notice_handler(lambda d: heard.append(d.message_primary))
+        with c.cursor(name="past") as cur:
+            cur.itersize = 7
+            cur.execute(f"SELECT k, v FROM {s} [BETWEEN {_lit(0)} AND {_lit(60)}]")
+            first = cur.fetchmany(7)
+        assert len(first) == 7 and heard == []
+        got = c.execute(f"SELECT k, v FROM {s} [BETWEEN {_lit(0)} AND {_lit(30)}]").fetchall()
+        assert sorted(got) == sorted((k, v) for k, v, _ in ROWS[:60])
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        with psycopg.connect(server.dsn) as c:
+            c.execute("SET cq.progress_interval = 'soon'")
 
 
 def _free_port() -> int:
