@@ -141,9 +141,11 @@ class Backend:
             total -= kept.popleft().num_rows
 
     def on_snapshot(self, payload: bytes) -> None:
-        """A one-time query evaluated at now over the retained tuples, in a graph of its own;
+        """A one-time query evaluated at now over the retained tuples (an archived stream's
+        tuples read from the archive, when the gateway sent them), in a graph of its own;
         ``relations`` are the named windows it reads, with their plans."""
         msg = wire.parse_control(payload)
+        history = self.history.pop(msg["qid"], {})     # archived streams: read to the seam
         graph = Graph()
         graph.table_data = self.graph.table_data
         try:
@@ -153,8 +155,9 @@ class Backend:
             reads = set()
             for q in graph.queries.values():
                 reads |= q.streams
-            batches = {name: [b for t in self.retained.get(name, ()) for b in t.to_batches()]
-                       for name in reads if name in self.retained}
+            batches = {name: [b for t in history.get(name) or self.retained.get(name, ())
+                              for b in t.to_batches()]
+                       for name in reads if name in self.retained or name in history}
             at = [self.streams[n].watermark for n in reads
                   if n in self.streams and self.streams[n].watermark is not None]
             table = graph.snapshot("q", batches, max(at) if at else None)

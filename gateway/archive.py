@@ -66,6 +66,24 @@ def write_durably(table: pa.Table, path: str) -> None:
     _fsync_dir(folder)
 
 
+def _top(path: str, ts_column: str) -> int | None:
+    """The largest ``ts_column`` value in one Parquet file, as µs."""
+    meta = pq.ParquetFile(path).metadata
+    j = meta.schema.to_arrow_schema().get_field_index(ts_column)
+    tops = []
+    for i in range(meta.num_row_groups):
+        st = meta.row_group(i).column(j).statistics
+        if st is None or not st.has_min_max:           # no statistics: read the column
+            col = pq.read_table(path, columns=[ts_column]).column(0)
+            values = batches.micros(col.combine_chunks()).to_numpy(zero_copy_only=False)
+            return int(values.max()) if len(values) else None
+        tops.append(st.max)
+    if not tops:
+        return None
+    top = max(tops)
+    return top if isinstance(top, int) else batches.micros(pa.array([top])).to_pylist()[0]
+
+
 class _ReadWriteLock:
     """Many readers, or one compactor."""
 
@@ -191,6 +209,23 @@ class Archive:
             keep &= values <= until_us
         table = table.filter(pa.array(keep))
         return table.sort_by([(ts_column, "ascending")]) if table.num_rows else None
+
+    def latest(self, key: str, ts_column: str) -> int | None:
+        """The newest event time archived (µs), from the Parquet statistics of the last
+        fragment's files; None for an empty archive."""
+        with self.reading(key):
+            base = self.path(key)
+            folders = sorted((e for e in os.listdir(base) if e.startswith("fragment=")),
+                             key=lambda e: int(e.split("=", 1)[1])) \
+                if os.path.isdir(base) else []
+            for entry in reversed(folders):
+                folder = os.path.join(base, entry)
+                tops = [_top(os.path.join(folder, f), ts_column) for f in os.listdir(folder)
+                        if f.endswith(".parquet") and not f.startswith(".")]
+                tops = [t for t in tops if t is not None]
+                if tops:
+                    return max(tops)
+        return None
 
     def compact(self, key: str) -> int:
         """Merge the small files of each fragment that has gathered COMPACT_AT of them into

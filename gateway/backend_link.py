@@ -156,10 +156,7 @@ class BackendLink:
         tables."""
         for tname, table in (tables or {}).items():
             await self.send_table(tname, table)
-        for stream, table in (history or {}).items():
-            for batch in table.to_batches(max_chunksize=1 << 16):
-                self.writer.write(wire.history(qid, stream, batch))
-                await self.writer.drain()
+        await self._send_history(qid, history)
         await self._register(qid, plan, feeds, seam if history else None)
         self._tables_of[qid] = list(tables or {})
         for t in self._tables_of[qid]:
@@ -182,9 +179,11 @@ class BackendLink:
             raise
         return live
 
-    async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None) -> None:
-        """Run a named window's or derived stream's query for as long as the server keeps it."""
-        await self._start_query(qid, plan, feeds, tables)
+    async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None,
+                   history: dict | None = None, seam: int | None = None) -> None:
+        """Run a named window's or derived stream's query for as long as the server keeps it
+        (``history``/``seam`` as for ``open``)."""
+        await self._start_query(qid, plan, feeds, tables, history, seam)
         self.persistent[qid] = (plan, feeds)
 
     def _release_tables(self, qid: int) -> None:
@@ -197,13 +196,16 @@ class BackendLink:
         self.writer.write(wire.data(name, table, wire.TABLE))
         await self.writer.drain()
 
-    async def snapshot(self, plan: P.Plan, relations: list) -> pa.Table | None:
+    async def snapshot(self, plan: P.Plan, relations: list, history: dict | None = None,
+                       seam: int | None = None) -> pa.Table | None:
         """A one-time query at now over the back end's recent tuples; ``relations`` are
-        (name, plan) of the named windows it reads, dependencies first."""
+        (name, plan) of the named windows it reads, dependencies first; ``history``: the
+        archived streams' tuples up to the seam, read instead of the recent ones."""
         qid = self.new_qid()
         live = LiveRows([], None, qid, "", 0, "", self)
         self.live[qid] = live
         try:
+            await self._send_history(qid, history)
             msg = await self._ask(wire.SNAPSHOT, qid=qid, plan=P.to_dict(plan),
                                   relations=[[n, P.to_dict(p)] for n, p in relations])
         finally:
@@ -211,6 +213,12 @@ class BackendLink:
         if not msg["ok"]:
             raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
         return pa.concat_tables(live.pending) if live.pending else None
+
+    async def _send_history(self, qid: int, history: dict | None) -> None:
+        for stream, table in (history or {}).items():
+            for batch in table.to_batches(max_chunksize=1 << 16):
+                self.writer.write(wire.history(qid, stream, batch))
+                await self.writer.drain()
 
     def drop(self, qid: int) -> None:
         """End a query (safe from any thread)."""

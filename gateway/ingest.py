@@ -120,6 +120,12 @@ class Ingest:
     def progress(self, name: str) -> StreamProgress:
         return self.streams.setdefault(name.lower(), StreamProgress())
 
+    def resume(self, name: str, ts: int) -> None:
+        """After a restart, an archived stream goes on from its archive's newest event time:
+        an earlier tuple is late, and the seam of a query reaching back is there."""
+        p = self.progress(name)
+        p.watermark = p.current = ts
+
     async def push(self, name: str, ts_column: str, table: pa.Table,
                    options: dict | None = None, origin: str = "INSERT",
                    one_by_one: bool = False, archive: str | None = None) -> tuple[int, int]:

@@ -62,7 +62,14 @@ class Server:
         self.ingest_port = 0
 
     def _keep_relations(self) -> None:
-        """Start the queries of the named windows and derived streams kept in the catalog."""
+        """Start the queries of the named windows and derived streams kept in the catalog,
+        archived streams first going on from their archives' newest tuples (so windows that
+        reach back start primed)."""
+        for obj in list(self.streams.objects.values()):
+            if obj.kind == "stream" and obj.archived:
+                top = self.archive.latest(obj.key, obj.timestamp_column)
+                if top is not None:
+                    self.ingest.resume(obj.relation().name, top)
         from . import stream_commands
         from .session import Session
         session = Session(self, 0, 0)

@@ -221,8 +221,15 @@ def _tables(session, p: P.Plan) -> dict:
 
 
 def _keep(session, obj: StreamObject, p: P.Plan) -> None:
-    link = session.server.backend
-    link.call(link.keep(-obj.oid, p, obj.relation().name, _tables(session, p)))
+    """Start a named window's or derived stream's query; windows reaching into an archived
+    stream's past start primed from the archive, as a cursor's do."""
+    link, history, tables = session.server.backend, _history(session, p), _tables(session, p)
+
+    def start(primed=None, seam=None):
+        return link.keep(-obj.oid, p, obj.relation().name, tables, primed, seam)
+
+    link.call(session.server.ingest.start_primed(list(history), start) if history
+              else start())
 
 
 def keep_relation(session, obj: StreamObject) -> None:
@@ -571,13 +578,21 @@ def _relations(session, p: P.Plan) -> list:
 
 def snapshot_query(session, tree) -> Rows:
     """A query evaluated at now (cq.mode = snapshot, or one that reads only named windows):
-    the plan without ORDER BY / LIMIT / OFFSET runs in the back end over recent tuples, and
-    those clauses are applied to its answer by DuckDB."""
+    the plan without ORDER BY / LIMIT / OFFSET runs in the back end over recent tuples (an
+    archived stream's, as far back as the windows reach, from its archive), and those
+    clauses are applied to its answer by DuckDB."""
     tree, tail = _without_order(tree)
     p = _plan(session, tree)
     link = session.server.backend
     fields, schema = _typed_fields(session, p)
-    table = link.call(link.snapshot(p, _relations(session, p)))
+    relations = _relations(session, p)
+    history = [h for q in [p, *(r for _, r in relations)] for h in _history(session, q)]
+
+    def evaluate(primed=None, seam=None):
+        return link.snapshot(p, relations, primed, seam)
+
+    table = link.call(session.server.ingest.start_primed(history, evaluate) if history
+                      else evaluate())
     table = schema.empty_table() if table is None else table.cast(schema)
     if any(tail.values()):
         clauses = " ".join(v.sql("duckdb") for v in tail.values() if v is not None)

@@ -159,3 +159,43 @@ def test_a_window_reaching_into_the_past_starts_from_the_archive(server):
             assert (count, total) == want, (frm, to)
         assert rows[0][2] <= at(10) < rows[0][3]
         assert rows[0][:2] == (8, sum(range(3, 11)))     # primed: the 8 seconds up to 10
+
+
+def test_after_a_restart_named_queries_resume_from_the_archive(tmp_path):
+    """A derived stream and a named window over an archived stream's last 8 seconds: after a
+    restart they start again primed from the archive, so the first live tuple's answer counts
+    the tuples from before the restart; a tuple older than the archive's newest is late."""
+    data = str(tmp_path / "data")
+    srv = ServerProcess(data)
+    try:
+        with psycopg.connect(srv.dsn, autocommit=True) as c:
+            c.execute("CREATE STREAM trips (v INT, t TIMESTAMP TIMESTAMPCOLUMN) TYPE ARCHIVED "
+                      "WITH (fragment = '5 seconds')")
+            c.execute("CREATE STREAM recent AS SELECT count(*) AS n, sum(v) AS total "
+                      "FROM trips [RANGE '8 seconds']")
+            c.execute("CREATE WINDOW last8 AS SELECT v, t FROM trips [RANGE '8 seconds']")
+            for v in range(1, 11):                       # one a second, up to 10 s
+                c.execute(f"INSERT INTO trips VALUES ({v}, {lit(v)})")
+    finally:
+        srv.stop()
+    srv = ServerProcess(data)
+    try:
+        with psycopg.connect(srv.dsn, autocommit=True) as admin, \
+                psycopg.connect(srv.dsn) as conn:
+            cur = conn.cursor()
+            cur.execute("DECLARE r CURSOR FOR SELECT n, total FROM recent")
+            admin.execute(f"INSERT INTO trips VALUES (11, {lit(11)})")
+            admin.execute(f"INSERT INTO trips VALUES (99, {lit(5)})")       # late now
+            # the named window, read at now (11 s), holds 4..11 and the late tuple: read at
+            # now, an archived stream's window comes from the archive, late tuples and all
+            assert admin.execute("SELECT count(*), sum(v) FROM last8").fetchone() == \
+                (9, sum(range(4, 12)) + 99)
+            admin.execute(f"ALTER STREAM trips ADVANCE TO {lit(30)}")
+            cur.execute("FETCH 2 FROM r WITH (timeout = '10s')")
+            # at the seam (10 s, the archive's newest) the 8 seconds 3..10, then at 11 s
+            # 4..11: the tuples from before the restart are counted
+            assert cur.fetchall() == [(8, sum(range(3, 11))), (8, sum(range(4, 12)))]
+            late = admin.execute("SELECT late FROM cq_streams WHERE stream = 'trips'").fetchone()
+            assert late == (1,)
+    finally:
+        srv.stop()
