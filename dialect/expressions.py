@@ -112,9 +112,15 @@ class Explain(exp.Expression):
     arg_types = {"this": True, "options": False}
 
 
+class Recompute(exp.Expression):
+    """``RECOMPUTE query``: a continuous query's answers that late tuples changed, from the
+    archive, as though every tuple had come in time."""
+    arg_types = {"this": True}
+
+
 # Statements only cqgate understands, and nodes that make a query a stream query.
 STREAM_STATEMENTS = (CreateStream, CreateWindow, CreateWrapper, DropStreamObject, AlterStream,
-                     Explain)
+                     Explain, Recompute)
 STREAM_NODES = (StreamRef, StreamOf, StreamWindowClause, StreaQueLLoop)
 
 

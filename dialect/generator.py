@@ -76,6 +76,9 @@ class CQLGenerator(PostgresGenerator):
         opts = " ".join(e.args.get("options") or [])
         return f"EXPLAIN {opts + ' ' if opts else ''}{self.sql(e, 'this')}"
 
+    def recompute_sql(self, e: X.Recompute) -> str:
+        return f"RECOMPUTE {self.sql(e, 'this')}"
+
     def timestampcolumnconstraint_sql(self, e: X.TimestampColumnConstraint) -> str:
         return "ENDTIMESTAMPCOLUMN" if e.args.get("end") else "TIMESTAMPCOLUMN"
 

@@ -201,11 +201,18 @@ class CQLParser(PostgresParser):
         self._expect(TokenType.EQ, "++, +=, -= or = in the loop's step")
         return self.expression(X.LoopStep(this=var, op="=", amount=self._parse_bitwise()))
 
-    # ------------------------------------------------------------------ EXPLAIN
+    # ------------------------------------------------------------------ EXPLAIN, RECOMPUTE
     def _parse_explain(self):
-        """EXPLAIN [ANALYZE] [VERBOSE] statement (the tokenizer gives EXPLAIN the DESCRIBE
-        type so that the statement after it is tokenized, not kept as one string)."""
-        if self._prev.text.upper() != "EXPLAIN":
+        """EXPLAIN [ANALYZE] [VERBOSE] statement, or RECOMPUTE query (the tokenizer gives both
+        words the DESCRIBE type so that the statement after them is tokenized, not kept as
+        one string)."""
+        word = self._prev.text.upper()
+        if word == "RECOMPUTE":
+            query = self._parse_statement()
+            if not isinstance(query, exp.Query):
+                self.raise_error("Expected a query after RECOMPUTE")
+            return self.expression(X.Recompute(this=query))
+        if word != "EXPLAIN":
             return self._parse_describe()
         options = []
         while self._curr and self._curr.text.upper() in ("ANALYZE", "VERBOSE"):

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from . import plan as P
@@ -58,6 +59,7 @@ class Backend:
             wire.PLAN: self.on_plan, wire.DATA: self.on_data, wire.WATERMARK: self.on_watermark,
             wire.DROP: self.on_drop, wire.DROP_STREAM: self.on_drop_stream,
             wire.STATS: self.on_stats, wire.SNAPSHOT: self.on_snapshot,
+            wire.RECOMPUTE: self.on_recompute,
             wire.TABLE: self.on_table, wire.PROGRESS: self.on_progress,
             wire.HISTORY: self.on_history,
         }
@@ -146,9 +148,10 @@ class Backend:
         ``relations`` are the named windows it reads, with their plans."""
         msg = wire.parse_control(payload)
         history = self.history.pop(msg["qid"], {})     # archived streams: read to the seam
-        graph = Graph()
-        graph.table_data = self.graph.table_data
-        try:
+
+        def run():
+            graph = Graph()
+            graph.table_data = self.graph.table_data
             for i, (name, plan) in enumerate(msg.get("relations") or []):
                 graph.add(f"rel{i}", P.from_dict(plan), feeds=name)
             graph.add("q", P.from_dict(msg["plan"]))
@@ -160,12 +163,37 @@ class Backend:
                        for name in reads if name in self.retained or name in history}
             at = [self.streams[n].watermark for n in reads
                   if n in self.streams and self.streams[n].watermark is not None]
-            table = graph.snapshot("q", batches, max(at) if at else None)
+            return graph.snapshot("q", batches, max(at) if at else None)
+
+        self._one_time(msg, run)
+
+    def on_recompute(self, payload: bytes) -> None:
+        """A query run over archived tuples (its history) as though none had been late: the
+        rows that began by the seam and overlap the spans late tuples reach."""
+        msg = wire.parse_control(payload)
+        history = self.history.pop(msg["qid"], {})
+
+        def run():
+            graph = Graph()
+            graph.table_data = self.graph.table_data
+            graph.add("q", P.from_dict(msg["plan"]))
+            batches = {name: [b for t in tables for b in t.to_batches()]
+                       for name, tables in history.items()}
+            spans = np.array(msg["spans"], dtype=np.int64).reshape(-1, 2)
+            return graph.replay("q", batches, msg["seam"], spans)
+
+        self._one_time(msg, run)
+
+    def _one_time(self, msg: dict, run) -> None:
+        """Answer a one-time query: ``run()``'s rows (a table or None), then ANSWER; its
+        failure ends only itself."""
+        try:
+            table = run()
         except NotRunnable as e:
             self.send(wire.control(wire.ANSWER, req=msg["req"], ok=False, error=str(e),
                                    sqlstate="0A000"))
             return
-        except Exception as e:  # noqa: BLE001 - a failing snapshot ends only itself
+        except Exception as e:  # noqa: BLE001 - a failing one-time query ends only itself
             self.send(wire.control(wire.ANSWER, req=msg["req"], ok=False,
                                    error=f"{type(e).__name__}: {e}", sqlstate="XX000"))
             return

@@ -413,6 +413,39 @@ class Graph:
                                      pc.greater(table.column(TE), last)))
         return pa.Table.from_batches([_client_batch(q, b) for b in table.to_batches()])
 
+    def replay(self, qid, batches: dict, seam: int, spans: np.ndarray) -> pa.Table | None:
+        """Query ``qid`` run over ``batches`` ({stream: [batch]}, each in event-time order)
+        to the end, as though every tuple had come in time: its rows that began by ``seam``
+        and overlap one of ``spans`` (an (n, 2) array of [from, to) µs, sorted, disjoint),
+        a row still holding at the seam open-ended; with valid_from / valid_to always."""
+        out: dict = {}
+        for name, group in batches.items():
+            for b in group:
+                self._feed(name, b, out)
+        q = self.queries[qid]
+        self._flush(q.sink, out)
+        rows = [b for b in out.get(qid, []) if b.num_rows]
+        if not rows or not len(spans):
+            return None
+        table = pa.Table.from_batches(rows).combine_chunks()
+        ts = table.column(TS).to_numpy(zero_copy_only=False)
+        te = table.column(TE).to_numpy(zero_copy_only=False)
+        first = np.searchsorted(spans[:, 1], ts, side="right")    # first span ending after ts
+        hit = (first < len(spans)) & (ts <= seam)
+        hit &= spans[np.minimum(first, len(spans) - 1), 0] < te
+        table = table.filter(pa.array(hit))
+        te = np.where(te[hit] > seam, INF, te[hit])
+        table = table.set_column(table.schema.get_field_index(TE), TE, pa.array(te, pa.int64()))
+        table = table.sort_by([(TS, "ascending")])
+        out_batches = []
+        for b in table.to_batches():
+            c = _client_batch(q, b)
+            for name, src in (("valid_from", TS), ("valid_to", TE)):
+                if name not in c.schema.names:
+                    c = c.append_column(name, _timestamps(b.column(src)))
+            out_batches.append(c)
+        return pa.Table.from_batches(out_batches) if out_batches else None
+
     def _flush(self, sink: _Vertex, out: dict) -> None:
         """The input has ended: every operator below ``sink`` gives up what it holds."""
         for v in self._all(sink):

@@ -6,7 +6,9 @@ Gateway → back end: ``PLAN`` {req, qid, plan, feeds} · ``DATA`` stream + batc
 ``SNAPSHOT`` {req, qid, plan, relations} (a one-time query at now: ``ROWS`` then ``ANSWER``) ·
 ``TABLE`` name + contents (a static table that stream–table joins read, as it now stands) ·
 ``PROGRESS`` {stream, ts} (the newest event time delivered; statistics, not a BOUNDARY) ·
-``HISTORY`` qid/stream + batch (archived tuples that prime query qid, sent before its PLAN).
+``HISTORY`` qid/stream + batch (archived tuples that prime query qid, sent before its PLAN,
+SNAPSHOT or RECOMPUTE) · ``RECOMPUTE`` {req, qid, plan, seam, spans} (the query over its
+history as though no tuple was late: ``ROWS`` then ``ANSWER``).
 Back end → gateway: ``ROWS`` qid + batch · ``ENDED`` {qid, error?, sqlstate?} · ``ANSWER``
 {req, ok, error?, …}.
 """
@@ -18,7 +20,7 @@ import struct
 import pyarrow as pa
 
 PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
-SNAPSHOT, TABLE, PROGRESS, HISTORY = b"Q", b"T", b"G", b"H"
+SNAPSHOT, TABLE, PROGRESS, HISTORY, RECOMPUTE = b"Q", b"T", b"G", b"H", b"C"
 ROWS, ENDED, ANSWER = b"R", b"E", b"A"
 
 _HEAD = struct.Struct("!cI")

@@ -201,13 +201,23 @@ class BackendLink:
         """A one-time query at now over the back end's recent tuples; ``relations`` are
         (name, plan) of the named windows it reads, dependencies first; ``history``: the
         archived streams' tuples up to the seam, read instead of the recent ones."""
+        return await self._one_time(wire.SNAPSHOT, history, plan=P.to_dict(plan),
+                                    relations=[[n, P.to_dict(p)] for n, p in relations])
+
+    async def recompute(self, plan: P.Plan, history: dict, seam: int,
+                        spans: list) -> pa.Table | None:
+        """The query over ``history`` (archived tuples up to ``seam``) as though no tuple had
+        been late: its rows that began by the seam and overlap ``spans`` ([from, to) µs)."""
+        return await self._one_time(wire.RECOMPUTE, history, plan=P.to_dict(plan), seam=seam,
+                                    spans=spans)
+
+    async def _one_time(self, kind: bytes, history: dict | None, **fields) -> pa.Table | None:
         qid = self.new_qid()
         live = LiveRows([], None, qid, "", 0, "", self)
         self.live[qid] = live
         try:
             await self._send_history(qid, history)
-            msg = await self._ask(wire.SNAPSHOT, qid=qid, plan=P.to_dict(plan),
-                                  relations=[[n, P.to_dict(p)] for n, p in relations])
+            msg = await self._ask(kind, qid=qid, **fields)
         finally:
             self.live.pop(qid, None)
         if not msg["ok"]:

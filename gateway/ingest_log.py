@@ -47,6 +47,12 @@ class IngestLog:
             kept.append((stream.lower(), _timestamp(t), _timestamp(w), arrived, origin,
                          json.dumps(row, default=str)))
 
+    def late_times(self, stream: str) -> np.ndarray:
+        """The event times (µs) of the stream's late tuples still listed, sorted."""
+        rows = self.late.get(stream.lower(), ())
+        ts = np.array([r[1] for r in rows], dtype="datetime64[us]").astype(np.int64)
+        return np.sort(ts)
+
     def shed_tuples(self, stream: str, policy: str, ts: np.ndarray, kept: np.ndarray) -> None:
         """Per event-time second: how many tuples ``policy`` dropped and how many it kept."""
         seconds = self.shed.setdefault(stream.lower(), {})

@@ -26,7 +26,7 @@ from dialect.intervals import interval_us
 from dialect.planner import explain, is_continuous, plan
 from executor import plan as P
 
-from . import archive_query
+from . import archive_query, recompute
 from .protocol import errors as E
 from .protocol import types as T
 from .results import Done, Field, Rows
@@ -478,8 +478,11 @@ _QUERY_PLAN = [Field("QUERY PLAN", 25)]
 
 def explain_statement(session, tree: X.Explain, params) -> Rows:
     inner = tree.this
-    if X.is_stream_syntax(inner) or is_continuous(inner, SessionCatalog(session.server.streams,
-                                                                          session)):
+    if isinstance(inner, X.Recompute):
+        lines = explain(_plan(session, inner.this))
+        lines[0] = "recompute (back end, over the archive) →" + lines[0].split("→", 1)[1]
+    elif X.is_stream_syntax(inner) or is_continuous(inner, SessionCatalog(
+            session.server.streams, session)):
         lines = explain(_plan(session, inner))
     else:
         tr = TR.translate(inner.sql("cql"))
@@ -594,16 +597,21 @@ def snapshot_query(session, tree) -> Rows:
     table = link.call(session.server.ingest.start_primed(history, evaluate) if history
                       else evaluate())
     table = schema.empty_table() if table is None else table.cast(schema)
-    if any(tail.values()):
-        clauses = " ".join(v.sql("duckdb") for v in tail.values() if v is not None)
-        try:
-            session.con.register("cq_snapshot", table)
-            table = session.con.sql(f"SELECT * FROM cq_snapshot {clauses}").to_arrow_table()
-        except duckdb.Error as e:
-            raise pg_error(e) from None
-        finally:
-            session.con.unregister("cq_snapshot")
-    return Rows(fields, table, "SELECT")
+    return Rows(fields, order_and_limit(session, table, tail), "SELECT")
+
+
+def order_and_limit(session, table: pa.Table, tail: dict) -> pa.Table:
+    """A finite answer with its query's ORDER BY / LIMIT / OFFSET applied, by DuckDB."""
+    if not any(tail.values()):
+        return table
+    clauses = " ".join(v.sql("duckdb") for v in tail.values() if v is not None)
+    try:
+        session.con.register("cq_answer", table)
+        return session.con.sql(f"SELECT * FROM cq_answer {clauses}").to_arrow_table()
+    except duckdb.Error as e:
+        raise pg_error(e) from None
+    finally:
+        session.con.unregister("cq_answer")
 
 
 def _typed_fields(session, p: P.Plan) -> tuple[list, pa.Schema]:
@@ -633,6 +641,7 @@ HANDLERS = {
     X.DropStreamObject: drop,
     X.AlterStream: alter,
     X.Explain: explain_statement,
+    X.Recompute: lambda session, tree, params: recompute.run(session, tree),
     exp.Insert: insert,
     exp.Update: refuse_change,
     exp.Delete: refuse_change,
@@ -640,8 +649,8 @@ HANDLERS = {
 
 
 def is_query(tree) -> bool:
-    """Whether a stream statement returns rows (a query, or EXPLAIN)."""
-    return type(tree) not in HANDLERS or isinstance(tree, X.Explain)
+    """Whether a stream statement returns rows (a query, EXPLAIN or RECOMPUTE)."""
+    return type(tree) not in HANDLERS or isinstance(tree, (X.Explain, X.Recompute))
 
 
 def _literal(value) -> exp.Expression:
@@ -682,6 +691,8 @@ def run(session, tree, params):
 def describe(session, tree) -> list | None:
     if isinstance(tree, X.Explain):
         return _QUERY_PLAN
+    if isinstance(tree, X.Recompute):
+        return recompute.fields(session, _plan(session, tree.this))
     if type(tree) in HANDLERS:
         return None
     return _fields(session, _plan(session, tree))
