@@ -382,9 +382,13 @@ class Graph:
     def prime(self, qid, history: dict, seam: int) -> dict:
         """Feed a privately built query the archived tuples its windows reach back to
         ({stream: table in event-time order}), as though it had run all along; of what that
-        gives, only rows still valid at ``seam`` (the instant live data takes over) go out."""
+        gives, only rows still valid at ``seam`` (the instant live data takes over) go out,
+        except in a loop, which starts at the seam (ST) and answers for every iteration."""
         out: dict = {}
         sink = self.queries[qid].sink
+        loops = [v.op for v in self._all(sink) if isinstance(v.op, loop_window.LoopWindow)]
+        for op in loops:                 # ST is when the query started, not its first tuple
+            op.st = seam
         for v in self._all(sink):
             if isinstance(v.op, Scan) and v.op.source in history:
                 for batch in history[v.op.source].to_batches():
@@ -392,7 +396,9 @@ class Graph:
                     if first.num_rows:
                         self._start(v, pc.min(first.column(TS)).as_py())
                         self._deliver(v, [first], out)
-        rows = [b.filter(pc.greater(b.column(TE), seam)) for b in out.get(qid, [])]
+        # a loop says which stretch of time it answers for; other windows answer from now
+        rows = [b if loops else b.filter(pc.greater(b.column(TE), seam))
+                for b in out.get(qid, [])]
         return self._client({qid: rows} if rows else {})
 
     def snapshot(self, qid, batches: dict, at: int | None) -> pa.Table | None:

@@ -73,16 +73,21 @@ NO_TIME = np.iinfo(np.int64).min
 class History:
     """An archived stream whose past a new query's windows reach into: the tuples newer than
     ``reach_us`` before the seam (``None``: all of them), or, for a fixed window, from
-    ``since_us`` on."""
+    ``since_us`` on, or, for a loop, from its first window's start when it starts at the
+    seam (``edge``)."""
     stream: str                # relation name, as the back end knows it
     key: str                   # schema.name, as the archive knows it
     ts_column: str
     fragment: str | None
     reach_us: int | None = None
     since_us: int | None = None
+    edge: object = None        # seam -> the earliest instant needed (a loop's first window)
 
     def after(self, seam: int | None) -> int | None:
         """The newest event time before the tuples needed (None: all of them)."""
+        if self.edge is not None:
+            first = self.edge(seam) if seam is not None else None
+            return None if first is None else first - 1
         if self.since_us is not None:
             return self.since_us - 1
         if self.reach_us is None or seam is None:

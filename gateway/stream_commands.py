@@ -25,6 +25,7 @@ from dialect.errors import PlanError
 from dialect.intervals import interval_us
 from dialect.planner import explain, is_continuous, plan
 from executor import plan as P
+from executor.operators.loop_window import LoopWindow as LoopWindowOp
 
 from . import archive_query, recompute
 from .protocol import errors as E
@@ -541,18 +542,26 @@ _REACH = {
 }
 
 
+def _loop_edge(window: P.LoopWindow):
+    """seam -> the earliest instant a loop's windows reach when it starts at the seam."""
+    return lambda seam: LoopWindowOp(window).earliest(seam)
+
+
 def _history(session, p: P.Plan) -> tuple:
     """The archived streams whose past the plan's windows reach into."""
     out, reg = [], session.server.streams
 
     def visit(node):
         if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan) \
-                and type(node.window) in _REACH:
+                and (type(node.window) in _REACH or isinstance(node.window, P.LoopWindow)):
             obj = reg.by_relation(node.input.stream, kinds=("stream",))
             if obj is not None and obj.archived:
-                reach, since = _REACH[type(node.window)](node.window)
+                reach, since = _REACH[type(node.window)](node.window) \
+                    if type(node.window) in _REACH else (None, None)
+                edge = _loop_edge(node.window) if isinstance(node.window, P.LoopWindow) \
+                    else None
                 out.append(History(node.input.stream, obj.key, obj.timestamp_column,
-                                   obj.options.get("fragment"), reach, since))
+                                   obj.options.get("fragment"), reach, since, edge))
         for c in P.children(node):
             visit(c)
 

@@ -251,3 +251,52 @@ def test_recompute_answers_what_late_tuples_changed(server):
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="not archived"):
             c.execute(f"RECOMPUTE SELECT count(*) FROM {plain} [RANGE '5 seconds']")
         assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_streaquel_loops_reaching_back_start_from_the_archive(server):
+    """A loop whose variable moves backwards from NOW, and one that starts before ST, over an
+    archived stream: ST and NOW are when the query started (the seam), each iteration's
+    window is read from the archive (checked against DuckDB) or live, and the answers come
+    in valid_from order, each valid for one step from its t."""
+    s = unique("loop")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (v INT, t TIMESTAMP TIMESTAMPCOLUMN) TYPE ARCHIVED "
+                      "WITH (fragment = '10 seconds')")
+        admin.execute(f"INSERT INTO {s} VALUES " + ", ".join(f"({v}, {lit(v)})"
+                                                             for v in range(1, 31)))
+        cur = conn.cursor()
+        loops = {"back": "for (t = NOW; t > NOW - 20; t -= 5)",         # t = 30, 25, 20, 15
+                 "fwd": "for (t = ST - 10; t < ST + 10; t += 5)"}       # t = 20, 25, 30, 35
+        for name, loop in loops.items():
+            cur.execute(f"DECLARE {name} CURSOR FOR SELECT count(*), sum(v), wtime(*), "
+                        f"valid_from, valid_to FROM {s} {loop} {{ WindowIs({s}, t - 5, t) }}")
+        admin.execute(f"INSERT INTO {s} VALUES (31, {lit(31)}), (36, {lit(36)})")
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(60)}")
+        files = glob.glob(os.path.join(_archive(server, s), "*", "*.parquet"))
+        want_ts = {"back": [15, 20, 25, 30], "fwd": [20, 25, 30, 35]}
+        for name in loops:
+            rows = []
+            deadline = time.monotonic() + 20
+            while not rows or rows[-1][4] is None or rows[-1][4] < at(60):
+                assert time.monotonic() < deadline, rows
+                cur.execute(f"FETCH ALL FROM {name} WITH (timeout = '5s')")
+                rows += cur.fetchall()
+            assert [r[3] for r in rows] == sorted(r[3] for r in rows)
+            answered = [r for r in rows if r[0]]
+            assert [r[2] for r in answered] == [at(t) for t in want_ts[name]], name
+            for n, total, t, frm, to in answered:
+                assert (frm, to) == (t, t + dt.timedelta(seconds=5))
+                want = duckdb.sql(f"SELECT count(*), sum(v) FROM read_parquet({files!r}) "
+                                  f"WHERE t BETWEEN TIMESTAMP '{t - dt.timedelta(seconds=5)}' "
+                                  f"AND TIMESTAMP '{t}'").fetchall()[0]
+                assert (n, total) == want, (name, t)
+        # over a stream that is not archived, a backward loop says what it needs
+        plain = unique("plain")
+        admin.execute(f"CREATE STREAM {plain} (v INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        conn.rollback()
+        cur.execute(f"DECLARE p CURSOR FOR SELECT count(*) FROM {plain} "
+                    f"for (t = NOW; t > NOW - 20; t -= 5) {{ WindowIs({plain}, t - 5, t) }}")
+        admin.execute(f"INSERT INTO {plain} VALUES (1, {lit(1)})")
+        with pytest.raises(psycopg.Error, match="TYPE ARCHIVED"):
+            cur.execute("FETCH 1 FROM p WITH (timeout = '10s')")
