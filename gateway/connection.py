@@ -8,6 +8,7 @@ import asyncio
 import logging
 import random
 import ssl
+import time
 from collections import deque
 
 from . import settings as S
@@ -323,12 +324,16 @@ class Connection:
         if describe:
             self.send(row_description(live.fields, fmts))
         sent = 0
+        deadline = s.statement_deadline()
         try:
             while max_rows <= 0 or sent < max_rows:
                 want = None if max_rows <= 0 else max_rows - sent
                 if live.n_pending == 0:
                     await self.flush()        # what is already said goes out before waiting
-                table = await live.take(want, None, s.cancel_event, self.client_closed(),
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0 and live.n_pending == 0:
+                    raise QueryCanceled("canceling statement due to statement timeout")
+                table = await live.take(want, left, s.cancel_event, self.client_closed(),
                                         notices=True)
                 s.notices.extend(live.take_notices())
                 self.send_session_news()

@@ -10,6 +10,7 @@ import asyncio
 import enum
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 
 import duckdb
@@ -83,10 +84,14 @@ class Portals(dict):
         super().clear()
 
 
-def _interval_setting(name: str, value: str) -> str:
+def _interval_setting(name: str, value: str, bare_unit: str = "s") -> str:
+    """A duration setting, checked; a bare number is in ``bare_unit`` (PostgreSQL's
+    statement_timeout counts milliseconds)."""
     from dialect.errors import PlanError
     from dialect.intervals import interval_us
     value = value.strip().strip("'")
+    if re.fullmatch(r"\d+(\.\d+)?", value):
+        value = f"{value}{bare_unit}"
     try:
         if interval_us(value) < 0:
             raise PlanError("negative")
@@ -168,6 +173,12 @@ class Session:
             pass
         self.con.close()
 
+    def statement_deadline(self) -> float | None:
+        """When (time.monotonic) statement_timeout ends the running statement; None: never."""
+        from dialect.intervals import interval_us
+        us = interval_us(self.settings.get("statement_timeout", "0ms"))
+        return time.monotonic() + us / 1e6 if us > 0 else None
+
     # ------------------------------------------------------------------ settings
     def set_setting(self, name: str, value: str, *, local: bool = False) -> None:
         key = S.canonical(name)
@@ -185,8 +196,9 @@ class Session:
             value = "UTF8"
         if key == "TimeZone":
             value = value.strip("'")
-        if key == "cq.progress_interval":
-            value = _interval_setting(name, value)
+        if key in ("cq.progress_interval", "statement_timeout"):
+            value = _interval_setting(name, value, bare_unit="ms" if key == "statement_timeout"
+                                      else "s")
         self.settings[key] = value
         if key in S.REPORTED:
             self.pending_status.append((key, value))

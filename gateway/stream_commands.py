@@ -600,8 +600,13 @@ def snapshot_query(session, tree) -> Rows:
     relations = _relations(session, p)
     history = [h for q in [p, *(r for _, r in relations)] for h in _history(session, q)]
 
-    def evaluate(primed=None, seam=None):
-        return link.snapshot(p, relations, primed, seam)
+    tables = {name: table for q in [p, *(r for _, r in relations)]
+              for name, table in _tables(session, q).items()}
+
+    async def evaluate(primed=None, seam=None):
+        for name, table in tables.items():      # the tables its stream–table joins read, now
+            await link.send_table(name, table)
+        return await link.snapshot(p, relations, primed, seam)
 
     table = link.call(session.server.ingest.start_primed(history, evaluate) if history
                       else evaluate())

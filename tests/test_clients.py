@@ -1,15 +1,78 @@
-"""Every program under clients/ runs against a real server and prints what it promises."""
+"""Every program under clients/ runs against a real server and prints what it promises: the
+psql walkthrough (its output is kept beside it, and compared whole), and the Python
+programs (psycopg 3, asyncpg, SQLAlchemy)."""
 import os
 import subprocess
 import sys
 
+import pytest
+
+from conftest import ServerProcess
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLIENTS = os.path.join(ROOT, "clients")
+
+
+@pytest.fixture(scope="module")
+def clients_server(tmp_path_factory):
+    """One server for the examples: each creates (and first drops) streams of its own."""
+    s = ServerProcess(str(tmp_path_factory.mktemp("cqgate-clients")))
+    yield s
+    s.stop()
+
+
+@pytest.fixture()
+def cqgate_on_path(tmp_path):
+    """``cqgate`` as the README installs it, run from this checkout."""
+    shim = tmp_path / "cqgate"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gateway "$@"\n')
+    shim.chmod(0o755)
+    return {"PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def _run(*args, env=None, cwd=None, timeout=90):
+    r = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                       env={**os.environ, **(env or {})})
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
 
 
 def test_python_static_tables(start_server):
     s = start_server()     # its own server: the example drops and creates "nodes"
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "clients", "python",
-                                                     "static_tables.py"), s.dsn],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    r = _run(sys.executable, os.path.join(CLIENTS, "python", "static_tables.py"), s.dsn)
     assert r.stdout.splitlines() == ["hall: 1", "lab: 2"]
+
+
+def test_psql_walkthrough(clients_server, cqgate_on_path):
+    """psql -f walkthrough.sql from its folder, as the file says; stdout must be exactly the
+    output kept beside it (walkthrough.out), and stderr says what the script expects."""
+    folder = os.path.join(CLIENTS, "psql")
+    r = _run("psql", "-X", "-h", "127.0.0.1", "-p", str(clients_server.port), "-U", "cq",
+             "-f", "walkthrough.sql", cwd=folder,
+             env={**cqgate_on_path, "CQGATE_INGEST_PORT": str(clients_server.ingest_port)})
+    with open(os.path.join(folder, "walkthrough.out")) as f:
+        assert r.stdout == f.read()
+    assert "ERROR:  canceling statement due to statement timeout" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_python_follow_psycopg(clients_server):
+    r = _run(sys.executable, os.path.join(CLIENTS, "python", "follow_psycopg.py"),
+             clients_server.dsn)
+    assert r.stdout.splitlines() == ["08:00:01 sensor 1: 26.5", "08:00:03 sensor 1: 27.0",
+                                     "08:00:04 sensor 0: 30.5"]
+
+
+def test_python_follow_asyncpg(clients_server):
+    r = _run(sys.executable, os.path.join(CLIENTS, "python", "follow_asyncpg.py"),
+             f"postgresql://cq@127.0.0.1:{clients_server.port}/cq")
+    assert r.stdout.splitlines() == ["meter 2: 20.0 kWh", "meter 0: 30.0 kWh",
+                                     "meter 1: 40.0 kWh"]
+
+
+def test_python_bi_sqlalchemy(clients_server):
+    r = _run(sys.executable, os.path.join(CLIENTS, "python", "bi_sqlalchemy.py"),
+             f"postgresql+psycopg://cq@127.0.0.1:{clients_server.port}/cq")
+    assert r.stdout.splitlines() == ["Lyon: 15.0", "Porto: 5.0",
+                                     "sales in the last 30 minutes: 1"]

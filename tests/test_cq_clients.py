@@ -185,3 +185,25 @@ def test_simple_query_streams_rows_as_they_come(server):
     c.send(pgwire.query("SELECT 1"))
     assert [t for t, _ in c.until(b"Z")] == [b"T", b"D", b"C", b"Z"]
     c.close()
+
+
+def test_statement_timeout_cancels_a_waiting_continuous_query(server):
+    """statement_timeout (ms, or with a unit) ends a continuous query that waits longer with
+    57014, as PostgreSQL ends a long statement; the session goes on, and so does a cursor's
+    FETCH: the transaction fails, and its query ends with it."""
+    s = _stream(server.dsn)
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute("SET statement_timeout = 300")
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            c.execute(f"SELECT k FROM {s}")
+        assert c.execute("SELECT 1").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            c.execute("SET statement_timeout = 'soon'")
+    with psycopg.connect(server.dsn) as c:
+        c.execute("SET statement_timeout = '300ms'")
+        c.execute(f"DECLARE f CURSOR FOR SELECT k FROM {s}")
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            c.execute("FETCH 1 FROM f")
+        c.rollback()
+        assert c.execute("SELECT 2").fetchone() == (2,)
+    wait_running(server.dsn, f"FROM {s}", count=0)       # the cursor's query ended
