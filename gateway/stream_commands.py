@@ -600,11 +600,14 @@ def snapshot_query(session, tree) -> Rows:
     relations = _relations(session, p)
     history = [h for q in [p, *(r for _, r in relations)] for h in _history(session, q)]
 
+    # the tables its stream–table joins read, as this session sees them; a table running
+    # queries read already has its committed contents there, kept current at each commit
     tables = {name: table for q in [p, *(r for _, r in relations)]
-              for name, table in _tables(session, q).items()}
+              for name, table in _tables(session, q).items()
+              if name not in link.tables_in_use}
 
     async def evaluate(primed=None, seam=None):
-        for name, table in tables.items():      # the tables its stream–table joins read, now
+        for name, table in tables.items():
             await link.send_table(name, table)
         return await link.snapshot(p, relations, primed, seam)
 
