@@ -76,3 +76,22 @@ def test_python_bi_sqlalchemy(clients_server):
              f"postgresql+psycopg://cq@127.0.0.1:{clients_server.port}/cq")
     assert r.stdout.splitlines() == ["Lyon: 15.0", "Porto: 5.0",
                                      "sales in the last 30 minutes: 1"]
+
+
+def test_jdbc_follow_trips(clients_server, tmp_path):
+    import shutil
+    from test_jdbc import _driver_jar
+    if shutil.which("javac") is None:
+        pytest.fail("javac (JDK 17) is required for the JDBC example")
+    _run("javac", "-d", str(tmp_path), os.path.join(CLIENTS, "jdbc", "FollowTrips.java"),
+         timeout=120)
+    r = _run("java", "-cp", f"{tmp_path}{os.pathsep}{_driver_jar()}", "FollowTrips",
+             f"jdbc:postgresql://127.0.0.1:{clients_server.port}/cq", timeout=120)
+    assert r.stdout.splitlines() == ["zone 1: 12.5", "zone 2: 30.0", "zone 1: 11.0"]
+
+
+def test_odbc_follow(clients_server):
+    folder = os.path.join(CLIENTS, "odbc")
+    r = _run(sys.executable, os.path.join(folder, "follow.py"), str(clients_server.port),
+             env={"ODBCINI": os.path.join(folder, "odbc.ini")})
+    assert r.stdout.splitlines() == ["zone 1: 12.5", "zone 2: 30.0", "zone 1: 11.0"]
