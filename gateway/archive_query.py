@@ -19,8 +19,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialect import expressions as X
-from dialect.planner.apply_default_windows import window_of
 from dialect.intervals import interval_us
+from dialect.planner.apply_default_windows import window_of
 from dialect.planner.build import timestamp_us
 
 from .protocol import errors as E

@@ -8,7 +8,6 @@ because it reads or writes CopyData messages.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -341,14 +340,8 @@ async def _fetch_live(session, m, live: LiveRows):
         raise E.PgError("cursor can only scan forward", sqlstate="55000",
                         hint="A continuous query's rows arrive once, in valid_from order.")
     n = None if "all" in (d, c) else int(c) if c else 1
-    timeout, deadline = _timeout(m), session.statement_deadline()
-    left = None if deadline is None else max(deadline - time.monotonic(), 0)
-    wait = timeout if left is None else left if timeout is None else min(timeout, left)
-    table = await live.take(n, wait,
-                            session.cancel_event, session.client_closed())
-    if left is not None and time.monotonic() >= deadline and not live.exhausted and \
-            table.num_rows < (n or 1) and (timeout is None or timeout > left):
-        raise E.QueryCanceled("canceling statement due to statement timeout")
+    table = await live.take(n, _timeout(m), session.cancel_event, session.client_closed(),
+                            statement_deadline=session.statement_deadline())
     session.notices.extend(live.take_notices())
     if m.group("verb").lower() == "move":
         return Done(f"MOVE {table.num_rows}")

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import random
 import ssl
-import time
 from collections import deque
 
 from . import settings as S
@@ -330,11 +329,8 @@ class Connection:
                 want = None if max_rows <= 0 else max_rows - sent
                 if live.n_pending == 0:
                     await self.flush()        # what is already said goes out before waiting
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0 and live.n_pending == 0:
-                    raise QueryCanceled("canceling statement due to statement timeout")
-                table = await live.take(want, left, s.cancel_event, self.client_closed(),
-                                        notices=True)
+                table = await live.take(want, None, s.cancel_event, self.client_closed(),
+                                        notices=True, statement_deadline=deadline)
                 s.notices.extend(live.take_notices())
                 self.send_session_news()
                 rows = Rows(live.fields, table)

@@ -91,17 +91,24 @@ class LiveRows:
         return out
 
     async def take(self, n: int | None, timeout: float | None, cancel: asyncio.Event,
-                   closed: asyncio.Future | None = None, *, notices: bool = False) -> pa.Table:
+                   closed: asyncio.Future | None = None, *, notices: bool = False,
+                   statement_deadline: float | None = None) -> pa.Table:
         """Up to ``n`` rows: waits until ``n`` are there (``n`` None: at least one), the query
         ends, or ``timeout`` seconds pass (then returns what came, maybe nothing).
-        ``notices``: also return (maybe with no rows) when a notice is waiting."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        ``notices``: also return (maybe with no rows) when a notice is waiting.
+        ``statement_deadline`` (time.monotonic): statement_timeout's end; reached first, it
+        ends the wait with 57014."""
+        ends = [d for d in (None if timeout is None else time.monotonic() + timeout,
+                            statement_deadline) if d is not None]
+        deadline = min(ends) if ends else None
         want = 1 if n is None else n
         while self.n_pending < want and not self.ended and not (notices and self.notices):
             if cancel.is_set():
                 raise QueryCanceled("canceling statement due to user request")
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
+                if deadline == statement_deadline:
+                    raise QueryCanceled("canceling statement due to statement timeout")
                 break
             self._changed.clear()
             waits = [asyncio.ensure_future(self._changed.wait()),

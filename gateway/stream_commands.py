@@ -602,9 +602,8 @@ def snapshot_query(session, tree) -> Rows:
 
     # the tables its stream–table joins read, as this session sees them; a table running
     # queries read already has its committed contents there, kept current at each commit
-    tables = {name: table for q in [p, *(r for _, r in relations)]
-              for name, table in _tables(session, q).items()
-              if name not in link.tables_in_use}
+    names = {n for q in [p, *(r for _, r in relations)] for n in P.tables_read(q.root)}
+    tables = {n: session.table_contents(n) for n in names - set(link.tables_in_use)}
 
     async def evaluate(primed=None, seam=None):
         for name, table in tables.items():
