@@ -1,10 +1,11 @@
 """Every program under clients/ runs against a real server and prints what it promises: the
-psql walkthrough (its output is kept beside it, and compared whole), and the Python
-programs (psycopg 3, asyncpg, SQLAlchemy)."""
+psql walkthrough (its output is kept beside it, and compared whole), the Python programs
+(psycopg 3, asyncpg, SQLAlchemy), pgjdbc, psqlODBC, and the shell source."""
 import os
 import subprocess
 import sys
 
+import psycopg
 import pytest
 
 from conftest import ServerProcess
@@ -95,3 +96,20 @@ def test_odbc_follow(clients_server):
     r = _run(sys.executable, os.path.join(folder, "follow.py"), str(clients_server.port),
              env={"ODBCINI": os.path.join(folder, "odbc.ini")})
     assert r.stdout.splitlines() == ["zone 1: 12.5", "zone 2: 30.0", "zone 1: 11.0"]
+
+
+def test_shell_source_with_nc(clients_server):
+    """clients/sources/source.sh: three readings through nc reach a running query, and a bad
+    stream name comes back as the ingest port's one ERROR line."""
+    with psycopg.connect(clients_server.dsn, autocommit=True) as admin:
+        admin.execute("DROP STREAM IF EXISTS meter CASCADE")
+        admin.execute("CREATE STREAM meter (reading INT, load DOUBLE, t TIMESTAMP TIMESTAMPCOLUMN)")
+        with psycopg.connect(clients_server.dsn) as conn, conn.cursor() as cur:
+            cur.execute("DECLARE c CURSOR FOR SELECT reading, load >= 0 FROM meter")
+            env = {"COUNT": "3", "EVERY": "0", "PORT": str(clients_server.ingest_port)}
+            r = _run("sh", os.path.join(CLIENTS, "sources", "source.sh"), "meter", env=env)
+            assert r.stdout == ""
+            cur.execute("FETCH 3 FROM c WITH (timeout = '30s')")
+            assert cur.fetchall() == [(0, True), (1, True), (2, True)]
+    r = _run("sh", os.path.join(CLIENTS, "sources", "source.sh"), "no_such_stream", env=env)
+    assert r.stdout.startswith("ERROR:") and "no_such_stream" in r.stdout
