@@ -8,6 +8,7 @@ and the queries the server itself keeps (named windows, derived streams) are pla
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import itertools
 import logging
 import os
@@ -29,6 +30,15 @@ BEHIND = HIGH_WATER // 2   # queued bytes at which the back end counts as behind
 SHED_LIMIT = 8 * HIGH_WATER  # a load-shedding stream waits only past this many queued bytes
 
 
+def _one_line(sql: str, width: int = 120) -> str:
+    text = " ".join(sql.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _instant(us: int | None) -> str:
+    return "?" if us is None else str(dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us))
+
+
 class BackendLink:
     def __init__(self, aggregates: str | None = None):
         self.aggregates = aggregates        # user aggregate specs, loaded by the back end too
@@ -40,6 +50,7 @@ class BackendLink:
         self.answers: dict = {}           # req -> Future
         self.tables_in_use: dict = {}     # table name -> number of running queries reading it
         self._tables_of: dict = {}        # qid -> the tables it reads
+        self.labels: dict = {}            # qid -> how the log names a running query
         self._ids = itertools.count(1)
         self._reader_task: asyncio.Task | None = None
         self._stopping = False
@@ -63,6 +74,7 @@ class BackendLink:
         log.info("back end started (pid %d)", self.proc.pid)
         for qid, (plan, feeds) in list(self.persistent.items()):
             await self._register(qid, plan, feeds)
+            log.info("query restarted: %s (from live data)", self.labels.get(qid, f"#{qid}"))
 
     async def stop(self) -> None:
         self._stopping = True
@@ -98,6 +110,7 @@ class BackendLink:
         for qid, live in list(self.live.items()):
             live.finish(err)
             self._release_tables(qid)
+            self._log_stop(qid, "lost with the back end")
         self.live.clear()
         for fut in self.answers.values():
             if not fut.done():
@@ -117,6 +130,7 @@ class BackendLink:
         # a failed query stays listed (cq_queries shows why) until its cursor closes
         live = self.live.get(msg["qid"]) if msg.get("error") else self.live.pop(msg["qid"], None)
         self._release_tables(msg["qid"])
+        self._log_stop(msg["qid"], f"failed: {msg['error']}" if msg.get("error") else "ended")
         if live is None:
             return
         err = None
@@ -158,31 +172,38 @@ class BackendLink:
             await self.send_table(tname, table)
         await self._send_history(qid, history)
         await self._register(qid, plan, feeds, seam if history else None)
+        log.info("query started: %s%s", self.labels.get(qid, f"#{qid}"),
+                 f" (primed from the archive up to {_instant(seam)})" if history else "")
         self._tables_of[qid] = list(tables or {})
         for t in self._tables_of[qid]:
             self.tables_in_use[t] = self.tables_in_use.get(t, 0) + 1
 
     async def open(self, plan: P.Plan, fields: list, schema: pa.Schema, sql: str, owner: int,
                    name: str, tables: dict | None = None, history: dict | None = None,
-                   seam: int | None = None) -> LiveRows:
+                   seam: int | None = None, label: str = "query") -> LiveRows:
         """Start a continuous query; its rows arrive in the returned queue. ``tables``: the
         current contents of the tables it joins; ``history``/``seam``: archived tuples its
-        windows reach back to, and where live data takes over."""
+        windows reach back to, and where live data takes over; ``label``: how the log names
+        it (a cursor, or a plain query)."""
         qid = self.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self)
         live.streams = P.streams_read(plan.root)
         self.live[qid] = live
+        self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
         try:
             await self._start_query(qid, plan, None, tables, history, seam)
         except E.PgError:
             self.live.pop(qid, None)
+            self.labels.pop(qid, None)
             raise
         return live
 
     async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None,
-                   history: dict | None = None, seam: int | None = None) -> None:
+                   history: dict | None = None, seam: int | None = None,
+                   kind: str = "window") -> None:
         """Run a named window's or derived stream's query for as long as the server keeps it
-        (``history``/``seam`` as for ``open``)."""
+        (``history``/``seam`` as for ``open``; ``kind`` names it in the log)."""
+        self.labels[qid] = f"{kind} {feeds}"
         await self._start_query(qid, plan, feeds, tables, history, seam)
         self.persistent[qid] = (plan, feeds)
 
@@ -235,7 +256,13 @@ class BackendLink:
         self.persistent.pop(qid, None)
         self.live.pop(qid, None)
         self._release_tables(qid)
+        self._log_stop(qid, "stopped")
         self._write_soon(wire.control(wire.DROP, qid=qid))
+
+    def _log_stop(self, qid: int, how: str) -> None:
+        label = self.labels.pop(qid, None)
+        if label is not None:           # one line per query, however it ends
+            log.info("query %s: %s", how, label)
 
     def drop_stream(self, name: str) -> None:
         self._write_soon(wire.control(wire.DROP_STREAM, stream=name))

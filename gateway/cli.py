@@ -1,11 +1,13 @@
-"""The ``cqgate`` command: ``cqgate serve`` starts the server (more subcommands arrive with the
-ingest and archive layers). Every flag can also come from a ``CQGATE_<NAME>`` variable."""
+"""The ``cqgate`` command: ``cqgate serve`` runs the server, ``cqgate push`` sends a file to a
+stream. Every ``serve`` flag can also come from a ``CQGATE_<NAME>`` variable; the help says which."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import sys
+from importlib import metadata
 
 from .config import Config
 
@@ -35,14 +37,66 @@ def _serve(args) -> int:
     return 0
 
 
+TOP_EPILOG = """\
+examples:
+  cqgate serve                                 # 127.0.0.1:55433, data in ~/.cqgate/data
+  psql -h 127.0.0.1 -p 55433 -U cq             # then: CREATE STREAM ..., SELECT ... FROM s [RANGE ...]
+  cqgate push trips trips.csv                  # send a CSV file to the stream trips
+
+Run 'cqgate COMMAND --help' for a command's options. Documentation: docs/README.md.
+"""
+
+SERVE_EPILOG = """\
+settings with no flag (environment only):
+  CQGATE_SPARK_DRIVER_HOST   where a remote Spark cluster's executors reach the gateway
+                             (default: loopback for local[*], the host name otherwise)
+  CQGATE_MAX_MESSAGE_BYTES   a larger protocol message closes its connection with 54000
+                             (default 64 MiB)
+  CQGATE_WORKERS             threads running DuckDB work for all sessions (default 16)
+
+The server logs one line per event to standard error: the back end starting, clients
+connecting and leaving, continuous queries starting and stopping (cursor or window name,
+session pid and query), sources connecting and finishing, late tuples (at most one line per
+stream every 10 s), cancel requests and archive compaction failures.
+
+examples:
+  cqgate serve --data-dir /var/lib/cqgate
+  cqgate serve --host 0.0.0.0 --auth scram-sha-256 --users-file /etc/cqgate/users
+  cqgate serve --spark-master spark://spark-master:7077 --spark-warm
+"""
+
+PUSH_EPILOG = """\
+A progress line on standard error shows lines sent and the rate (--quiet hides it). The
+exit code is 0 when the server took every line, 1 when it could not be reached or answered
+with an ERROR: line (a stream that does not exist, a line too long); bad lines are skipped by the server and
+counted in cq_ingest_errors.
+
+examples:
+  cqgate push trips trips.csv
+  cqgate push --wrapper jsonwrapper clicks clicks.jsonl
+  cqgate push --speed 10 trips trips.csv         # replay ten times faster than event time
+  tail -f app.log | cqgate push --wrapper syslog logs -
+"""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("cqgate")
+    except metadata.PackageNotFoundError:       # run from a checkout without installing
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     env = Config.env_defaults()
     d = Config(**env)
+    raw = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
-        prog="cqgate",
+        prog="cqgate", formatter_class=raw, epilog=TOP_EPILOG,
         description="cqgate: a continuous-query gateway that speaks the PostgreSQL protocol.")
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the server",
+    p.add_argument("--version", action="version", version=f"cqgate {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    s = sub.add_parser("serve", help="run the server", formatter_class=raw,
+                       epilog=SERVE_EPILOG,
                        description="Run the cqgate server until SIGTERM or Ctrl-C. It prints a "
                                    "line containing 'ready' once it accepts connections.")
     s.add_argument("--host", default=d.host, help=f"address to listen on (default {d.host}; "
@@ -54,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"port for stream sources (default {d.ingest_port}; "
                         "env CQGATE_INGEST_PORT)")
     s.add_argument("--data-dir", default=d.data_dir,
-                   help=f"where tables, catalog and archives live (default {d.data_dir}; "
-                        "env CQGATE_DATA_DIR)")
+                   help="where tables, catalog and archives live (default "
+                        f"{_home(d.data_dir)}; env CQGATE_DATA_DIR)")
     s.add_argument("--auth", default=d.auth, choices=["trust", "password", "md5",
                                                       "scram-sha-256"],
                    help=f"client authentication (default {d.auth}; env CQGATE_AUTH)")
@@ -91,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                              "(env CQGATE_LOG_LEVEL)")
     s.set_defaults(func=_serve)
     u = sub.add_parser("push", help="send a file to a stream through the ingest port",
+                       formatter_class=raw, epilog=PUSH_EPILOG,
                        description="Send FILE (or standard input, '-') to STREAM through the "
                                    "server's ingest port, as a source: the first line names "
                                    "the wrapper and the stream, then the file's lines follow.")
@@ -114,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the ingest port (default {d.ingest_port}; env CQGATE_INGEST_PORT)")
     u.set_defaults(func=_push)
     return p
+
+
+def _home(path: str) -> str:
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if path.startswith(home + os.sep) else path
 
 
 def _push(args) -> int:

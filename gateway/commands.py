@@ -243,6 +243,7 @@ async def _declare(session, p, params):
         raise E.DuplicateCursor(f'cursor "{name}" already exists')
     query = Statement(text[m.end():], p.stmt.offset + lead + m.end(), p.stmt.max_param)
     inner = session.prepare("", query.text)
+    inner.cursor = name
     inner.stmt = Statement(inner.stmt.text, query.offset, inner.stmt.max_param) \
         if inner.stmt else None
     if not _returns_rows(inner):

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+import time
 from collections import deque
 
 import numpy as np
 import pyarrow as pa
 
 KEEP = 10_000          # entries kept per stream and list
+LOG_EVERY = 10.0       # seconds between late-tuple log lines of one stream
+log = logging.getLogger("cqgate")
 
 
 def _now() -> dt.datetime:
@@ -27,6 +31,7 @@ class IngestLog:
         self.errors: dict = {}       # stream -> deque of error rows
         self.late: dict = {}         # stream -> deque of late-tuple rows
         self.shed: dict = {}         # stream -> {event-time second (µs): [policy, dropped, kept]}
+        self._unlogged: dict = {}    # stream -> [late tuples not yet in the log, last line's time]
 
     def _list(self, lists: dict, stream: str) -> deque:
         return lists.setdefault(stream.lower(), deque(maxlen=KEEP))
@@ -39,6 +44,7 @@ class IngestLog:
                     watermarks: np.ndarray) -> None:
         """``table``: the late rows, ``ts`` their event times and ``watermarks`` the
         watermark each missed (µs)."""
+        self._log_late(stream, origin, table.num_rows, int(watermarks[-1]))
         start = max(0, table.num_rows - KEEP)
         rows = table.slice(start).to_pylist()
         kept = self._list(self.late, stream)
@@ -46,6 +52,18 @@ class IngestLog:
         for row, t, w in zip(rows, ts[start:], watermarks[start:]):
             kept.append((stream.lower(), _timestamp(t), _timestamp(w), arrived, origin,
                          json.dumps(row, default=str)))
+
+    def _log_late(self, stream: str, origin: str, n: int, watermark: int) -> None:
+        """One log line per stream at most every LOG_EVERY seconds, counting every late tuple
+        since the last line, so a source that is always late cannot flood the log."""
+        pending = self._unlogged.setdefault(stream.lower(), [0, -LOG_EVERY])
+        pending[0] += n
+        now = time.monotonic()
+        if now - pending[1] >= LOG_EVERY:
+            log.warning("stream %s: %d late tuple(s) not delivered (latest from %s, watermark %s); "
+                        "see cq_late_tuples, or give the stream more slack", stream, pending[0],
+                        origin, _timestamp(watermark))
+            pending[:] = [0, now]
 
     def late_times(self, stream: str) -> np.ndarray:
         """The event times (µs) of the stream's late tuples still listed, sorted."""

@@ -123,6 +123,10 @@ def push(args) -> int:
             except (BrokenPipeError, ConnectionResetError):
                 closed = True              # the server hung up: its answer says why
             answer = _answer(sock)
+    except ConnectionRefusedError:
+        print(f"\ncqgate push: nothing listens on {args.host}:{args.port}; start the server "
+              "(cqgate serve) or give its ingest port with --port", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"\ncqgate push: {e}", file=sys.stderr)
         return 1

@@ -42,6 +42,7 @@ class Prepared:
     param_oids: list             # final, after inference
     command: str | None = None   # session-command keyword, or None for DuckDB SQL
     translated: TR.Translated | None = None
+    cursor: str | None = None    # the SQL cursor (DECLARE) that runs it, for the log
 
 
 @dataclass
@@ -401,8 +402,10 @@ class Session:
             if isinstance(res, stream_commands.Planned):
                 def start(history=None, seam=None):
                     return self.server.backend.open(res.plan, res.fields, res.schema,
-                                                    p.stmt.text, self.pid, p.name, res.tables,
-                                                    history, seam)
+                                                    p.stmt.text, self.pid, p.cursor or p.name,
+                                                    res.tables, history, seam,
+                                                    label=f"cursor {p.cursor}" if p.cursor
+                                                    else "query")
                 if res.history:        # windows reaching into an archive start primed
                     return await self.server.ingest.start_primed(list(res.history), start)
                 return await start()

@@ -227,7 +227,8 @@ def _keep(session, obj: StreamObject, p: P.Plan) -> None:
     link, history, tables = session.server.backend, _history(session, p), _tables(session, p)
 
     def start(primed=None, seam=None):
-        return link.keep(-obj.oid, p, obj.relation().name, tables, primed, seam)
+        return link.keep(-obj.oid, p, obj.relation().name, tables, primed, seam,
+                         kind="window" if obj.kind == "window" else "derived stream")
 
     link.call(session.server.ingest.start_primed(list(history), start) if history
               else start())
