@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spark-warm", action="store_true", default=d.spark_warm,
                    help="start Spark with the server rather than at the first archive query "
                         "(env CQGATE_SPARK_WARM)")
+    s.add_argument("--wrapper-path", default=d.wrapper_path,
+                   help="folders (separated by ':') whose Python modules CREATE WRAPPER may "
+                        "name, besides DATA_DIR/wrappers (env CQGATE_WRAPPER_PATH)")
     s.add_argument("--log-level", default=d.log_level, help="DEBUG, INFO, WARNING "
                                                              "(env CQGATE_LOG_LEVEL)")
     s.set_defaults(func=_serve)

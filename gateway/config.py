@@ -29,6 +29,7 @@ class Config:
     aggregates: str | None = None        # user aggregates: "name=module:Class,..."
     spark_master: str = "local[*]"       # where archive queries run: local, or spark://host:port
     spark_warm: bool = False             # start Spark with the server, not at the first query
+    wrapper_path: str | None = None      # more folders of CREATE WRAPPER modules (os.pathsep)
 
     def __post_init__(self):
         if not self.data_dir:

@@ -8,7 +8,6 @@ import logging
 import os
 import signal
 import ssl
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from executor import udf
@@ -44,11 +43,9 @@ class Server:
         self.archive = Archive(config.data_dir)
         self.spark = Spark(config.spark_master, config.data_dir)
         self.ingest = Ingest(self.backend, self.archive, self.pool)
-        # user wrappers (CREATE WRAPPER) are imported from the server's Python path and from
-        # the data directory's wrappers/ folder
-        wrappers = os.path.join(config.data_dir, "wrappers")
-        if wrappers not in sys.path:
-            sys.path.append(wrappers)
+        # user wrappers (CREATE WRAPPER) are imported only from these folders
+        self.wrapper_dirs = [os.path.join(config.data_dir, "wrappers")] + \
+            [d for d in (config.wrapper_path or "").split(os.pathsep) if d]
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.ssl_context = None
         if config.tls_cert and config.tls_key:

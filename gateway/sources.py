@@ -22,9 +22,12 @@ import asyncio
 import csv
 import datetime as dt
 import importlib
+import importlib.machinery
 import io
 import json
 import logging
+import os
+import sys
 
 import duckdb
 import numpy as np
@@ -311,13 +314,31 @@ def _user_line(source: Source, line: str) -> list:
 _PARSERS = {"csv": _csv_line, "json": _json_line, "user": _user_line}
 
 
-def load_wrapper(options: dict) -> tuple:
-    """A user wrapper's (init, next, done), each imported from its module path."""
+def _inside(path: str | None, dirs: list) -> bool:
+    real = os.path.realpath(path or "")
+    return any(real.startswith(os.path.realpath(d) + os.sep) for d in dirs)
+
+
+def load_wrapper(options: dict, dirs: list) -> tuple:
+    """A user wrapper's (init, next, done), each imported from its module path. Only modules
+    in the wrapper folders ``dirs`` may be named: CREATE WRAPPER is SQL any user may send, and
+    must not reach ``os.rename`` or any other function the server could import."""
     importlib.invalidate_caches()
     out = []
     for key in ("init", "next", "done"):
         module, _, func = options[key].rpartition(".")
-        out.append(getattr(importlib.import_module(module), func))
+        top = module.split(".")[0]
+        where = f"the wrapper folders ({', '.join(dirs)}; more with --wrapper-path)"
+        if importlib.machinery.PathFinder.find_spec(top, dirs) is None:
+            raise ImportError(f"module {top!r} is not in {where}")
+        for d in dirs:
+            if d not in sys.path:
+                sys.path.append(d)
+        loaded = importlib.import_module(module)
+        if not _inside(getattr(sys.modules[top], "__file__", None), dirs):
+            raise ImportError(f"module name {top!r} is taken by a module outside {where}; "
+                              "rename the wrapper's module")
+        out.append(getattr(loaded, func))
     return tuple(out)
 
 
@@ -334,7 +355,7 @@ def _wrapper_for(server, obj, name: str) -> tuple[str, tuple | None]:
         raise _BadLine(f'wrapper "{name}" is not attached to stream "{obj.name}" '
                        f"(ALTER STREAM {obj.name} ADD WRAPPER {name})")
     try:
-        return "user", load_wrapper(defined.options)
+        return "user", load_wrapper(defined.options, server.wrapper_dirs)
     except (ImportError, AttributeError) as e:
         raise _BadLine(f'wrapper "{name}" cannot be loaded: {e}') from None
 

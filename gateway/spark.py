@@ -17,7 +17,6 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-import pyarrow as pa
 from sqlglot import exp
 
 log = logging.getLogger("cqgate")

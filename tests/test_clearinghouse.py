@@ -187,6 +187,20 @@ def done(state):
 '''
 
 
+@pytest.mark.parametrize("module", ["os", "json", "continuous"])
+def test_a_wrapper_names_only_modules_in_the_wrapper_folders(server, module):
+    """CREATE WRAPPER is SQL anyone may send: a function of the standard library, or of a
+    module on the server's Python path, must not be reachable through it."""
+    with _follow(server, "evil") as (s, admin, cur):
+        w = unique("evil")
+        admin.execute(f"CREATE WRAPPER {w} (init = '{module}.getcwd', next = '{module}.rename', "
+                      f"done = '{module}.getcwd')")
+        admin.execute(f"ALTER STREAM {s} ADD WRAPPER {w}")
+        answer = _source(server.ingest_port, f"{w},{s}\nx\n").decode()
+        assert answer.startswith(f'ERROR: wrapper "{w}" cannot be loaded: module '), answer
+        assert "wrapper folders" in answer and "--wrapper-path" in answer
+
+
 def test_user_wrapper_attached_with_alter_stream(server):
     module = unique("kvwrap")
     folder = os.path.join(server.data_dir, "wrappers")
