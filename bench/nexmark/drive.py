@@ -1,0 +1,125 @@
+"""Driving a cqgate server with NEXMark files: declare the streams, start a query on a cursor,
+send the CSV files through the ingest port (as fast as the server takes them, or paced), and
+drain the rows in a thread, noting when each batch arrived. Used by the tests and by run.py."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import psycopg
+
+from .generate import DDL, SCHEMAS
+
+CHUNK = 1 << 20
+
+
+def declare(dsn: str, slack: str = "none", streams=tuple(SCHEMAS)) -> None:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for s in streams:
+            c.execute(f"DROP STREAM IF EXISTS {s} CASCADE")
+            c.execute(f"CREATE STREAM {s} ({DDL[s]}) WITH (slack = '{slack}')")
+
+
+class Reader:
+    """A cursor over ``sql`` on its own connection, drained by a thread: ``rows`` and, per
+    FETCH that returned rows, (perf_counter at arrival, rows so far)."""
+
+    def __init__(self, dsn: str, sql: str, name: str = "c", fetch: int = 10_000):
+        self.conn = psycopg.connect(dsn)
+        self.cur = self.conn.cursor()
+        self.cur.execute(f"DECLARE {name} CURSOR FOR {sql}")
+        self.name, self.fetch = name, fetch
+        self.rows: list = []
+        self.arrivals: list = []
+        self.keep = True
+        self.expect: int | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+
+    def start(self, expect: int | None = None, keep: bool = True) -> "Reader":
+        self.expect, self.keep = expect, keep
+        self.thread.start()
+        return self
+
+    def _drain(self) -> None:
+        count = 0
+        try:
+            while self.expect is None or count < self.expect:
+                self.cur.execute(f"FETCH {self.fetch} FROM {self.name} WITH (timeout = '20s')")
+                got = self.cur.fetchall()
+                if not got:
+                    break
+                count += len(got)
+                self.arrivals.append((time.perf_counter(), count, got[-1]))
+                if self.keep:
+                    self.rows.extend(got)
+        finally:
+            self.count = count
+            self.done.set()
+
+    def wait(self, timeout: float) -> int:
+        if not self.done.wait(timeout):
+            raise TimeoutError(f"{self.count if hasattr(self, 'count') else '?'} rows after "
+                               f"{timeout}s")
+        return self.count
+
+    def close(self) -> None:
+        try:
+            self.conn.cancel()
+        except psycopg.Error:
+            pass
+        self.done.wait(30)
+        self.conn.close()
+
+
+def _send(port: int, stream: str, data: bytes, errors: list) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(f"csvwrapper,{stream}\n".encode())
+        for i in range(0, len(data), CHUNK):
+            sock.sendall(data[i:i + CHUNK])
+        sock.shutdown(socket.SHUT_WR)
+        answer = sock.recv(4096)
+        if answer:
+            errors.append(answer.decode())
+
+
+def feed(port: int, files: dict) -> None:
+    """Send each stream's CSV ({stream: bytes}) on its own source connection, all at once, as
+    fast as the server reads them."""
+    errors: list = []
+    threads = [threading.Thread(target=_send, args=(port, s, d, errors)) for s, d in
+               files.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError("; ".join(errors))
+
+
+def paced(port: int, stream: str, lines: list[bytes], rate: float, tick: float = 0.001) -> list:
+    """Send ``lines`` at ``rate`` lines/s in ticks; returns (perf_counter when sent, index of
+    the first line after the tick) per tick."""
+    sent = []
+    per_tick = max(1, int(rate * tick))
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(f"csvwrapper,{stream}\n".encode())
+        start = time.perf_counter()
+        for k, i in enumerate(range(0, len(lines), per_tick)):
+            due = start + k * per_tick / rate
+            while (now := time.perf_counter()) < due:
+                if due - now > 0.0005:
+                    time.sleep(due - now - 0.0003)
+            sock.sendall(b"".join(lines[i:i + per_tick]))
+            sent.append((time.perf_counter(), min(len(lines), i + per_tick)))
+        sock.shutdown(socket.SHUT_WR)
+        sock.recv(4096)
+    return sent
+
+
+def advance(dsn: str, streams, to: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        for s in streams:
+            c.execute(f"ALTER STREAM {s} ADVANCE TO '{to}'")

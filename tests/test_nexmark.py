@@ -1,0 +1,68 @@
+"""NEXMark q0, q1, q2, q5, q7 and q8 through a real server: the generated events (10 % of them
+up to 3 s late, under a 3-second slack) go in through the ingest port, each query's rows come
+out of a cursor, and they must be exactly DuckDB's answer to the same definition over the
+same files."""
+import os
+import sys
+
+import psycopg
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from bench.nexmark import drive, generate  # noqa: E402
+from bench.nexmark.queries import QUERIES, oracle  # noqa: E402
+
+EVENTS, RATE = 50_000, 1_000             # 50 s of event time: 5 tumbling, 25 hopping windows
+AFTER = "2026-11-01 00:01:10"            # past every window's end
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("nexmark")
+    tables = generate.generate(EVENTS, RATE, delayed=True)
+    generate.write(tables, str(folder))
+    return {s: str(folder / f"{s}.parquet") for s in generate.SCHEMAS}, \
+        {s: (folder / f"{s}.csv").read_bytes() for s in generate.SCHEMAS}
+
+
+def test_the_generator_follows_the_reference_proportions(events):
+    import duckdb
+    files, _ = events
+    con = duckdb.connect()
+    n = {s: con.execute(f"SELECT count(*) FROM '{p}'").fetchone()[0] for s, p in files.items()}
+    assert n == {"persons": 1000, "auctions": 3000, "bids": 46000}          # 1 : 3 : 46
+    bids = files["bids"]
+    # bids go to auctions that exist, one in two to the newest (hot) pair of auctions
+    orphans = con.execute(f"SELECT count(*) FROM '{bids}' WHERE auction NOT IN "
+                         f"(SELECT id FROM '{files['auctions']}')").fetchone()[0]
+    assert orphans == 0
+    # the files are in arrival order: about 10 % of events come after a later event time
+    out_of_order = con.execute(
+        f"SELECT avg(late::INT) FROM (SELECT date_time < max(date_time) OVER (ORDER BY "
+        f"file_row_number ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS late FROM "
+        f"read_parquet('{bids}', file_row_number = true))").fetchone()[0]
+    assert 0.05 < out_of_order < 0.2
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_query_matches_duckdb(server, events, name):
+    files, csv = events
+    q = QUERIES[name]
+    want = oracle(q, files)
+    assert want, "the oracle must have rows to compare"
+    drive.declare(server.dsn, slack="3 seconds")
+    reader = drive.Reader(server.dsn, q.cqgate).start(expect=len(want))
+    try:
+        drive.feed(server.ingest_port, {s: csv[s] for s in q.reads})
+        drive.advance(server.dsn, q.reads, AFTER)
+        reader.wait(120)
+        got = sorted(map(tuple, reader.rows), key=repr)
+        assert got == want
+        reader.cur.execute("FETCH ALL FROM c WITH (timeout = '500ms')")      # nothing more
+        assert reader.cur.fetchall() == []
+    finally:
+        reader.close()
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        late = c.execute("SELECT coalesce(sum(late), 0) FROM cq_streams").fetchone()[0]
+    assert late == 0                     # the slack absorbed every delay
