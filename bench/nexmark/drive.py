@@ -25,11 +25,11 @@ class Reader:
     """A cursor over ``sql`` on its own connection, drained by a thread: ``rows`` and, per
     FETCH that returned rows, (perf_counter at arrival, rows so far)."""
 
-    def __init__(self, dsn: str, sql: str, name: str = "c", fetch: int = 10_000):
+    def __init__(self, dsn: str, sql: str, name: str = "c"):
         self.conn = psycopg.connect(dsn)
         self.cur = self.conn.cursor()
         self.cur.execute(f"DECLARE {name} CURSOR FOR {sql}")
-        self.name, self.fetch = name, fetch
+        self.name = name
         self.rows: list = []
         self.arrivals: list = []
         self.keep = True
@@ -46,7 +46,8 @@ class Reader:
         count = 0
         try:
             while self.expect is None or count < self.expect:
-                self.cur.execute(f"FETCH {self.fetch} FROM {self.name} WITH (timeout = '20s')")
+                # what is ready, at least one row: no waiting for a batch to fill up
+                self.cur.execute(f"FETCH ALL FROM {self.name} WITH (timeout = '20s')")
                 got = self.cur.fetchall()
                 if not got:
                     break
