@@ -68,8 +68,8 @@ examples:
 PUSH_EPILOG = """\
 A progress line on standard error shows lines sent and the rate (--quiet hides it). The
 exit code is 0 when the server took every line, 1 when it could not be reached or answered
-with an ERROR: line (a stream that does not exist, a line too long); bad lines are skipped by the server and
-counted in cq_ingest_errors.
+with an ERROR: line (a stream that does not exist, a line too long); bad lines are skipped
+by the server and counted in cq_ingest_errors.
 
 examples:
   cqgate push trips trips.csv

@@ -93,7 +93,8 @@ def _slug(heading: str) -> str:
 def test_links_between_pages_lead_somewhere():
     root = os.path.dirname(DOCS)
     pages = [os.path.join(DOCS, n) for n in os.listdir(DOCS) if n.endswith(".md")]
-    pages += [os.path.join(root, "README.md"), os.path.join(root, "clients", "README.md")]
+    pages += [os.path.join(root, "README.md"), os.path.join(root, "clients", "README.md"),
+              os.path.join(DOCS, "benchmarks", "README.md")]
     checked = 0
     for page in pages:
         text = open(page, encoding="utf-8").read()

@@ -25,11 +25,11 @@ class Reader:
     """A cursor over ``sql`` on its own connection, drained by a thread: ``rows`` and, per
     FETCH that returned rows, (perf_counter at arrival, rows so far)."""
 
-    def __init__(self, dsn: str, sql: str, name: str = "c"):
+    def __init__(self, dsn: str, sql: str, name: str = "c", quiet: str = "20s"):
         self.conn = psycopg.connect(dsn)
         self.cur = self.conn.cursor()
         self.cur.execute(f"DECLARE {name} CURSOR FOR {sql}")
-        self.name = name
+        self.name, self.quiet = name, quiet      # the reader stops after that long without rows
         self.rows: list = []
         self.arrivals: list = []
         self.keep = True
@@ -47,7 +47,7 @@ class Reader:
         try:
             while self.expect is None or count < self.expect:
                 # what is ready, at least one row: no waiting for a batch to fill up
-                self.cur.execute(f"FETCH ALL FROM {self.name} WITH (timeout = '20s')")
+                self.cur.execute(f"FETCH ALL FROM {self.name} WITH (timeout = '{self.quiet}')")
                 got = self.cur.fetchall()
                 if not got:
                     break

@@ -72,9 +72,12 @@ def _strings(prefix: str, values: np.ndarray) -> pa.Array:
     return pc.binary_join_element_wise(prefix, pa.array(values).cast(pa.string()), "")
 
 
-def generate(events: int, rate: float, delayed: bool, seed: int = 1) -> dict[str, pa.Table]:
-    rng = np.random.default_rng(seed)
-    n = np.arange(events, dtype=np.int64)
+def generate(events: int, rate: float, delayed: bool, seed: int = 1,
+             offset: int = 0) -> dict[str, pa.Table]:
+    """``events`` events from event number ``offset`` on (a long run generates piece by
+    piece: ids and event times continue)."""
+    rng = np.random.default_rng(seed + offset)
+    n = np.arange(offset, offset + events, dtype=np.int64)
     ts = START_US + (n * 1_000_000 / rate).astype(np.int64)
     arrival = ts.copy()
     if delayed:                     # 10 % of events reach the system up to 3 s after their time
@@ -107,7 +110,7 @@ def generate(events: int, rate: float, delayed: bool, seed: int = 1) -> dict[str
         "initial_bid": pa.array(initial),
         "reserve": pa.array(initial + np.round(10 ** (rng.random(len(a)) * 6) * 100)
                             .astype(np.int64)),
-        "expires": pa.array(ts[a] + rng.integers(2_000_000, 20_000_000, len(a)))
+        "expires": pa.array(ts[a - offset] + rng.integers(2_000_000, 20_000_000, len(a)))
         .cast(pa.timestamp("us")),
         "seller": pa.array(seller),
         "category": pa.array(10 + rng.integers(0, 5, len(a))),
@@ -130,8 +133,8 @@ def generate(events: int, rate: float, delayed: bool, seed: int = 1) -> dict[str
 
     tables = {}
     for name, (rows, cols) in out.items():
-        cols["date_time"] = pa.array(ts[rows]).cast(pa.timestamp("us"))
-        order = np.argsort(arrival[rows], kind="stable")       # the files are in arrival order
+        cols["date_time"] = pa.array(ts[rows - offset]).cast(pa.timestamp("us"))
+        order = np.argsort(arrival[rows - offset], kind="stable")       # the files are in arrival order
         tables[name] = pa.table({c: cols[c] for c in SCHEMAS[name]}).take(pa.array(order))
     return tables
 

@@ -1,0 +1,118 @@
+"""Draw docs/benchmarks/*.png from docs/benchmarks/results.jsonl (the newest record of each
+measurement wins): throughput per query, latency CDFs, memory over time, and throughput
+against the number of concurrent queries.
+
+    python -m bench.nexmark.plots"""
+from __future__ import annotations
+
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.ticker  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .run import RESULTS  # noqa: E402
+
+OUT = os.path.dirname(RESULTS)
+
+
+def newest(records: list, measurement: str, key) -> list:
+    latest = {}
+    for r in records:
+        if r.get("measurement") == measurement:
+            latest[key(r)] = r
+    return list(latest.values())
+
+
+def _save(fig, name: str) -> None:
+    fig.tight_layout()
+    fig.savefig(os.path.join(OUT, name), dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    print(os.path.join("docs", "benchmarks", name))
+
+
+def throughput(records: list) -> None:
+    rows = newest(records, "throughput", lambda r: (r["engine"], r["query"]))
+    if not rows:
+        return
+    queries = sorted({r["query"] for r in rows})
+    engines = sorted({r["engine"] for r in rows})
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.8 / len(engines)
+    for k, engine in enumerate(engines):
+        vals = {r["query"]: r["events_per_s"] for r in rows if r["engine"] == engine}
+        xs = [i + k * width for i in range(len(queries))]
+        ax.bar(xs, [vals.get(q, 0) / 1e6 for q in queries], width, label=engine)
+    ax.set_xticks([i + width * (len(engines) - 1) / 2 for i in range(len(queries))], queries)
+    ax.set_ylabel("million events/s")
+    ax.set_title("NEXMark end to end, client draining every row")
+    ax.legend()
+    _save(fig, "throughput.png")
+
+
+def latency(records: list) -> None:
+    rows = newest(records, "latency", lambda r: (r["query"], r["rate"]))
+    if not rows:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    for ax, query in zip(axes, ["pass-through", "hopping aggregate"]):
+        for r in sorted((r for r in rows if r["query"] == query), key=lambda r: r["rate"]):
+            ax.plot(r["cdf_ms"], range(len(r["cdf_ms"])), label=f"{r['rate']:,} events/s")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("ms from source to client")
+        ax.set_title(query)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("percent of rows")
+    axes[0].legend()
+    _save(fig, "latency_cdf.png")
+
+
+def memory(records: list) -> None:
+    rows = newest(records, "memory", lambda r: r["query"])
+    if not rows:
+        return
+    r = rows[-1]
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    ax.plot([s[0] / 60 for s in r["samples"]], [s[1] for s in r["samples"]])
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("resident memory, MiB")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{r['query']} at {r['rate']:,.0f} events/s: gateway + back end")
+    ax.grid(alpha=0.3)
+    _save(fig, "memory.png")
+
+
+def many(records: list) -> None:
+    rows = sorted(newest(records, "many queries", lambda r: r["queries"]),
+                  key=lambda r: r["queries"])
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    n = [r["queries"] for r in rows]
+    ax.plot(n, [r["events_per_s"] / 1e6 for r in rows], marker="o", label="stream events/s")
+    one = rows[0]["events_per_s"] / 1e6
+    ax.plot(n, [one * n[0] / k for k in n],
+            linestyle=":", color="grey", label="if each query cost as much as one alone")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("concurrent continuous queries")
+    ax.set_ylabel("million events/s")
+    ax.set_title("Many queries over one stream (shared scan)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    _save(fig, "many_queries.png")
+
+
+def main() -> None:
+    with open(RESULTS) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    for draw in (throughput, latency, memory, many):
+        draw(records)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""NEXMark through the whole of cqgate: source → clearinghouse → back end → gateway → client.
+Prints one JSON record per measurement and appends it to docs/benchmarks/results.jsonl.
+
+    python -m bench.nexmark.run throughput [--events 2000000] [--queries q0,q1,q2,q5,q7,q8]
+    python -m bench.nexmark.run latency    [--rates 1000,10000,100000] [--seconds 10]
+    python -m bench.nexmark.run many       [--counts 1,10,100,1000] [--events 1000000]
+    python -m bench.nexmark.run memory     [--minutes 10] [--rate 100000]
+    python -m bench.nexmark.plots          # PNGs in docs/benchmarks/ from results.jsonl
+
+Each measurement starts its own server (free ports, a temporary data directory). Nothing here
+asserts a speed; the numbers are for reading and plotting."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import psycopg
+import pyarrow as pa
+import pyarrow.csv as pcsv
+
+from . import drive, generate
+from .queries import QUERIES, oracle
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(ROOT, "docs", "benchmarks", "results.jsonl")
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from conftest import ServerProcess  # noqa: E402
+
+
+def machine() -> str:
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                         "?")
+    except OSError:
+        pass
+    return f"{platform.machine()}, {os.cpu_count()} cores, {model}, Python {platform.python_version()}"
+
+
+def record(**fields) -> dict:
+    rec = {"engine": "cqgate", **fields, "machine": machine(),
+           "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    print(json.dumps(rec), flush=True)
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return rec
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of a process and its children (the back end, Spark), KiB."""
+    total = 0
+    for p in [pid] + _children(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS"))
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out += [int(entry)] + _children(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+class Sampler:
+    """Peak resident memory of the server while a measurement runs."""
+
+    def __init__(self, pid: int, every: float = 0.2):
+        self.pid, self.every, self.peak, self.samples = pid, every, 0, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.t0 = time.perf_counter()
+
+    def _run(self):
+        while not self.stop.is_set():
+            kib = rss_kib(self.pid)
+            self.peak = max(self.peak, kib)
+            self.samples.append((round(time.perf_counter() - self.t0, 1), kib))
+            self.stop.wait(self.every)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def _server(tmp: str) -> ServerProcess:
+    return ServerProcess(tmp, "--log-level", "WARNING")
+
+
+def _csv(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pcsv.write_csv(table, sink, pcsv.WriteOptions(include_header=False, quoting_style="none"))
+    return sink.getvalue().to_pybytes()
+
+
+def _files(events: int, rate: float, folder: str) -> tuple[dict, dict, dict]:
+    tables = generate.generate(events, rate, delayed=False)
+    generate.write(tables, folder)
+    parquet = {s: os.path.join(folder, f"{s}.parquet") for s in tables}
+    csv = {s: open(os.path.join(folder, f"{s}.csv"), "rb").read() for s in tables}
+    return tables, parquet, csv
+
+
+def _end(tables: dict, streams) -> str:
+    last = max(tables[s].column("date_time").to_numpy().max() for s in streams)
+    return str(last.astype("datetime64[s]") + np.timedelta64(30, "s")).replace("T", " ")
+
+
+def throughput(args) -> None:
+    """Each query alone: the files pushed through the ingest port as fast as the server takes
+    them, the client draining every row; events/s = input events / (last row − first byte)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tables, parquet, csv = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
+        srv = _server(os.path.join(tmp, "data"))
+        try:
+            for name in args.queries.split(","):
+                q = QUERIES[name]
+                want = len(oracle(q, parquet))
+                drive.declare(srv.dsn, streams=q.reads)
+                reader = drive.Reader(srv.dsn, q.cqgate, quiet="600s").start(expect=want,
+                                                                            keep=False)
+                events = sum(tables[s].num_rows for s in q.reads)
+                with Sampler(srv.proc.pid) as mem:
+                    t0 = time.perf_counter()
+                    drive.feed(srv.ingest_port, {s: csv[s] for s in q.reads})
+                    fed = time.perf_counter() - t0
+                    drive.advance(srv.dsn, q.reads, _end(tables, q.reads))
+                    got = reader.wait(600)
+                    secs = reader.arrivals[-1][0] - t0
+                reader.close()
+                record(measurement="throughput", query=name, title=q.title, events=events,
+                       result_rows=got, expected_rows=want, seconds=round(secs, 3),
+                       events_per_s=round(events / secs), ingest_seconds=round(fed, 3),
+                       peak_rss_mib=round(mem.peak / 1024, 1))
+        finally:
+            srv.stop()
+
+
+LATENCY_QUERIES = {
+    "pass-through": "SELECT auction, price, date_time FROM bids",
+    "hopping aggregate": "SELECT auction, COUNT(*) AS num, valid_from FROM bids "
+                         "[RANGE '10 seconds' SLIDE '2 seconds'] GROUP BY auction",
+}
+
+
+def latency(args) -> None:
+    """Bids sent at a fixed rate (event time advancing with the wall clock); for each result
+    row, the time from the line that caused it leaving the source to the client having it. A
+    pass-through row is caused by its own bid; a window's row by the first bid after the
+    window's end (slack none: that bid moves the watermark past the end)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = _server(os.path.join(tmp, "data"))
+        try:
+            for rate in [int(r) for r in args.rates.split(",")]:
+                events = int(rate * args.seconds * generate.EPOCH / generate.BID)
+                bids = generate.generate(events, rate * generate.EPOCH / generate.BID,
+                                         delayed=False)["bids"]
+                lines = _csv(bids).splitlines(keepends=True)
+                times = bids.column("date_time").to_numpy().astype("datetime64[us]")
+                for label, sql in LATENCY_QUERIES.items():
+                    drive.declare(srv.dsn, streams=("bids",))
+                    reader = drive.Reader(srv.dsn, sql, quiet="3s").start()
+                    sent = drive.paced(srv.ingest_port, "bids", lines, rate, tick=args.tick)
+                    reader.wait(60 + args.seconds)
+                    reader.close()
+                    ms = _latencies(reader, sent, times, label)
+                    if not len(ms):
+                        raise RuntimeError(f"{label} at {rate}/s: no rows to measure")
+                    record(measurement="latency", query=label, rate=rate, events=len(lines),
+                           source_tick_ms=args.tick * 1000,
+                           rows=len(ms), p50_ms=_pct(ms, 50), p99_ms=_pct(ms, 99),
+                           p999_ms=_pct(ms, 99.9), max_ms=round(float(ms.max()), 2),
+                           cdf_ms=[_pct(ms, p) for p in range(0, 101)])
+        finally:
+            srv.stop()
+
+
+def _pct(ms: np.ndarray, p: float) -> float:
+    return round(float(np.percentile(ms, p)), 3)
+
+
+def _latencies(reader, sent: list, times: np.ndarray, label: str) -> np.ndarray:
+    """Milliseconds from cause to arrival for every row."""
+    arrivals = np.array([a[0] for a in reader.arrivals])
+    counts = np.array([a[1] for a in reader.arrivals])
+    row_arrival = arrivals[np.searchsorted(counts, np.arange(len(reader.rows)), side="right")]
+    when = np.array([r[-1] for r in reader.rows], dtype="datetime64[us]")
+    if label == "pass-through":
+        line = np.searchsorted(times, when)                       # the bid itself
+    else:
+        line = np.searchsorted(times, when, side="right")         # first bid after the end
+    keep = line < len(times)                                      # windows closed by a bid
+    tick_end = np.array([s[1] for s in sent])
+    tick_time = np.array([s[0] for s in sent])
+    sent_at = tick_time[np.searchsorted(tick_end, line[keep], side="right")]
+    return (row_arrival[keep] - sent_at) * 1000
+
+
+def many(args) -> None:
+    """N continuous queries over one stream at once, half filters with different constants
+    and half windowed aggregates: total events/s until every query has seen every event, and
+    the server's memory per query."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tables, parquet, csv = _files(args.events, 1_000_000, os.path.join(tmp, "events"))
+        events = tables["bids"].num_rows
+        for n in [int(c) for c in args.counts.split(",")]:
+            srv = _server(os.path.join(tmp, f"data{n}"))
+            try:
+                drive.declare(srv.dsn, streams=("bids",))
+                base = rss_kib(srv.proc.pid)
+                conn = psycopg.connect(srv.dsn)
+                cur = conn.cursor()
+                for i in range(n):
+                    sql = (f"SELECT auction, price FROM bids WHERE price BETWEEN {i * 997} "
+                           f"AND {i * 997 + 9}" if i % 2 == 0 else
+                           f"SELECT COUNT(*), MAX(price) FROM bids [RANGE '10 seconds' SLIDE "
+                           f"'{1 + i % 5} seconds'] WHERE bidder % {n} = {i}")
+                    cur.execute(f"DECLARE c{i} CURSOR FOR {sql}")
+                time.sleep(1)
+                with_queries = rss_kib(srv.proc.pid)
+                with Sampler(srv.proc.pid) as mem:
+                    t0 = time.perf_counter()
+                    drive.feed(srv.ingest_port, {"bids": csv["bids"]})
+                    _barrier(srv)
+                    secs = time.perf_counter() - t0
+                record(measurement="many queries", queries=n, events=events,
+                       seconds=round(secs, 3), events_per_s=round(events / secs),
+                       query_events_per_s=round(events * n / secs),
+                       rss_before_mib=round(base / 1024, 1),
+                       rss_per_query_kib=round((with_queries - base) / n, 1),
+                       peak_rss_mib=round(mem.peak / 1024, 1))
+                conn.close()
+            finally:
+                srv.stop()
+
+
+def _barrier(srv) -> None:
+    """Wait until the back end has processed everything sent so far: it runs queries in
+    arrival order, so a marker tuple sent last reaching a new query means all came before."""
+    with psycopg.connect(srv.dsn) as conn, psycopg.connect(srv.dsn, autocommit=True) as feed:
+        cur = conn.cursor()
+        cur.execute("DECLARE mark CURSOR FOR SELECT price FROM bids WHERE price = -1")
+        feed.execute("INSERT INTO bids VALUES (0, 0, -1, 'mark', 'mark', TIMESTAMP '2030-01-01')")
+        cur.execute("FETCH 1 FROM mark WITH (timeout = '600s')")
+        assert cur.fetchall() == [(-1,)], "the marker did not come back"
+
+
+def memory(args) -> None:
+    """A windowed query at a fixed rate for a long time; the server's resident memory sampled
+    every few seconds must be flat after warm-up."""
+    sql = ("SELECT auction, COUNT(*) AS num, MAX(price) FROM bids "
+           "[RANGE '10 seconds' SLIDE '2 seconds'] GROUP BY auction")
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = _server(os.path.join(tmp, "data"))
+        try:
+            drive.declare(srv.dsn, streams=("bids",))
+            reader = drive.Reader(srv.dsn, sql).start(keep=False)
+            total = int(args.rate * args.minutes * 60)
+            second = int(args.rate * generate.EPOCH / generate.BID)      # events a second
+            with Sampler(srv.proc.pid, every=5) as mem:
+                _endless(srv, args.rate, total, second)
+            reader.close()
+            samples = mem.samples
+            warm = [kib for t, kib in samples if t >= 60] or [kib for _, kib in samples]
+            record(measurement="memory", query="hopping aggregate", rate=args.rate,
+                   events=total, seconds=round(samples[-1][0], 1),
+                   rss_after_warmup_min_mib=round(min(warm) / 1024, 1),
+                   rss_after_warmup_max_mib=round(max(warm) / 1024, 1),
+                   peak_rss_mib=round(mem.peak / 1024, 1),
+                   samples=[[t, round(k / 1024, 1)] for t, k in samples])
+        finally:
+            srv.stop()
+
+
+def _endless(srv, rate: float, total: int, second: int) -> None:
+    """Bids at ``rate`` a second, generated a second of event time at a time, sent in ten
+    even slices a second."""
+    import socket
+    with socket.create_connection(("127.0.0.1", srv.ingest_port)) as sock:
+        sock.sendall(b"csvwrapper,bids\n")
+        start, sent, k = time.perf_counter(), 0, 0
+        while sent < total:
+            lines = _csv(generate.generate(second, second, delayed=False,
+                                           offset=k * second)["bids"]).splitlines(keepends=True)
+            for part in range(10):
+                piece = lines[part * len(lines) // 10:(part + 1) * len(lines) // 10]
+                sock.sendall(b"".join(piece))
+                sent += len(piece)
+                time.sleep(max(0.0, start + sent / rate - time.perf_counter()))
+            k += 1
+        sock.shutdown(socket.SHUT_WR)
+        sock.recv(4096)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--events", type=int, default=2_000_000)
+    t.add_argument("--queries", default=",".join(QUERIES))
+    t.add_argument("--event-rate", type=float, default=100_000,
+                   help="events per second of event time in the file (default 100,000: "
+                        "2 M events span 20 s, so the 10 s windows close several times)")
+    t.set_defaults(func=throughput)
+    la = sub.add_parser("latency")
+    la.add_argument("--rates", default="1000,10000,100000")
+    la.add_argument("--seconds", type=float, default=10)
+    la.add_argument("--tick", type=float, default=0.01,
+                    help="the source sends what is due every TICK seconds (default 0.01)")
+    la.set_defaults(func=latency)
+    m = sub.add_parser("many")
+    m.add_argument("--counts", default="1,10,100,1000")
+    m.add_argument("--events", type=int, default=1_000_000)
+    m.set_defaults(func=many)
+    me = sub.add_parser("memory")
+    me.add_argument("--minutes", type=float, default=10)
+    me.add_argument("--rate", type=float, default=100_000, help="bids a second")
+    me.set_defaults(func=memory)
+    args = ap.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
