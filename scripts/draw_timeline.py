@@ -68,7 +68,7 @@ def svg() -> str:
         f'viewBox="0 0 {width:.0f} {height}" font-family="sans-serif" font-size="13">')
     add(f'<rect width="{width:.0f}" height="{height}" fill="white"/>')
     add(f'<text x="10" y="24" font-size="15" font-weight="bold">temps [RANGE \'10 seconds\']: '
-        f'each reading holds for [valid_from, valid_to)</text>')
+        'each reading holds for [valid_from, valid_to)</text>')
     for i, (node, temp, f, t) in enumerate(intervals()):
         y = TOP + i * ROW
         add(f'<text x="10" y="{y + 15}">node {node}, {temp}</text>')
