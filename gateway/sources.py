@@ -324,16 +324,14 @@ def load_wrapper(options: dict, dirs: list) -> tuple:
     in the wrapper folders ``dirs`` may be named: CREATE WRAPPER is SQL any user may send, and
     must not reach ``os.rename`` or any other function the server could import."""
     importlib.invalidate_caches()
+    sys.path.extend(d for d in dirs if d not in sys.path)
+    where = f"the wrapper folders ({', '.join(dirs)}; more with --wrapper-path)"
     out = []
     for key in ("init", "next", "done"):
         module, _, func = options[key].rpartition(".")
         top = module.split(".")[0]
-        where = f"the wrapper folders ({', '.join(dirs)}; more with --wrapper-path)"
         if importlib.machinery.PathFinder.find_spec(top, dirs) is None:
             raise ImportError(f"module {top!r} is not in {where}")
-        for d in dirs:
-            if d not in sys.path:
-                sys.path.append(d)
         loaded = importlib.import_module(module)
         if not _inside(getattr(sys.modules[top], "__file__", None), dirs):
             raise ImportError(f"module name {top!r} is taken by a module outside {where}; "

@@ -34,6 +34,7 @@ class Reader:
         self.arrivals: list = []
         self.keep = True
         self.expect: int | None = None
+        self.count = 0
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._drain, daemon=True)
 
@@ -43,26 +44,25 @@ class Reader:
         return self
 
     def _drain(self) -> None:
-        count = 0
         try:
-            while self.expect is None or count < self.expect:
+            while self.expect is None or self.count < self.expect:
                 # what is ready, at least one row: no waiting for a batch to fill up
                 self.cur.execute(f"FETCH ALL FROM {self.name} WITH (timeout = '{self.quiet}')")
                 got = self.cur.fetchall()
                 if not got:
                     break
-                count += len(got)
-                self.arrivals.append((time.perf_counter(), count, got[-1]))
+                self.count += len(got)
+                self.arrivals.append((time.perf_counter(), self.count, got[-1]))
                 if self.keep:
                     self.rows.extend(got)
+        except psycopg.errors.QueryCanceled:
+            pass                              # close() ends a reader that has no end of its own
         finally:
-            self.count = count
             self.done.set()
 
     def wait(self, timeout: float) -> int:
         if not self.done.wait(timeout):
-            raise TimeoutError(f"{self.count if hasattr(self, 'count') else '?'} rows after "
-                               f"{timeout}s")
+            raise TimeoutError(f"{self.count} rows after {timeout}s")
         return self.count
 
     def close(self) -> None:

@@ -134,17 +134,29 @@ def generate(events: int, rate: float, delayed: bool, seed: int = 1,
     tables = {}
     for name, (rows, cols) in out.items():
         cols["date_time"] = pa.array(ts[rows - offset]).cast(pa.timestamp("us"))
-        order = np.argsort(arrival[rows - offset], kind="stable")       # the files are in arrival order
+        # the files are in arrival order
+        order = np.argsort(arrival[rows - offset], kind="stable")
         tables[name] = pa.table({c: cols[c] for c in SCHEMAS[name]}).take(pa.array(order))
     return tables
 
 
-def write(tables: dict, out_dir: str) -> None:
+def csv_bytes(table: pa.Table) -> bytes:
+    """The table as the CSV lines a source sends: no header, columns in ``SCHEMAS`` order."""
+    sink = pa.BufferOutputStream()
+    pcsv.write_csv(table, sink, pcsv.WriteOptions(include_header=False, quoting_style="none"))
+    return sink.getvalue().to_pybytes()
+
+
+def write(tables: dict, out_dir: str) -> dict[str, bytes]:
+    """Write each table as Parquet and CSV; returns the CSV contents by stream."""
     os.makedirs(out_dir, exist_ok=True)
+    out = {}
     for name, table in tables.items():
         pq.write_table(table, os.path.join(out_dir, f"{name}.parquet"))
-        pcsv.write_csv(table, os.path.join(out_dir, f"{name}.csv"),
-                       pcsv.WriteOptions(include_header=False, quoting_style="none"))
+        out[name] = csv_bytes(table)
+        with open(os.path.join(out_dir, f"{name}.csv"), "wb") as f:
+            f.write(out[name])
+    return out
 
 
 def main() -> None:

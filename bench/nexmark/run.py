@@ -23,8 +23,6 @@ import time
 
 import numpy as np
 import psycopg
-import pyarrow as pa
-import pyarrow.csv as pcsv
 
 from . import drive, generate
 from .queries import QUERIES, oracle
@@ -43,7 +41,8 @@ def machine() -> str:
                          "?")
     except OSError:
         pass
-    return f"{platform.machine()}, {os.cpu_count()} cores, {model}, Python {platform.python_version()}"
+    return (f"{platform.machine()}, {os.cpu_count()} cores, {model}, "
+            f"Python {platform.python_version()}")
 
 
 def record(**fields) -> dict:
@@ -110,17 +109,10 @@ def _server(tmp: str) -> ServerProcess:
     return ServerProcess(tmp, "--log-level", "WARNING")
 
 
-def _csv(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    pcsv.write_csv(table, sink, pcsv.WriteOptions(include_header=False, quoting_style="none"))
-    return sink.getvalue().to_pybytes()
-
-
 def _files(events: int, rate: float, folder: str) -> tuple[dict, dict, dict]:
     tables = generate.generate(events, rate, delayed=False)
-    generate.write(tables, folder)
+    csv = generate.write(tables, folder)
     parquet = {s: os.path.join(folder, f"{s}.parquet") for s in tables}
-    csv = {s: open(os.path.join(folder, f"{s}.csv"), "rb").read() for s in tables}
     return tables, parquet, csv
 
 
@@ -178,7 +170,7 @@ def latency(args) -> None:
                 events = int(rate * args.seconds * generate.EPOCH / generate.BID)
                 bids = generate.generate(events, rate * generate.EPOCH / generate.BID,
                                          delayed=False)["bids"]
-                lines = _csv(bids).splitlines(keepends=True)
+                lines = generate.csv_bytes(bids).splitlines(keepends=True)
                 times = bids.column("date_time").to_numpy().astype("datetime64[us]")
                 for label, sql in LATENCY_QUERIES.items():
                     drive.declare(srv.dsn, streams=("bids",))
@@ -303,7 +295,7 @@ def _endless(srv, rate: float, total: int, second: int) -> None:
         sock.sendall(b"csvwrapper,bids\n")
         start, sent, k = time.perf_counter(), 0, 0
         while sent < total:
-            lines = _csv(generate.generate(second, second, delayed=False,
+            lines = generate.csv_bytes(generate.generate(second, second, delayed=False,
                                            offset=k * second)["bids"]).splitlines(keepends=True)
             for part in range(10):
                 piece = lines[part * len(lines) // 10:(part + 1) * len(lines) // 10]
