@@ -5,6 +5,7 @@ Prints one JSON record per measurement and appends it to docs/benchmarks/results
     python -m bench.nexmark.run latency    [--rates 1000,10000,100000] [--seconds 10]
     python -m bench.nexmark.run many       [--counts 1,10,100,1000] [--events 1000000]
     python -m bench.nexmark.run memory     [--minutes 10] [--rate 100000]
+    python -m bench.nexmark.run side-by-side [--events 2000000] [--engines pyflink,spark]
     python -m bench.nexmark.plots          # PNGs in docs/benchmarks/ from results.jsonl
 
 Each measurement starts its own server (free ports, a temporary data directory). Nothing here
@@ -24,7 +25,7 @@ import time
 import numpy as np
 import psycopg
 
-from . import drive, generate
+from . import drive, generate, peers
 from .queries import QUERIES, oracle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -125,30 +126,87 @@ def throughput(args) -> None:
     """Each query alone: the files pushed through the ingest port as fast as the server takes
     them, the client draining every row; events/s = input events / (last row − first byte)."""
     with tempfile.TemporaryDirectory() as tmp:
-        tables, parquet, csv = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
-        srv = _server(os.path.join(tmp, "data"))
-        try:
-            for name in args.queries.split(","):
-                q = QUERIES[name]
-                want = len(oracle(q, parquet))
-                drive.declare(srv.dsn, streams=q.reads)
-                reader = drive.Reader(srv.dsn, q.cqgate, quiet="600s").start(expect=want,
-                                                                            keep=False)
+        files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
+        _throughput(files, args.queries.split(","), os.path.join(tmp, "data"))
+
+
+def _throughput(files: tuple, names: list, data_dir: str) -> dict:
+    """cqgate's throughput record for each query over ``files`` (from ``_files``)."""
+    tables, parquet, csv = files
+    srv = _server(data_dir)
+    out = {}
+    try:
+        for name in names:
+            q = QUERIES[name]
+            want = len(oracle(q, parquet))
+            drive.declare(srv.dsn, streams=q.reads)
+            reader = drive.Reader(srv.dsn, q.cqgate, quiet="600s").start(expect=want,
+                                                                        keep=False)
+            events = sum(tables[s].num_rows for s in q.reads)
+            with Sampler(srv.proc.pid) as mem:
+                t0 = time.perf_counter()
+                drive.feed(srv.ingest_port, {s: csv[s] for s in q.reads})
+                fed = time.perf_counter() - t0
+                drive.advance(srv.dsn, q.reads, _end(tables, q.reads))
+                got = reader.wait(600)
+                secs = reader.arrivals[-1][0] - t0
+            reader.close()
+            out[name] = record(measurement="throughput", query=name, title=q.title,
+                               events=events, result_rows=got, expected_rows=want,
+                               seconds=round(secs, 3), events_per_s=round(events / secs),
+                               ingest_seconds=round(fed, 3),
+                               peak_rss_mib=round(mem.peak / 1024, 1))
+    finally:
+        srv.stop()
+    return out
+
+
+def side_by_side(args) -> None:
+    """The same event files and queries through cqgate and each peer engine (in its own venv,
+    see bench/nexmark/peers.py), one after the other on this machine; prints events/s and the
+    ratio cqgate / peer for each query."""
+    names = args.queries.split(",")
+    engines = [e for e in args.engines.split(",") if e]
+    with tempfile.TemporaryDirectory() as tmp:
+        files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
+        tables, parquet, _ = files
+        ours = _throughput(files, names, os.path.join(tmp, "data"))
+        table = {n: {"cqgate": ours[n]["events_per_s"]} for n in names}
+        for engine in engines:
+            log_path = os.path.join(ROOT, "bench", f"{engine}.log")
+            got = peers.run(engine, os.path.join(tmp, "events"), names, log_path)
+            for n in names:
+                q, res = QUERIES[n], got[n]
                 events = sum(tables[s].num_rows for s in q.reads)
-                with Sampler(srv.proc.pid) as mem:
-                    t0 = time.perf_counter()
-                    drive.feed(srv.ingest_port, {s: csv[s] for s in q.reads})
-                    fed = time.perf_counter() - t0
-                    drive.advance(srv.dsn, q.reads, _end(tables, q.reads))
-                    got = reader.wait(600)
-                    secs = reader.arrivals[-1][0] - t0
-                reader.close()
-                record(measurement="throughput", query=name, title=q.title, events=events,
-                       result_rows=got, expected_rows=want, seconds=round(secs, 3),
-                       events_per_s=round(events / secs), ingest_seconds=round(fed, 3),
-                       peak_rss_mib=round(mem.peak / 1024, 1))
-        finally:
-            srv.stop()
+                if "error" in res:
+                    record(engine=engine, measurement="throughput", query=n, title=q.title,
+                           events=events, error=res["error"])
+                    table[n][engine] = None
+                    continue
+                rec = record(engine=engine, measurement="throughput", query=n, title=q.title,
+                             events=events, result_rows=res["rows"],
+                             expected_rows=ours[n]["expected_rows"], seconds=res["seconds"],
+                             events_per_s=round(events / res["seconds"]),
+                             settings={k: v for k, v in res.items()
+                                       if k not in ("rows", "seconds")})
+                table[n][engine] = rec["events_per_s"]
+        record(measurement="side by side", events=args.events, engines=["cqgate", *engines],
+               events_per_s=table,
+               ratio={n: {e: (round(t["cqgate"] / t[e], 2) if t.get(e) else None)
+                          for e in engines} for n, t in table.items()})
+        _print_ratios(table, engines)
+
+
+def _print_ratios(table: dict, engines: list) -> None:
+    head = ["query", "cqgate ev/s"] + [c for e in engines for c in (f"{e} ev/s",
+                                                                     f"cqgate/{e}")]
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for n, t in table.items():
+        cells = [n, f"{t['cqgate']:,}"]
+        for e in engines:
+            cells += ([f"{t[e]:,}", f"{t['cqgate'] / t[e]:.2f}"] if t.get(e)
+                      else ["failed", "—"])
+        print("| " + " | ".join(cells) + " |")
 
 
 LATENCY_QUERIES = {
@@ -318,6 +376,14 @@ def main() -> None:
                    help="events per second of event time in the file (default 100,000: "
                         "2 M events span 20 s, so the 10 s windows close several times)")
     t.set_defaults(func=throughput)
+    sb = sub.add_parser("side-by-side")
+    sb.add_argument("--events", type=int, default=2_000_000)
+    sb.add_argument("--queries", default=",".join(QUERIES))
+    sb.add_argument("--engines", default=",".join(peers.ENGINES),
+                    help="peers to run (default all; set up with "
+                         "`python -m bench.nexmark.peers setup`)")
+    sb.add_argument("--event-rate", type=float, default=100_000)
+    sb.set_defaults(func=side_by_side)
     la = sub.add_parser("latency")
     la.add_argument("--rates", default="1000,10000,100000")
     la.add_argument("--seconds", type=float, default=10)
