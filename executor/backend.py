@@ -121,7 +121,10 @@ class Backend:
 
     # ------------------------------------------------------------------ data
     def on_data(self, payload: bytes) -> None:
-        name, table = wire.parse_data(payload)
+        self.take(*wire.parse_data(payload))
+
+    def take(self, name: str, table: pa.Table) -> None:
+        """A stream's rows, in arrival order, through every query that reads the stream."""
         stats = self.streams.setdefault(name.lower(), StreamStats())
         now = time.time()
         stats.first_arrival = stats.first_arrival or now
@@ -229,22 +232,50 @@ class Backend:
         self.send(wire.control(wire.ENDED, qid=qid, error=error, sqlstate=sqlstate))
 
 
+COALESCE_BYTES = 16 << 20      # at most this much queued data is taken as one batch
+
+
 def serve(sock: socket.socket) -> None:
-    reader = sock.makefile("rb", buffering=1 << 20)
+    frames = wire.Frames(sock)
     out: list = []
     backend = Backend(out.append)
-    while True:
-        head = reader.read(wire.HEADER_SIZE)
-        if len(head) < wire.HEADER_SIZE:
-            return
-        kind, length = wire.header(head)
-        payload = reader.read(length)
-        if len(payload) < length:
-            return
-        backend.handle(kind, payload)
+    while (got := frames.next()) is not None:
+        kind, payload = got
+        if kind == wire.DATA:
+            name, table, progress = _coalesced(frames, payload)
+            backend.take(name, table)
+            for p in progress:
+                backend.on_progress(p)
+        else:
+            backend.handle(kind, payload)
         if out:
             sock.sendall(b"".join(out))
             out.clear()
+
+
+def _coalesced(frames: wire.Frames, payload: bytes) -> tuple[str, pa.Table, list]:
+    """A DATA frame and the DATA (and PROGRESS) frames of the same stream already queued
+    behind it, as one table: when the back end falls behind, its batches grow, so the cost
+    per batch (a DuckDB call per operator) is paid once for many small batches. Frames of
+    other kinds or streams stop it, so the order of everything else is kept."""
+    name, table = wire.parse_data(payload)
+    tables, progress, size = [table], [], len(payload)
+    while size < COALESCE_BYTES and (nxt := frames.peek()) is not None:
+        kind, body = nxt
+        if kind == wire.PROGRESS and wire.parse_control(body)["stream"] == name:
+            progress.append(body)
+        elif kind == wire.DATA and wire.data_stream(body) == name:
+            more = wire.parse_data(body)[1]
+            if more.schema != table.schema:              # the stream gained a column
+                break
+            tables.append(more)
+            size += len(body)
+        else:
+            break
+        frames.skip()
+    if len(tables) > 1:
+        table = pa.concat_tables(tables).combine_chunks()
+    return name, table, progress
 
 
 def main(argv=None) -> None:

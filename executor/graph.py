@@ -185,13 +185,14 @@ def _table_side(node) -> tuple:
 class _Vertex:
     """One operator in the shared graph. ``parents`` are (vertex, port) edges; a query's sink
     is a vertex without an operator whose ``sinks`` say which queries read it."""
-    __slots__ = ("op", "parents", "children", "key", "sinks")
+    __slots__ = ("op", "parents", "children", "key", "sinks", "grouped")
 
     def __init__(self, op, key=None):
         self.op, self.key = op, key
         self.parents: list = []
         self.children: list = []
         self.sinks: list = []
+        self.grouped = None         # the GroupedFilter of the σ's reading this vertex
 
 
 # Scans, windows, σ and μ: identical ones over the same stream share one vertex (one scan,
@@ -339,6 +340,7 @@ class Graph:
             for scan in self.scans.get(feeds, ()) if feeds else ():
                 self._deliver(scan, [scan.op.transform(m) if not isinstance(m, Watermark)
                                      else m for m in messages], out)
+        masks = self._grouped_masks(v, messages)
         for parent, port in v.parents:
             op = parent.op
             if op is None:
@@ -346,13 +348,39 @@ class Graph:
                 continue
             nxt = []
             try:
-                for m in messages:
-                    nxt.extend(op.on_watermark(m.ts, port) if isinstance(m, Watermark)
-                               else op.on_batch(m, port))
+                for k, m in enumerate(messages):
+                    if isinstance(m, Watermark):
+                        nxt.extend(op.on_watermark(m.ts, port))
+                    elif masks is not None and op in masks[k]:
+                        nxt.extend(op.on_mask(m, masks[k][op]))
+                    else:
+                        nxt.extend(op.on_batch(m, port))
             except Exception as e:  # noqa: BLE001 - an operator's error ends its queries only
                 self._fail(parent, f"{type(e).__name__}: {e}")
                 continue
             self._deliver(parent, nxt, out)
+
+    @staticmethod
+    def _grouped_masks(v: _Vertex, messages: list) -> list | None:
+        """For each message, {σ: its mask} when several σ's read ``v`` (one DuckDB pass for
+        them all); None when fewer than two do. If the grouped pass fails (one predicate's
+        error), each σ runs on its own, so the error ends only its own queries."""
+        filters = [p.op for p, _ in v.parents if isinstance(p.op, filter_map.Filter)]
+        if len(filters) < 2:
+            v.grouped = None
+            return None
+        if v.grouped is None or v.grouped.filters != filters:
+            v.grouped = filter_map.GroupedFilter(filters)
+        masks = []
+        for m in messages:
+            if isinstance(m, Watermark) or m.num_rows == 0:
+                masks.append({})
+                continue
+            try:
+                masks.append(dict(zip(filters, v.grouped.masks(m))))
+            except Exception:  # noqa: BLE001 - found again, per σ, by on_batch
+                masks.append({})
+        return masks
 
     def _fail(self, v: _Vertex, error: str) -> None:
         for qid in v.sinks:

@@ -61,6 +61,73 @@ def data(stream: str, batch, kind: bytes = DATA) -> bytes:
     return frame(kind, _NAME.pack(len(name)) + name + ipc(batch))
 
 
+def data_stream(payload: bytes) -> str:
+    """The stream a DATA payload is for, without reading its rows."""
+    (n,) = _NAME.unpack_from(payload)
+    return payload[_NAME.size:_NAME.size + n].decode()
+
+
+class Frames:
+    """Frames read off a blocking stream socket. ``next()`` waits for one; ``peek()`` returns
+    the next one only if it has already arrived whole (it never waits), and ``skip()``
+    consumes what ``peek()`` returned: the back end uses them to take the data queued behind
+    a batch in one go."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = bytearray()
+        self.pos = 0
+        self.eof = False
+
+    def _recv(self, block: bool) -> None:
+        self.sock.setblocking(block)
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        finally:
+            self.sock.setblocking(True)
+        if not chunk:
+            self.eof = True
+            return
+        if self.pos and self.pos >= len(self.buf) // 2:    # drop what was read
+            del self.buf[:self.pos]
+            self.pos = 0
+        self.buf += chunk
+
+    def _whole(self) -> tuple[bytes, int] | None:
+        """(kind, payload length) of the next frame if all of it is buffered."""
+        if len(self.buf) - self.pos < HEADER_SIZE:
+            return None
+        kind, length = _HEAD.unpack_from(self.buf, self.pos)
+        return (kind, length) if len(self.buf) - self.pos - HEADER_SIZE >= length else None
+
+    def peek(self) -> tuple[bytes, bytes] | None:
+        got = self._whole()
+        if got is None and not self.eof:
+            self._recv(block=False)
+            got = self._whole()
+        if got is None:
+            return None
+        kind, length = got
+        start = self.pos + HEADER_SIZE
+        return kind, bytes(self.buf[start:start + length])
+
+    def skip(self) -> None:
+        _, length = _HEAD.unpack_from(self.buf, self.pos)
+        self.pos += HEADER_SIZE + length
+
+    def next(self) -> tuple[bytes, bytes] | None:
+        """The next frame, waiting for it; None once the socket has closed."""
+        while self._whole() is None:
+            if self.eof:
+                return None
+            self._recv(block=True)
+        frame_ = self.peek()
+        self.skip()
+        return frame_
+
+
 def parse_data(payload: bytes) -> tuple[str, pa.Table]:
     (n,) = _NAME.unpack_from(payload)
     name = payload[_NAME.size:_NAME.size + n].decode()

@@ -67,6 +67,28 @@ def test_a_failing_operator_ends_only_its_queries():
     assert list(g.take_failures()) == ["bad"] and _rows(out, "good") == [(0,)]
 
 
+def test_filters_of_many_queries_are_evaluated_together():
+    """σ's with different constants over one scan run as one grouped filter; each query still
+    gets exactly its rows, and a predicate that fails ends only its own query."""
+    g = Graph()
+    for i in range(4):
+        g.add(i, _plan(f"SELECT k, v FROM s [NOW] WHERE v > {i}"))
+    g.add("bad", _plan("SELECT k FROM s [NOW] WHERE 10 / (v - 2) > 0"))
+    scan = g.scans["s"][0]
+    rows = [(1, 0, 1), (2, 1, 1), (3, 2, 2), (4, 3, 2), (5, 4, 3)]
+    out = g.push("s", _batch(rows))
+    assert scan.grouped is not None and len(scan.grouped.filters) == 5
+    for i in range(4):
+        assert _rows(out, i) == [(k, v) for k, v, _ in rows if v > i]
+    assert list(g.take_failures()) == ["bad"]
+    g.remove("bad")
+    for i in (1, 3):
+        g.remove(i)
+    out = g.push("s", _batch([(6, 1, 4), (7, 2, 4)]))
+    assert _rows(out, 0) == [(6, 1), (7, 2)] and _rows(out, 2) == []
+    assert len(scan.grouped.filters) == 2
+
+
 def test_limit_ends_the_query():
     g = Graph()
     g.add(1, _plan("SELECT v FROM s LIMIT 2"))

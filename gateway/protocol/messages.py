@@ -9,6 +9,7 @@ import struct
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -386,53 +387,43 @@ def data_row(values: Sequence[bytes | None]) -> bytes:
     return _msg(b"D", b"".join(parts))
 
 
-def _put_be(out: np.ndarray, pos: np.ndarray, values: np.ndarray, width: int) -> None:
-    """Write big-endian integers of ``width`` bytes at byte positions ``pos``."""
-    v = values.astype(np.int64)
-    for k in range(width):
-        out[pos + k] = (v >> (8 * (width - 1 - k))) & 0xFF
+_ROW_HEAD = np.dtype([("tag", "u1"), ("length", ">i4"), ("columns", ">i2")])
+
+
+def _fixed(values: np.ndarray) -> pa.Array:
+    """A numpy array of fixed-size records → a binary array of their bytes, one per row."""
+    width = values.dtype.itemsize
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(values),
+                                                 [None, pa.py_buffer(values.tobytes())])
+    return fixed.cast(pa.binary())
 
 
 def data_rows(columns: Sequence[pa.Array]) -> bytes:
     """DataRow messages for a batch, built without a Python loop over rows: each column is an
-    Arrow binary array of already-encoded values (null = SQL NULL); lengths, headers and value
-    bytes are scattered into one buffer with numpy."""
+    Arrow binary array of already-encoded values (null = SQL NULL). Each row's header and each
+    cell's length word are numpy records; Arrow concatenates header, lengths and values row by
+    row, so the rows' bytes come out back to back in one buffer."""
     if not columns:
         return b""
     n = len(columns[0])
     if n == 0:
         return b""
-    lens, nulls, datas, offs = [], [], [], []
+    parts, total = [], np.full(n, 4 + 2 + 4 * len(columns), np.int64)
     for col in columns:
         col = col.cast(pa.binary()) if col.type != pa.binary() else col
-        valid = np.ones(n, bool) if col.null_count == 0 else \
-            col.is_valid().to_numpy(zero_copy_only=False)
-        o = np.frombuffer(col.buffers()[1], dtype=np.int32)[col.offset:col.offset + n + 1]
-        lens.append(np.where(valid, np.diff(o), 0))
-        nulls.append(~valid)
-        offs.append(o)
-        datas.append(np.frombuffer(col.buffers()[2], dtype=np.uint8)
-                     if col.buffers()[2] is not None else np.empty(0, np.uint8))
-    cell_total = sum(lens) + 4 * len(columns)
-    row_len = cell_total + 6                      # the length word counts itself and ncols
-    starts = np.zeros(n, np.int64)
-    np.cumsum(row_len[:-1] + 1, out=starts[1:])
-    out = np.empty(int(starts[-1] + row_len[-1] + 1), np.uint8)
-    out[starts] = ord("D")
-    _put_be(out, starts + 1, row_len, 4)
-    _put_be(out, starts + 5, np.full(n, len(columns)), 2)
-    cell = starts + 7
-    for ln, null, o, data in zip(lens, nulls, offs, datas):
-        _put_be(out, cell, np.where(null, -1, ln).astype(np.int64) & 0xFFFFFFFF, 4)
-        total = int(ln.sum())
-        if total:
-            before = np.cumsum(ln) - ln            # bytes of earlier values in this column
-            idx = np.arange(total, dtype=np.int64)
-            src = np.repeat(o[:-1] - before, ln) + idx
-            dest = np.repeat(cell + 4 - before, ln) + idx
-            out[dest] = data[src]
-        cell = cell + 4 + ln
-    return out.tobytes()
+        null = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
+        if null is not None:
+            col = pc.fill_null(col, b"")
+        length = pc.binary_length(col).to_numpy()
+        if null is not None:
+            length = np.where(null, -1, length)
+        total += np.maximum(length, 0)
+        parts += [_fixed(length.astype(">i4")), col]
+    head = np.empty(n, _ROW_HEAD)
+    head["tag"], head["length"], head["columns"] = ord("D"), total, len(columns)
+    rows = pc.binary_join_element_wise(_fixed(head), *parts, b"")
+    offsets = np.frombuffer(rows.buffers()[1], np.int32)[rows.offset:rows.offset + n + 1]
+    return rows.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]]
 
 
 def command_complete(tag: str) -> bytes:

@@ -284,13 +284,33 @@ def _float_column_text(arr: pa.Array) -> pa.Array:
 
 
 _TRAILING_ZEROS = r"(\.\d*[1-9])0+$|\.0+$"
+_STAMP = len("2026-11-01 00:00:00.000000")
+_POW10 = 10 ** np.arange(1, 7)
 
 
 def _timestamp_text(arr: pa.Array) -> pa.Array:
-    """'YYYY-MM-DD HH:MM:SS[.ffffff]' with trailing fractional zeros dropped, as a string array."""
+    """'YYYY-MM-DD HH:MM:SS[.ffffff]' with trailing fractional zeros dropped, as a string array.
+    Arrow prints every µs timestamp of years 1000–9999 in 26 bytes; each row keeps the first
+    26 − (its fraction's trailing zeros) of them (all 7 with the dot when there is no fraction),
+    cut out of the fixed-width bytes by numpy. Other years and nulls take the regex."""
     if arr.type.unit != "us":
         arr = arr.cast(pa.timestamp("us", tz=arr.type.tz), safe=False)
-    return pc.replace_substring_regex(pc.cast(arr, pa.string()), _TRAILING_ZEROS, r"\1")
+    text = pc.cast(arr, pa.string())
+    n = len(text)
+    data = text.buffers()[2]
+    if arr.null_count or n == 0 or data is None:
+        return pc.replace_substring_regex(text, _TRAILING_ZEROS, r"\1")
+    offsets = np.frombuffer(text.buffers()[1], np.int32)[text.offset:text.offset + n + 1]
+    if offsets[-1] - offsets[0] != n * _STAMP or \
+            not (np.diff(offsets) == _STAMP).all():
+        return pc.replace_substring_regex(text, _TRAILING_ZEROS, r"\1")
+    frac = arr.cast(pa.int64()).to_numpy() % 1_000_000
+    zeros = (frac[:, None] % _POW10 == 0).sum(axis=1)
+    keep = _STAMP - zeros - (zeros == 6)
+    grid = np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]].reshape(n, _STAMP)
+    out = grid[np.arange(_STAMP) < keep[:, None]]
+    ends = np.concatenate([[0], np.cumsum(keep)]).astype(np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(ends), pa.py_buffer(out))
 
 
 def _timestamptz_text(arr: pa.Array, tz: dt.tzinfo) -> pa.Array:
