@@ -1,13 +1,19 @@
-"""DuckDB over Arrow for the operators: each operator owns one in-memory connection, set to
-PostgreSQL's integer division, and runs its SQL over a batch registered under a name."""
+"""DuckDB over Arrow for the operators: each owns a cursor of the process's one in-memory
+database (set to PostgreSQL's integer division) and runs its SQL over a registered batch."""
 from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
 
 
+_database: duckdb.DuckDBPyConnection | None = None
+
+
 def connect() -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
+    global _database
+    if _database is None:
+        _database = duckdb.connect()
+    con = _database.cursor()
     # the plan's SQL means what PostgreSQL means: int / int divides as integers
     con.execute("SET integer_division = true")
     return con

@@ -423,7 +423,7 @@ def data_rows(columns: Sequence[pa.Array]) -> bytes:
     head["tag"], head["length"], head["columns"] = ord("D"), total, len(columns)
     rows = pc.binary_join_element_wise(_fixed(head), *parts, b"")
     offsets = np.frombuffer(rows.buffers()[1], np.int32)[rows.offset:rows.offset + n + 1]
-    return rows.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]]
+    return rows.buffers()[2][offsets[0]:offsets[-1]].to_pybytes()
 
 
 def command_complete(tag: str) -> bytes:
