@@ -122,3 +122,33 @@ def test_windowed_state_stays_bounded():
         sizes.append(g.state_size(1) + g.state_size(2))
     assert max(sizes[100:]) <= max(sizes[:100])    # the windows move; old state is purged
     assert max(sizes) < 30
+
+
+def test_queued_batches_of_a_stream_are_taken_as_one():
+    """Frames of one stream queued behind a DATA frame join it (PROGRESS frames of that stream
+    too); a frame of another stream or kind stops the batch and stays for the next read."""
+    import socket
+
+    from executor import backend, wire
+    a, b = socket.socketpair()
+    try:
+        a.sendall(wire.data("s", _batch([(1, 1, 1)])) +
+                  wire.control(wire.PROGRESS, stream="s", ts=1 * S) +
+                  wire.data("s", _batch([(2, 2, 2), (3, 3, 3)])) +
+                  wire.data("t", _batch([(4, 4, 4)])) +
+                  wire.data("s", _batch([(5, 5, 5)])))
+        frames = wire.Frames(b)
+        kind, payload = frames.next()
+        name, table, progress = backend._coalesced(frames, payload)
+        assert kind == wire.DATA and name == "s" and table.column("k").to_pylist() == [1, 2, 3]
+        assert table.column("k").num_chunks == 1 and len(progress) == 1
+        kind, payload = frames.next()
+        name, table, _ = backend._coalesced(frames, payload)
+        assert name == "t" and table.column("k").to_pylist() == [4]
+        name, table, _ = backend._coalesced(frames, frames.next()[1])
+        assert name == "s" and table.column("k").to_pylist() == [5]
+        assert frames.peek() is None                 # nothing more, and peek does not wait
+        a.close()
+        assert frames.next() is None                 # the socket closed
+    finally:
+        b.close()
