@@ -231,6 +231,7 @@ class Graph:
         self.tables: dict = {}          # table name (lower) -> [TableJoin] reading it
         self.table_data: dict = {}      # table name (lower) -> its latest contents
         self._private = False           # building a query that shares nothing
+        self._qid = None                # the query being built
 
     # ------------------------------------------------------------------ building
     def add(self, qid, plan: P.Plan, feeds: str | None = None, private: bool = False) -> None:
@@ -242,6 +243,7 @@ class Graph:
         sink.sinks.append(qid)
         q.sink = sink
         self._private = private
+        self._qid = qid
         try:
             self._build(plan.root, sink, 0)
         except NotRunnable:
@@ -256,7 +258,16 @@ class Graph:
         rewrite = _REWRITES.get(type(node))
         if rewrite is not None:
             return self._build(rewrite(node), parent, port)
-        key = P.to_json(node) if _shareable(node) and not self._private else None
+        key = None
+        if self._private:
+            pass
+        elif _shareable(node):
+            key = P.to_json(node)
+        elif isinstance(node, P.Aggregate):
+            # the same aggregate twice in one query (q5: the counts and their maximum) runs
+            # once; across queries it is not shared, as each query's first windows hold only
+            # what came after it started
+            key = f"{self._qid!r}:{P.to_json(node)}"
         v = self.shared.get(key) if key is not None else None
         if v is not None:
             self._link(v, parent, port)
@@ -264,7 +275,7 @@ class Graph:
         fused = _fused(node)
         if fused is not None:
             # a time window and the aggregate above it run as one vectorised operator
-            v = _Vertex(fused(node, node.input.window))
+            v = _Vertex(fused(node, node.input.window), key)
             kids = (node.input.input,)
         elif isinstance(node, P.Join) and node.kind == "stream-table":
             op = join.TableJoin(node, *_table_side(node.right))

@@ -47,6 +47,27 @@ def test_identical_operators_are_shared_and_freed_with_their_last_reader():
     assert g.shared == {} and g.scans == {} and g.queries == {}
 
 
+def test_an_aggregate_twice_in_one_query_runs_once():
+    """q5's shape: the counts and their maximum read one aggregate; another query with the
+    same aggregate gets its own (its first windows hold only what came after it started)."""
+    counts = "SELECT k, COUNT(*) AS n FROM s [RANGE 5 SLIDE 1] GROUP BY k"
+    q5 = (f"SELECT c.k, c.n FROM ({counts}) c, (SELECT MAX(n) AS top FROM ({counts}) x) m "
+          "WHERE c.n = m.top")
+    g = Graph()
+    g.add(1, _plan(q5))
+    g.add(2, _plan(counts))
+
+    def aggregates(qid):
+        return {id(v) for v in g._all(g.queries[qid].sink) if "Aggregate" in type(v.op).__name__}
+    assert len(aggregates(1)) == 2                 # the shared count, and MAX over it
+    assert not aggregates(1) & aggregates(2)
+    out = g.push("s", _batch([(1, 1, 1), (1, 1, 2), (2, 1, 3), (3, 1, 9)]))
+    assert (1, 2) in _rows(out, 1)                 # k=1 has the most bids in its windows
+    g.remove(1)
+    g.remove(2)
+    assert g.shared == {}
+
+
 def test_count_windows_share_one_state():
     g = Graph()
     g.add(1, _plan("SELECT valid_from, valid_to, SUM(v) FROM s [PARTITION BY k ROWS 2]"))

@@ -56,29 +56,32 @@ def setup(engine: str) -> None:
     print(f"{engine}: {venv(engine)} has {', '.join(e.packages)}", flush=True)
 
 
-def run(engine: str, events_dir: str, queries: list[str], log_path: str,
-        timeout: float = 3600) -> dict:
+def run(engine: str, events_dir: str, queries: list[str], log_path: str, watch,
+        timeout: float = 3600) -> tuple[dict, object]:
     """Run ``queries`` over the files in ``events_dir`` through ``engine``; returns
-    {query: {"rows", "seconds"} or {"error"}}. The engine's own output goes to ``log_path``."""
+    ({query: {"rows", "seconds"} or {"error"}}, what ``watch(pid)`` made of the engine's
+    process while it ran: a context manager, the memory sampler). The engine's own output
+    goes to ``log_path``."""
     if not ready(engine):
         raise SystemExit(f"{engine} is not set up: run `python -m bench.nexmark.peers setup "
                          f"{engine}` first (it installs into {venv(engine)})")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": python(engine), "PYTHONPATH": ""}
     with open(log_path, "ab") as log:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             [python(engine), os.path.join(HERE, ENGINES[engine].program), events_dir,
-             "--queries", ",".join(queries)],
-            stdout=subprocess.PIPE, stderr=log, env=env, timeout=timeout, check=False)
+             "--queries", ",".join(queries)], stdout=subprocess.PIPE, stderr=log, env=env)
+        with watch(proc.pid) as watched:
+            stdout, _ = proc.communicate(timeout=timeout)
     out = {}
-    for line in done.stdout.decode().splitlines():
+    for line in stdout.decode().splitlines():
         if line.startswith("{"):
             rec = json.loads(line)
             out[rec.pop("query")] = rec
     for q in queries:
-        out.setdefault(q, {"error": f"{engine} exited with {done.returncode} before it; "
+        out.setdefault(q, {"error": f"{engine} exited with {proc.returncode} before it; "
                                     f"see {log_path}"})
-    return out
+    return out, watched
 
 
 def main() -> None:

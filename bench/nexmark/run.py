@@ -174,7 +174,8 @@ def side_by_side(args) -> None:
         table = {n: {"cqgate": ours[n]["events_per_s"]} for n in names}
         for engine in engines:
             log_path = os.path.join(ROOT, "bench", f"{engine}.log")
-            got = peers.run(engine, os.path.join(tmp, "events"), names, log_path)
+            got, mem = peers.run(engine, os.path.join(tmp, "events"), names, log_path,
+                                 watch=Sampler)
             for n in names:
                 q, res = QUERIES[n], got[n]
                 events = sum(tables[s].num_rows for s in q.reads)
@@ -187,6 +188,7 @@ def side_by_side(args) -> None:
                              events=events, result_rows=res["rows"],
                              expected_rows=ours[n]["expected_rows"], seconds=res["seconds"],
                              events_per_s=round(events / res["seconds"]),
+                             peak_rss_mib=round(mem.peak / 1024, 1), rss_over="the whole run",
                              settings={k: v for k, v in res.items()
                                        if k not in ("rows", "seconds")})
                 table[n][engine] = rec["events_per_s"]
