@@ -111,7 +111,8 @@ class Frames:
             return None
         kind, length = got
         start = self.pos + HEADER_SIZE
-        return kind, bytes(self.buf[start:start + length])
+        with memoryview(self.buf) as view:               # one copy, not two
+            return kind, bytes(view[start:start + length])
 
     def skip(self) -> None:
         _, length = _HEAD.unpack_from(self.buf, self.pos)

@@ -89,9 +89,13 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
     s = sub.add_parser("setup", help="create the engines' venvs and install them")
-    s.add_argument("engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
+    s.add_argument("engines", nargs="*", help=f"of {', '.join(ENGINES)} (default: all)")
     args = ap.parse_args()
-    for engine in args.engines:
+    unknown = set(args.engines) - set(ENGINES)
+    if unknown:
+        ap.error(f"unknown engine(s) {', '.join(sorted(unknown))}; choose from "
+                 f"{', '.join(ENGINES)}")
+    for engine in args.engines or list(ENGINES):
         setup(engine)
 
 
