@@ -206,12 +206,14 @@ class Source:
 
     async def feed_bytes(self, data: bytes) -> None:
         """Whole lines: Arrow parses clean CSV at once; anything else goes line by line."""
-        if not data.strip():
+        if not data or data.isspace():
             return
         if len(self.obj.columns) != len(self.names):       # ALTER STREAM … ADD COLUMN
             self._configure()
         if self.wrapper == "csv" and b"#punctuate" not in data:
-            table = self.parse_fast(data)
+            # Arrow parses without the GIL: in a thread, the loop meanwhile serves clients
+            table = await asyncio.get_running_loop().run_in_executor(None, self.parse_fast,
+                                                                     data)
             if table is not None:
                 await self._push(table)
                 return
@@ -406,7 +408,8 @@ async def handle(server, reader: asyncio.StreamReader, writer: asyncio.StreamWri
             buf = rest + chunk
             cut = buf.rfind(b"\n")
             rest = buf[cut + 1:]
-            over = _first_long_line(buf[:cut + 1], limit) if cut >= 0 else -1
+            # no line of a chunk shorter than the limit can be over it: skip the scan
+            over = _first_long_line(buf[:cut + 1], limit) if limit < cut + 1 else -1
             if cut >= 0:
                 await source.feed_bytes(buf[:over if over >= 0 else cut + 1])
             if over >= 0 or len(rest) > limit:
