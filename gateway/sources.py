@@ -39,6 +39,7 @@ from .ingest import micros
 
 log = logging.getLogger("cqgate")
 CHUNK = 1 << 20                 # bytes read before a chunk of lines is parsed
+THREAD_BYTES = 64 << 10         # chunks at least this big are parsed in a worker thread
 PUNCTUATE = "#punctuate "
 
 
@@ -211,9 +212,12 @@ class Source:
         if len(self.obj.columns) != len(self.names):       # ALTER STREAM … ADD COLUMN
             self._configure()
         if self.wrapper == "csv" and b"#punctuate" not in data:
-            # Arrow parses without the GIL: in a thread, the loop meanwhile serves clients
-            table = await asyncio.get_running_loop().run_in_executor(None, self.parse_fast,
-                                                                     data)
+            # Arrow parses without the GIL: a big chunk (a source sending fast) is parsed in a
+            # thread while the loop serves the back end and clients; a small one at once,
+            # as the hand-over would only add to its latency
+            table = await asyncio.get_running_loop().run_in_executor(
+                None, self.parse_fast, data) if len(data) >= THREAD_BYTES else \
+                self.parse_fast(data)
             if table is not None:
                 await self._push(table)
                 return
