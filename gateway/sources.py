@@ -118,22 +118,32 @@ class Source:
         cols["line"] = pa.array(numbers, pa.int64())
         return self._typed(pa.table(cols), texts)
 
-    def parse_fast(self, data: bytes) -> pa.Table | None:
-        """Well-formed CSV (every line with all its fields) parsed by Arrow in one go, typed
-        too when every value fits; None when a line is ragged, so the line rules apply."""
+    def read_fast(self, data: bytes) -> tuple:
+        """Arrow's reading of well-formed CSV (every line with all its fields): (typed, None)
+        when every value fits the stream's types, (None, text fields) when one does not,
+        (None, None) when a line is ragged. It changes no state, so it may run in a worker
+        thread; ``parse_fast`` does the rest on the loop."""
         names = [f"c{i}" for i in range(len(self.order))]
         if self.direct:
             try:
-                typed = self._read_csv(data, names, [self.schema.field(j).type
-                                                     for j in self.order])
+                return self._read_csv(data, names, [self.schema.field(j).type
+                                                    for j in self.order]), None
             except pa.ArrowInvalid:
-                pass                       # a value that does not fit: found below
-            else:
-                self.line_no += typed.num_rows
-                return self._stamped(self._in_stream_order(typed))
+                pass                       # a value that does not fit: found by parse_fast
         try:
-            raw = self._read_csv(data, names, [pa.string()] * len(names))
+            return None, self._read_csv(data, names, [pa.string()] * len(names))
         except pa.ArrowInvalid:
+            return None, None
+
+    def parse_fast(self, data: bytes, read: tuple | None = None) -> pa.Table | None:
+        """Well-formed CSV parsed by Arrow in one go (``read``: ``read_fast``'s answer, if it
+        ran already), typed too when every value fits, else typed here line by line with the
+        bad ones logged; None when a line is ragged, so the line rules apply."""
+        typed, raw = read if read is not None else self.read_fast(data)
+        if typed is not None:
+            self.line_no += typed.num_rows
+            return self._stamped(self._in_stream_order(typed))
+        if raw is None:
             return None
         first = self.line_no + 1
         self.line_no += raw.num_rows
@@ -212,12 +222,12 @@ class Source:
         if len(self.obj.columns) != len(self.names):       # ALTER STREAM … ADD COLUMN
             self._configure()
         if self.wrapper == "csv" and b"#punctuate" not in data:
-            # Arrow parses without the GIL: a big chunk (a source sending fast) is parsed in a
+            # Arrow reads without the GIL: a big chunk (a source sending fast) is read in a
             # thread while the loop serves the back end and clients; a small one at once,
             # as the hand-over would only add to its latency
-            table = await asyncio.get_running_loop().run_in_executor(
-                None, self.parse_fast, data) if len(data) >= THREAD_BYTES else \
-                self.parse_fast(data)
+            read = await asyncio.get_running_loop().run_in_executor(
+                None, self.read_fast, data) if len(data) >= THREAD_BYTES else None
+            table = self.parse_fast(data, read)
             if table is not None:
                 await self._push(table)
                 return
