@@ -35,10 +35,10 @@ cells = st.one_of(st.none(), st.binary(max_size=12))
 @given(st.integers(1, 4).flatmap(lambda k: st.lists(st.tuples(*[cells] * k), min_size=1,
                                                     max_size=40)),
        st.integers(0, 3))
-def test_data_rows_match_row_by_row(rows, skip):
+def test_data_rows_match_row_by_row(rows, start):
     columns = [pa.array([r[i] for r in rows], pa.binary()) for i in range(len(rows[0]))]
-    if skip < len(rows):               # sliced arrays start at an offset
-        columns = [c.slice(skip) for c in columns]
+    if start < len(rows):              # sliced arrays start at an offset
+        columns = [c.slice(start) for c in columns]
     assert M.data_rows(columns) == reference_rows(columns)
 
 

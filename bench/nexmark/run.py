@@ -169,7 +169,6 @@ def side_by_side(args) -> None:
     engines = [e for e in args.engines.split(",") if e]
     with tempfile.TemporaryDirectory() as tmp:
         files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
-        tables, parquet, _ = files
         ours = _throughput(files, names, os.path.join(tmp, "data"))
         table = {n: {"cqgate": ours[n]["events_per_s"]} for n in names}
         for engine in engines:
@@ -177,8 +176,7 @@ def side_by_side(args) -> None:
             got, mem = peers.run(engine, os.path.join(tmp, "events"), names, log_path,
                                  watch=Sampler)
             for n in names:
-                q, res = QUERIES[n], got[n]
-                events = sum(tables[s].num_rows for s in q.reads)
+                q, res, events = QUERIES[n], got[n], ours[n]["events"]
                 if "error" in res:
                     record(engine=engine, measurement="throughput", query=n, title=q.title,
                            events=events, error=res["error"])
