@@ -92,7 +92,7 @@ def _build_aggregate(node: P.Aggregate):
 
 
 def _col(name: str, typ: str) -> P.Expr:
-    return P.Expr(f'"{name}"', (name,), typ)
+    return P.Expr(f'"{name}"', (name,), typ, ("col", name))
 
 
 def distinct_as_aggregate(node: P.Distinct) -> P.Aggregate:
@@ -126,7 +126,7 @@ def difference_as_aggregate(node: P.Difference):
                       + (P.NamedExpr("__keep", P.Expr('"__l" > 0 AND coalesce("__r", 0) = 0',
                                                       ("__l", "__r"), "BOOLEAN")),),
                       node.schema + (P.Column("__keep", "BOOLEAN"),))
-    kept = P.Filter(agg, P.Expr('"__keep"', ("__keep",), "BOOLEAN"), agg.schema)
+    kept = P.Filter(agg, _col("__keep", "BOOLEAN"), agg.schema)
     return P.Map(kept, tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema),
                  node.schema)
 

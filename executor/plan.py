@@ -32,6 +32,7 @@ class Expr:
     sql: str
     columns: tuple = ()  # names of the input columns it reads
     type: str = ""
+    tree: tuple | None = None   # the same, for Arrow's kernels, when simple (executor/kernels)
 
 
 @dataclass(frozen=True)

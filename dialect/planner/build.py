@@ -8,6 +8,7 @@ aggregates into two phases (``split_aggregates``), refuses unbounded state
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -21,6 +22,7 @@ from ..names import pg_column_name
 from .apply_default_windows import apply_default_windows, window_of
 from .catalog import Catalog, Relation
 from .check_bounded_state import check_bounded_state
+from .kernel_trees import kernel_tree
 from .push_down_filters import Conjunct, push_down_filters
 from .split_aggregates import is_aggregate, split_aggregates
 from .types import UNKNOWN, check_boolean, infer, normalize
@@ -132,7 +134,7 @@ class Builder:
 
         renamed = e.copy().transform(rename)
         typ = infer(e, lambda c: resolve(c)[1] if isinstance(c, exp.Column) else UNKNOWN)
-        return P.Expr(renamed.sql("duckdb"), tuple(columns), typ)
+        return P.Expr(renamed.sql("duckdb"), tuple(columns), typ, kernel_tree(renamed))
 
     # ------------------------------------------------------------------ sources
     def source(self, node: exp.Expression, clause_windows: dict) -> tuple[Source, object]:
@@ -496,7 +498,8 @@ class Builder:
             node = P.Aggregate(node, tuple(keys), partial_nodes,
                                tuple(named) + (P.NamedExpr("__having", hexpr),),
                                schema + (P.Column("__having", "BOOLEAN"),))
-            node = P.Filter(node, P.Expr('"__having"', ("__having",), "BOOLEAN"), node.schema)
+            node = P.Filter(node, P.Expr('"__having"', ("__having",), "BOOLEAN",
+                                         ("col", "__having")), node.schema)
         else:
             node = P.Aggregate(node, tuple(keys), partial_nodes, tuple(named), schema)
         # the final phase already computed the select list; the Map just names it
@@ -551,4 +554,6 @@ def _and(exprs: list) -> P.Expr | None:
     if len(exprs) == 1:
         return exprs[0]
     cols = tuple(dict.fromkeys(c for e in exprs for c in e.columns))
-    return P.Expr(" AND ".join(f"({e.sql})" for e in exprs), cols, "BOOLEAN")
+    trees = [e.tree for e in exprs]
+    tree = None if None in trees else functools.reduce(lambda a, b: ("and", a, b), trees)
+    return P.Expr(" AND ".join(f"({e.sql})" for e in exprs), cols, "BOOLEAN", tree)

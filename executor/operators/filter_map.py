@@ -1,12 +1,39 @@
-"""σ and μ: SQL expressions evaluated by DuckDB over whole Arrow batches (the plan carries
-them as DuckDB SQL over the input's column names), intervals passed through unchanged."""
+"""σ and μ: SQL expressions over whole Arrow batches, intervals passed through unchanged. The plan
+carries each expression as DuckDB SQL over the input's column names and, when it is simple, as
+a tree that Arrow's kernels evaluate without a DuckDB call (``kernels``); a batch the kernels
+cannot do exactly as DuckDB would goes to DuckDB."""
 from __future__ import annotations
 
 import pyarrow as pa
 
-from .. import duck
+from .. import duck, kernels
 from ..batches import TE, TS
 from .base import Stateless
+
+
+class Fast:
+    """An expression's kernel, if it has a tree; given up for good once its input types turn
+    out to be beyond the kernels. ``run`` returns None when DuckDB must do the batch."""
+
+    def __init__(self, expr, con):
+        self.f, self.con = None, con
+        if getattr(expr, "tree", None) is not None:
+            try:
+                self.f = kernels.Kernel(expr.tree)
+            except kernels.Unsupported:
+                pass
+
+    def run(self, how, batch: pa.RecordBatch, *args):
+        if self.f is None:
+            return None
+        try:
+            self.f.learn(batch, self.con)
+            return how(self.f, batch, *args)
+        except kernels.Fallback:
+            return None
+        except kernels.Unsupported:
+            self.f = None
+            return None
 
 
 class _DuckOp(Stateless):
@@ -25,6 +52,14 @@ class Filter(_DuckOp):
     def __init__(self, node):
         super().__init__(f'SELECT * FROM b WHERE {node.predicate.sql}')
         self.predicate = node.predicate.sql
+        self.fast = Fast(node.predicate, self.con)
+
+    def transform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        mask = self.fast.run(kernels.mask, batch) if batch.num_rows else None
+        if mask is None:
+            return super().transform(batch)
+        out = batch.filter(mask, null_selection_behavior="drop")
+        return out if out.num_rows else None
 
     def on_mask(self, batch: pa.RecordBatch, mask: pa.Array) -> list:
         """The batch's rows where this σ's predicate, computed elsewhere, is true."""
@@ -33,19 +68,24 @@ class Filter(_DuckOp):
 
 
 class GroupedFilter:
-    """TelegraphCQ's grouped filter: the σ's of many queries over one input evaluated in one
-    DuckDB pass (one predicate column each), so N queries with different constants cost one
-    scan of each batch, not N. ``masks`` returns one boolean array per σ, in order."""
+    """TelegraphCQ's grouped filter: the σ's of many queries over one input evaluated together,
+    so N queries with different constants cost one scan of each batch, not N: Arrow's kernels
+    for the simple predicates, one DuckDB pass (one predicate column each) for the rest.
+    ``masks`` returns one boolean array per σ, in order."""
 
     def __init__(self, filters: list):
         self.filters = filters
-        cols = ", ".join(f"({f.predicate}) AS m{i}" for i, f in enumerate(filters))
-        self.sql = f"SELECT {cols} FROM b"
         self.con = duck.connect()
 
     def masks(self, batch: pa.RecordBatch) -> list:
-        table = duck.run(self.con, "b", batch, self.sql)
-        return [table.column(i).combine_chunks() for i in range(len(self.filters))]
+        out = [f.fast.run(kernels.mask, batch) for f in self.filters]
+        rest = [i for i, m in enumerate(out) if m is None]
+        if rest:
+            cols = ", ".join(f"({self.filters[i].predicate}) AS m{i}" for i in rest)
+            table = duck.run(self.con, "b", batch, f"SELECT {cols} FROM b")
+            for k, i in enumerate(rest):
+                out[i] = table.column(k).combine_chunks()
+        return out
 
 
 class Map(_DuckOp):
@@ -56,14 +96,26 @@ class Map(_DuckOp):
         self.picks = [(_column_of(o.expr), o.name) for o in node.outputs]
         if any(src is None for src, _ in self.picks):
             self.picks = None
+        self.names = [o.name for o in node.outputs] + [TS, TE]
+        self.fast = [Fast(o.expr, self.con) for o in node.outputs]
+        self.types = None          # DuckDB's output types, learnt once, for the kernels' output
 
     def transform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
-        if self.picks is None or batch.num_rows == 0:
-            return super().transform(batch)
-        names = [name for _, name in self.picks] + [TS, TE]
-        return pa.RecordBatch.from_arrays(
-            [batch.column(src) for src, _ in self.picks] + [batch.column(TS), batch.column(TE)],
-            names=names)
+        if batch.num_rows == 0:
+            return None
+        if self.picks is not None:
+            return pa.RecordBatch.from_arrays(
+                [batch.column(src) for src, _ in self.picks] + [batch.column(TS),
+                                                                batch.column(TE)],
+                names=self.names)
+        if all(f.f is not None for f in self.fast):
+            if self.types is None:
+                self.types = duck.run(self.con, "b", batch.slice(0, 0), self.sql).schema.types
+            columns = [f.run(kernels.column, batch, t) for f, t in zip(self.fast, self.types)]
+            if all(c is not None for c in columns):
+                return pa.RecordBatch.from_arrays(
+                    columns + [batch.column(TS), batch.column(TE)], names=self.names)
+        return super().transform(batch)
 
 
 def _column_of(expr) -> str | None:
