@@ -45,20 +45,31 @@ def parse_control(payload: bytes) -> dict:
     return json.loads(payload)
 
 
-def ipc(batch: pa.RecordBatch | pa.Table) -> bytes:
+def ipc_buffer(batch: pa.RecordBatch | pa.Table) -> pa.Buffer:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as w:
         w.write(batch)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
+
+
+def ipc(batch: pa.RecordBatch | pa.Table) -> bytes:
+    return ipc_buffer(batch).to_pybytes()
 
 
 def read_ipc(data) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def data(stream: str, batch, kind: bytes = DATA) -> bytes:
+def data_parts(stream: str, batch, kind: bytes = DATA) -> list:
+    """A DATA (or TABLE, HISTORY) frame as [head, Arrow buffer]: the rows are not copied."""
     name = stream.encode()
-    return frame(kind, _NAME.pack(len(name)) + name + ipc(batch))
+    body = ipc_buffer(batch)
+    return [_HEAD.pack(kind, _NAME.size + len(name) + body.size) + _NAME.pack(len(name)) + name,
+            body]
+
+
+def data(stream: str, batch, kind: bytes = DATA) -> bytes:
+    return b"".join(data_parts(stream, batch, kind))
 
 
 def data_stream(payload: bytes) -> str:
@@ -135,8 +146,8 @@ def parse_data(payload: bytes) -> tuple[str, pa.Table]:
     return name, read_ipc(memoryview(payload)[_NAME.size + n:])
 
 
-def history(qid: int, stream: str, batch) -> bytes:
-    return data(f"{qid}/{stream}", batch, HISTORY)
+def history(qid: int, stream: str, batch) -> list:
+    return data_parts(f"{qid}/{stream}", batch, HISTORY)
 
 
 def parse_history(payload: bytes) -> tuple[int, str, pa.Table]:

@@ -21,6 +21,7 @@ import pyarrow as pa
 from executor import plan as P
 from executor import wire
 
+from .outbox import Outbox
 from .protocol import errors as E
 from .results import LiveRows
 
@@ -44,7 +45,8 @@ class BackendLink:
         self.aggregates = aggregates        # user aggregate specs, loaded by the back end too
         self.loop: asyncio.AbstractEventLoop | None = None
         self.proc: subprocess.Popen | None = None
-        self.writer: asyncio.StreamWriter | None = None
+        self.writer: asyncio.StreamWriter | None = None   # the socket's reading side's owner
+        self.out: Outbox | None = None      # frames to the back end
         self.live: dict = {}              # qid -> LiveRows
         self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
         self.answers: dict = {}           # req -> Future
@@ -69,7 +71,9 @@ class BackendLink:
             pass_fds=[theirs.fileno()], env=env)
         theirs.close()
         reader, self.writer = await asyncio.open_unix_connection(sock=ours, limit=1 << 24)
-        self.writer.transport.set_write_buffer_limits(high=HIGH_WATER)
+        if self.out is not None:
+            self.out.close()
+        self.out = Outbox(ours, self.loop, HIGH_WATER)
         self._reader_task = asyncio.create_task(self._read(reader))
         log.info("back end started (pid %d)", self.proc.pid)
         for qid, (plan, feeds) in list(self.persistent.items()):
@@ -78,6 +82,8 @@ class BackendLink:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self.out is not None:
+            self.out.close()
         if self.writer is not None:
             self.writer.close()
         if self._reader_task is not None:
@@ -149,7 +155,7 @@ class BackendLink:
         req = next(self._ids)
         fut = self.loop.create_future()
         self.answers[req] = fut
-        self.writer.write(wire.control(kind, req=req, **fields))
+        self.out.write(wire.control(kind, req=req, **fields))
         return await asyncio.wait_for(fut, timeout=60)
 
     # ------------------------------------------------------------------ queries
@@ -214,8 +220,8 @@ class BackendLink:
                 del self.tables_in_use[t]
 
     async def send_table(self, name: str, table: pa.Table) -> None:
-        self.writer.write(wire.data(name, table, wire.TABLE))
-        await self.writer.drain()
+        self.out.write(wire.data_parts(name, table, wire.TABLE))
+        await self.out.drain()
 
     async def snapshot(self, plan: P.Plan, relations: list, history: dict | None = None,
                        seam: int | None = None) -> pa.Table | None:
@@ -248,8 +254,8 @@ class BackendLink:
     async def _send_history(self, qid: int, history: dict | None) -> None:
         for stream, table in (history or {}).items():
             for batch in table.to_batches(max_chunksize=1 << 16):
-                self.writer.write(wire.history(qid, stream, batch))
-                await self.writer.drain()
+                self.out.write(wire.history(qid, stream, batch))
+                await self.out.drain()
 
     def drop(self, qid: int) -> None:
         """End a query (safe from any thread)."""
@@ -268,16 +274,8 @@ class BackendLink:
         self._write_soon(wire.control(wire.DROP_STREAM, stream=name))
 
     def _write_soon(self, data: bytes) -> None:
-        if self.writer is None or self.loop is None or self.loop.is_closed():
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            self.writer.write(data)
-        else:
-            self.loop.call_soon_threadsafe(self.writer.write, data)
+        if self.out is not None:
+            self.out.write(data)              # safe from any thread, in order
 
     # ------------------------------------------------------------------ data
     async def send_data(self, stream: str, table: pa.Table, latest: int | None,
@@ -287,20 +285,19 @@ class BackendLink:
         the back end is behind (a stream that sheds load instead waits only past
         ``SHED_LIMIT`` bytes, so memory stays bounded either way)."""
         if table.num_rows:
-            self.writer.write(wire.data(stream, table))
+            self.out.write(wire.data_parts(stream, table))
         if latest is not None:
-            self.writer.write(wire.control(wire.PROGRESS, stream=stream, ts=latest))
-        if wait or self.writer.transport.get_write_buffer_size() > SHED_LIMIT:
-            await self.writer.drain()
+            self.out.write(wire.control(wire.PROGRESS, stream=stream, ts=latest))
+        if wait or self.out.get_write_buffer_size() > SHED_LIMIT:
+            await self.out.drain()
 
     def behind(self) -> bool:
         """Whether the back end has fallen behind: more than BEHIND bytes wait for it."""
-        return self.writer is not None and \
-            self.writer.transport.get_write_buffer_size() > BEHIND
+        return self.out is not None and self.out.get_write_buffer_size() > BEHIND
 
     async def watermark(self, stream: str, ts: int) -> None:
-        self.writer.write(wire.control(wire.WATERMARK, stream=stream, ts=ts))
-        await self.writer.drain()
+        self.out.write(wire.control(wire.WATERMARK, stream=stream, ts=ts))
+        await self.out.drain()
 
     async def stats(self) -> dict:
         return await self._ask(wire.STATS)

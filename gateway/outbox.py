@@ -1,0 +1,109 @@
+"""Frames to the back end, sent by a thread of their own: ``write`` queues bytes or Arrow buffers
+(in order, from any thread) without copying them, and ``drain`` waits while more than the high
+water mark is queued.
+
+The event loop's transport would copy each frame into its buffer and move what is left after
+every partial send; for the megabytes a second of stream data takes, that copying was a good
+share of the gateway's time. Here the thread hands each buffer to the kernel as it is, waiting
+for the socket in ``select`` (the socket stays non-blocking: the loop still reads from it).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import select
+import socket
+import threading
+
+log = logging.getLogger("cqgate")
+
+
+class Outbox:
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, high: int):
+        self.sock, self.loop, self.high = sock, loop, high
+        self.queue: collections.deque = collections.deque()
+        self.queued = 0                     # bytes written and not yet sent
+        self.lost = False                   # the back end stopped reading
+        self._wake = threading.Condition()
+        self._room = asyncio.Event()        # set while at most ``high`` bytes are queued
+        self._room.set()
+        self._closing = False
+        self._thread = threading.Thread(target=self._send_all, name="backend-outbox",
+                                        daemon=True)
+        self._thread.start()
+
+    def write(self, data) -> None:
+        """Queue ``data``: bytes, or a list of bytes-like parts sent one after another."""
+        parts = data if isinstance(data, list) else [data]
+        size = sum(memoryview(p).nbytes for p in parts)
+        with self._wake:
+            if self.lost or self._closing:
+                return
+            self.queue.append(parts)
+            self.queued += size
+            if self.queued > self.high:
+                self._loop_call(self._room.clear)
+            self._wake.notify()
+
+    def get_write_buffer_size(self) -> int:
+        return self.queued
+
+    async def drain(self) -> None:
+        """Wait while more than the high water mark is queued (never when the back end is
+        gone: its reader notices and restarts it)."""
+        while self.queued > self.high and not self.lost:
+            self._room.clear()
+            if self.queued <= self.high or self.lost:    # the thread may have just sent it
+                break
+            await self._room.wait()
+
+    def close(self) -> None:
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+
+    def _loop_call(self, fn) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            fn()
+        elif not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn)
+
+    def _send_all(self) -> None:
+        while True:
+            with self._wake:
+                while not self.queue and not self._closing:
+                    self._wake.wait()
+                if not self.queue:
+                    return
+                parts = self.queue.popleft()
+            size = 0
+            try:
+                for part in parts:
+                    size += self._send(memoryview(part).cast("B"))
+            except OSError as e:
+                log.debug("back end link: %s", e)
+                with self._wake:
+                    self.lost = True
+                    self.queue.clear()
+                    self.queued = 0
+                self._loop_call(self._room.set)
+                return
+            with self._wake:
+                self.queued -= size
+                room = self.queued <= self.high
+            if room and not self._room.is_set():     # a wake-up only for a waiting drain
+                self._loop_call(self._room.set)
+
+    def _send(self, view: memoryview) -> int:
+        total = len(view)
+        while view:
+            try:
+                view = view[self.sock.send(view):]
+            except (BlockingIOError, InterruptedError):
+                select.select([], [self.sock], [], 1.0)
+        return total
