@@ -6,7 +6,7 @@ DuckDB: a zero divisor, an overflow, a NaN compared) or ``Unsupported`` (these t
 done here). DuckDB still decides every type: on the first batch it types each arithmetic step
 of the tree (one call, over no rows), and each step's result is cast to that type, checked, so
 an overflow DuckDB would report is a Fallback here. Tree nodes are tuples: ``("col", name)``,
-``("int"|"dec"|"float"|"str", text)``, ``("bool", value)``, ``("cast", operand, "double")``,
+``("int"|"dec"|"float"|"str", text)``, ``("bool", value)``, ``("null",)``, ``("cast", operand, "double")``,
 and an operator with its operands (``add sub mul div mod neg eq ne lt le gt ge and or not
 is_null``).
 """
@@ -54,6 +54,7 @@ _LITERALS = {
     "float": lambda text: pa.scalar(float(text), pa.float64()),
     "str": lambda text: pa.scalar(text, pa.string()),
     "bool": lambda value: pa.scalar(bool(value), pa.bool_()),
+    "null": lambda: pa.scalar(None, pa.null()),
 }
 
 
@@ -208,6 +209,8 @@ def _sql(tree) -> str:
         return "'" + args[0].replace("'", "''") + "'"
     if op == "bool":
         return "TRUE" if args[0] else "FALSE"
+    if op == "null":
+        return "NULL"
     if op in _LITERALS:
         return args[0]
     if op == "cast":
@@ -243,7 +246,7 @@ class Kernel:
             name = args[0]
             return lambda batch: batch.column(name)
         if op in _LITERALS:
-            value = _LITERALS[op](args[0])
+            value = _LITERALS[op](*args)
             return lambda batch: value
         if op == "cast":
             if args[1] not in _CASTS:
@@ -277,7 +280,7 @@ def mask(f, batch: pa.RecordBatch) -> pa.Array:
     if not pa.types.is_boolean(out.type):
         raise Unsupported(f"predicate of type {out.type}")
     if isinstance(out, pa.Scalar):
-        out = pa.array([out.as_py()] * batch.num_rows, pa.bool_())
+        out = pa.repeat(out, batch.num_rows)
     return out
 
 
@@ -285,7 +288,7 @@ def column(f, batch: pa.RecordBatch, typ: pa.DataType) -> pa.Array:
     """An output column over ``batch`` as DuckDB would type it (``typ``, learnt from DuckDB)."""
     out = f(batch)
     if isinstance(out, pa.Scalar):
-        out = pa.array([out.as_py()] * batch.num_rows, out.type)
+        out = pa.repeat(out, batch.num_rows)
     if out.type == typ:
         return out
     try:

@@ -29,12 +29,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import duck
 from ..batches import INF, TE, TS, Watermark
 from .. import udf
 from ..udf import user_aggregate
 from .base import Operator
+from .filter_map import Projection
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,22 @@ PARTIALS = {
     "max": PartialFn(lambda: None, _add_max, lambda s: s),
     "count_distinct": PartialFn(lambda: {}, _add_distinct, lambda s: len(s)),
 }
+
+
+# the partials whose values over some rows fold into a state as one value does (a count folds
+# in by adding): a batch's rows that share a group and an interval are folded by Arrow first
+_MERGED = {
+    "sum": ("sum", PARTIALS["sum"]),
+    "min": ("min", PARTIALS["min"]),
+    "max": ("max", PARTIALS["max"]),
+    "count": ("count", PartialFn(lambda: 0, lambda s, n: s + n, lambda s: s)),
+    "count_star": ("count_all", PartialFn(lambda: 0, lambda s, n: s + n, lambda s: s)),
+}
+
+
+def _mergeable(func: str, arg_type) -> bool:
+    # a float sum would be added in another order than one by one: other last bits
+    return func in _MERGED and not (func == "sum" and pa.types.is_floating(arg_type))
 
 
 def partial_fn(func: str) -> PartialFn:
@@ -189,23 +207,30 @@ class Aggregate(Operator):
         self.ready: list = []                   # rows final and coalesced, awaiting order
         self.filled_until: int | None = None    # keyless: rows are produced for every instant
         self.types: dict = {}                   # Arrow type of each key and partial column
+        self.merged = False                     # partials folded per batch by Arrow first
         self.con = duck.connect()
-        select = [f'{k.expr.sql} AS "{k.name}"' for k in node.keys] + [
-            (f'{p.arg.sql} AS "{p.name}"' if p.arg is not None else f'NULL AS "{p.name}"')
-            for p in node.partials]
-        self.input_sql = f'SELECT {", ".join(select)}, "{TS}", "{TE}" FROM b'
-        finals = [f'{f.expr.sql} AS "{f.name}"' for f in node.finals]
-        self.final_sql = f'SELECT {", ".join(finals)}, "{TS}", "{TE}" FROM r'
+        self.input = Projection([(k.name, k.expr) for k in node.keys] +
+                                [(p.name, p.arg) for p in node.partials], [TS, TE], self.con)
+        self.final = Projection([(f.name, f.expr) for f in node.finals], [TS, TE], self.con,
+                                name="r")
 
     # ------------------------------------------------------------------ input
     def on_batch(self, batch, port=0):
         if batch.num_rows == 0:
             return []
-        table = duck.run(self.con, "b", batch, self.input_sql)
+        table = self.input.run(batch)
         if not self.types:
+            funcs = [p.func for p in self.node.partials]
+            if all(_mergeable(f, table.schema.field(p).type)
+                   for f, p in zip(funcs, self.partials)) and not self.groups and \
+                    not any(pa.types.is_nested(table.schema.field(k).type) for k in self.keys):
+                self.fns = [_MERGED[f][1] for f in funcs]
+                self.merged = True
             self.types = {f.name: f.type for f in table.schema}
-            for p, fn_name in zip(self.partials, (p.func for p in self.node.partials)):
+            for p, fn_name in zip(self.partials, funcs):
                 self.types[p] = _partial_type(fn_name, self.types[p])
+        if self.merged:
+            table = self._folded(table)
         cols = table.to_pydict()
         nk = len(self.keys)
         key_cols = [cols[k] for k in self.keys]
@@ -221,6 +246,20 @@ class Aggregate(Operator):
         # multi-input operator downstream orders its inputs by their tuples, as the seed shows
         return [m for m in self._reorganise(ts_col[-1], split=False)
                 if not isinstance(m, Watermark)]
+
+    def _folded(self, table: pa.Table) -> pa.Table:
+        """One row per group and interval, its partials folded by Arrow's hash aggregation (a
+        hopping window's output, read by a second aggregate, has thousands of rows per
+        interval), in ts order."""
+        how = [_MERGED[p.func][0] for p in self.node.partials]
+        aggs = [(name, "count", pc.CountOptions(mode="all")) if h == "count_all" else
+                (name, h) for name, h in zip(self.partials, how)]
+        out = table.group_by(self.keys + [TS, TE], use_threads=False).aggregate(aggs)
+        names = [f"{name}_{'count' if h == 'count_all' else h}"
+                 for name, h in zip(self.partials, how)]
+        out = out.select(self.keys + names + [TS, TE]).rename_columns(
+            self.keys + self.partials + [TS, TE])
+        return out.sort_by([(TS, "ascending"), (TE, "ascending")])
 
     def on_watermark(self, ts, port=0):
         self.start(ts)
@@ -334,7 +373,7 @@ class Aggregate(Operator):
             data[TS] = pa.array([r[0] for r in rows], pa.int64())
             data[TE] = pa.array([r[1] for r in rows], pa.int64())
             table = pa.table(data)
-            result = duck.run(self.con, "r", table, self.final_sql)
+            result = self.final.run(table)
             out.extend(result.to_batches())
         out.append(Watermark(min(front, self.ready[0][0]) if self.ready else front))
         if out[-1].ts >= INF:

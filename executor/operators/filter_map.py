@@ -7,6 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from .. import duck, kernels
+from .. import plan as P
 from ..batches import TE, TS
 from .base import Stateless
 
@@ -88,34 +89,64 @@ class GroupedFilter:
         return out
 
 
-class Map(_DuckOp):
-    def __init__(self, node):
-        outs = ", ".join(f'{o.expr.sql} AS "{o.name}"' for o in node.outputs)
-        super().__init__(f'SELECT {outs}, "{TS}", "{TE}" FROM b')
-        # a projection of plain columns (q0's shape) is picked by Arrow: no DuckDB call
-        self.picks = [(_column_of(o.expr), o.name) for o in node.outputs]
-        if any(src is None for src, _ in self.picks):
+class Projection:
+    """Named expressions over a batch or table (``None``: a NULL column), then the columns
+    ``keep`` as they are, as a table: plain columns picked by Arrow, simple expressions by
+    the kernels (typed by DuckDB once), anything else by one DuckDB call."""
+
+    def __init__(self, outputs: list, keep: list, con, name: str = "b"):
+        self.con, self.name = con, name
+        outputs = [(n, e if e is not None else _NULL) for n, e in outputs]
+        select = [f"{e.sql} AS {_quoted(n)}" for n, e in outputs] + [_quoted(k) for k in keep]
+        self.sql = f"SELECT {', '.join(select)} FROM {name}"
+        self.names = [n for n, _ in outputs] + list(keep)
+        self.keep = list(keep)
+        self.picks = [_column_of(e) for _, e in outputs]
+        if None in self.picks:
             self.picks = None
-        self.names = [o.name for o in node.outputs] + [TS, TE]
-        self.fast = [Fast(o.expr, self.con) for o in node.outputs]
+        self.fast = [Fast(e, con) for _, e in outputs]
         self.types = None          # DuckDB's output types, learnt once, for the kernels' output
+
+    def run(self, data) -> pa.Table:
+        if isinstance(data, pa.Table) and data.num_rows:
+            batches = data.combine_chunks().to_batches()
+            data = batches[0] if len(batches) == 1 else data
+        if isinstance(data, pa.RecordBatch) and data.num_rows:
+            columns = self._arrow(data)
+            if columns is not None:
+                return pa.Table.from_arrays(columns + [data.column(k) for k in self.keep],
+                                            names=self.names)
+        return duck.run(self.con, self.name, data, self.sql)
+
+    def _arrow(self, batch: pa.RecordBatch) -> list | None:
+        if self.picks is not None:
+            return [batch.column(src) for src in self.picks]
+        if any(f.f is None for f in self.fast):
+            return None
+        if self.types is None:
+            self.types = duck.run(self.con, self.name, batch.slice(0, 0),
+                                  self.sql).schema.types
+        columns = [f.run(kernels.column, batch, t) for f, t in zip(self.fast, self.types)]
+        return None if None in columns else columns
+
+
+class Map(Stateless):
+    def __init__(self, node):
+        self.projection = Projection([(o.name, o.expr) for o in node.outputs], [TS, TE],
+                                     duck.connect())
 
     def transform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         if batch.num_rows == 0:
             return None
-        if self.picks is not None:
-            return pa.RecordBatch.from_arrays(
-                [batch.column(src) for src, _ in self.picks] + [batch.column(TS),
-                                                                batch.column(TE)],
-                names=self.names)
-        if all(f.f is not None for f in self.fast):
-            if self.types is None:
-                self.types = duck.run(self.con, "b", batch.slice(0, 0), self.sql).schema.types
-            columns = [f.run(kernels.column, batch, t) for f, t in zip(self.fast, self.types)]
-            if all(c is not None for c in columns):
-                return pa.RecordBatch.from_arrays(
-                    columns + [batch.column(TS), batch.column(TE)], names=self.names)
-        return super().transform(batch)
+        table = self.projection.run(batch)
+        return table.combine_chunks().to_batches()[0] if table.num_rows else None
+
+
+_NULL = P.Expr("NULL", (), "", ("null",))
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _column_of(expr) -> str | None:

@@ -82,7 +82,7 @@ class RangeAggregate(Aggregate):
     def on_batch(self, batch, port=0):
         if batch.num_rows == 0:
             return []
-        new = duck.run(self.con, "b", batch, self.input_sql).drop_columns([TE])
+        new = self.input.run(batch).drop_columns([TE])
         self.tuples = new if self.tuples is None else pa.concat_tables(
             [self.tuples, new.cast(self.tuples.schema)])
         now = new.column(TS)[-1].as_py()

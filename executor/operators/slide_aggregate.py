@@ -18,6 +18,7 @@ from .. import plan as P
 from .. import duck
 from ..batches import TE, TS, Watermark
 from .base import Operator
+from .filter_map import Projection
 
 TAU = "__tau"
 
@@ -47,13 +48,15 @@ class SlideAggregate(Operator):
         self.started: int | None = None         # keyless: first slide to answer for
         self.emitted_until: int | None = None   # keyless: slides up to here are out
         self.con = duck.connect()
-        select = [f'{k.expr.sql} AS "{k.name}"' for k in node.keys] + [
-            (f'{p.arg.sql} AS "{p.name}"' if p.arg is not None else f'1 AS "{p.name}"')
-            for p in node.partials]
-        self.input_sql = f'SELECT {", ".join(select)}, "{TS}" FROM b'
-        finals = ", ".join(f'{f.expr.sql} AS "{f.name}"' for f in node.finals)
-        self.final_sql = f'SELECT {finals}, "{TAU}" AS "{TS}", "{TAU}" + {self.slide} ' \
-                         f'AS "{TE}" FROM r ORDER BY "{TAU}"'
+        one = P.Expr("1", (), "INTEGER", ("int", "1"))
+        self.input = Projection([(k.name, k.expr) for k in node.keys] +
+                                [(p.name, p.arg if p.arg is not None else one)
+                                 for p in node.partials], [TS], self.con)
+        tau = P.Expr(f'"{TAU}"', (TAU,), "BIGINT", ("col", TAU))
+        end = P.Expr(f'"{TAU}" + {self.slide}', (TAU,), "BIGINT",
+                     ("add", ("col", TAU), ("int", str(self.slide))))
+        self.final = Projection([(f.name, f.expr) for f in node.finals] +
+                                [(TS, tau), (TE, end)], [], self.con, name="r")
 
     def _grid_up(self, ts: np.ndarray) -> np.ndarray:
         return self.offset - ((self.offset - ts) // self.slide) * self.slide
@@ -61,7 +64,7 @@ class SlideAggregate(Operator):
     def on_batch(self, batch, port=0):
         if batch.num_rows == 0:
             return []
-        t = duck.run(self.con, "b", batch, self.input_sql)
+        t = self.input.run(batch)
         ts = t.column(TS).to_numpy()
         first = self._grid_up(ts)                                   # first τ >= ts
         last = self.offset + ((ts + self.size - 1 - self.offset) // self.slide) * self.slide
@@ -116,8 +119,7 @@ class SlideAggregate(Operator):
             ready = self._fill_empty(ready, now)
         if ready.num_rows == 0:
             return []
-        result = duck.run(self.con, "r", ready, self.final_sql)
-        return result.to_batches()
+        return self.final.run(ready.sort_by(TAU)).to_batches()
 
     def _fill_empty(self, ready: pa.Table, now: int | None) -> pa.Table:
         """Without GROUP BY every slide has its row, COUNT(*) = 0 where the window was empty."""
