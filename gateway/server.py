@@ -20,6 +20,7 @@ from .spark import Spark
 from .connection import Connection
 from .ingest import Ingest
 from .protocol.auth import Users, METHODS
+from .source_stream import SourceStream
 from .store import Store
 from .streams import StreamRegistry
 
@@ -54,6 +55,7 @@ class Server:
             self.ssl_context = ctx
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set = set()
+        self._source_tasks: set = set()     # one per source connection
         self._heartbeats: asyncio.Task | None = None
         self._sources: asyncio.base_events.Server | None = None
         self.ingest_port = 0
@@ -109,9 +111,11 @@ class Server:
             self.pool.submit(self.spark.session)
         self._server = await asyncio.start_server(self._client, self.config.host,
                                                   self.config.port, limit=1 << 20)
-        self._sources = await asyncio.start_server(
-            lambda r, w: sources.handle(self, r, w), self.config.host, self.config.ingest_port,
-            limit=max(self.config.max_line_bytes + 1, sources.CHUNK))
+        high = 2 * max(self.config.max_line_bytes + 1, sources.CHUNK)
+        self._sources = await asyncio.get_running_loop().create_server(
+            lambda: SourceStream(lambda stream: sources.handle(self, stream), high,
+                                 self._source_tasks),
+            self.config.host, self.config.ingest_port)
         self.ingest_port = self._sources.sockets[0].getsockname()[1]
         return self._server.sockets[0].getsockname()[1]
 
@@ -132,10 +136,11 @@ class Server:
             self._server.close()
         if self._sources is not None:
             self._sources.close()
-        for t in list(self._tasks):
+        tasks = self._tasks | self._source_tasks
+        for t in list(tasks):
             t.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=5)
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
         if self._heartbeats is not None:
             self._heartbeats.cancel()
             self._compactor.cancel()

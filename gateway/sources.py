@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from pyarrow import csv as pacsv
 
 from .ingest import micros
+from .source_stream import LineTooLong, SourceStream
 
 log = logging.getLogger("cqgate")
 CHUNK = 1 << 20                 # bytes read before a chunk of lines is parsed
@@ -396,51 +397,51 @@ def _source(server, head: str, peer: str) -> Source:
 def _first_long_line(buf: bytes, limit: int) -> int:
     """Where the first line longer than ``limit`` bytes starts in ``buf`` (whole lines), or
     -1."""
+    half = max(limit // 2, 1)
+    # when every stretch of limit/2 bytes holds a newline, no line can be longer than the
+    # limit: a few memchr calls instead of finding every newline
+    if all(buf.find(b"\n", i, i + half) >= 0 for i in range(0, len(buf), half)):
+        return -1
     ends = np.flatnonzero(np.frombuffer(buf, np.uint8) == 10)
     starts = np.concatenate([[0], ends[:-1] + 1])
     long = np.flatnonzero(ends - starts > limit)
     return int(starts[long[0]]) if len(long) else -1
 
 
-async def handle(server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    peer = writer.get_extra_info("peername")
-    peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+async def handle(server, stream: SourceStream) -> None:
+    peer = stream.peer()
     limit = server.config.max_line_bytes
     source = None
     try:
-        head = (await reader.readline()).decode("utf-8", "replace").strip()
+        head = (await stream.readline(limit)).decode("utf-8", "replace").strip()
         source = _source(server, head, peer)
         log.info("source %s feeds stream %s with %s", peer, source.obj.name,
                  head.partition(",")[0].strip())
-        rest = b""
         while True:
-            chunk = await reader.read(CHUNK)
+            try:
+                data = await stream.read_lines(CHUNK, limit)
+            except LineTooLong:
+                raise _BadLine(f"a line is longer than the limit ({limit} bytes)") from None
             if server.streams.objects.get(source.obj.key) is not source.obj:
                 raise _BadLine(f'stream "{source.obj.name}" was dropped')
-            if not chunk:
+            if not data:
                 break
-            buf = rest + chunk
-            cut = buf.rfind(b"\n")
-            rest = buf[cut + 1:]
+            if not data.endswith(b"\n"):             # the last line, at the end of the stream
+                data += b"\n"
             # no line of a chunk shorter than the limit can be over it: skip the scan
-            over = _first_long_line(buf[:cut + 1], limit) if limit < cut + 1 else -1
-            if cut >= 0:
-                await source.feed_bytes(buf[:over if over >= 0 else cut + 1])
-            if over >= 0 or len(rest) > limit:
+            over = _first_long_line(data, limit) if limit < len(data) else -1
+            await source.feed_bytes(data[:over] if over >= 0 else data)
+            if over >= 0:
                 raise _BadLine(f"a line is longer than the limit ({limit} bytes)")
-        if rest.strip():
-            await source.feed_bytes(rest + b"\n")
         await source.finish()
     except _BadLine as e:
         log.warning("source %s: %s; connection closed", peer, e)
-        writer.write(f"ERROR: {e}\n".encode())
-        await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-            ValueError):
+        stream.write(f"ERROR: {e}\n".encode())
+    except (ConnectionError, LineTooLong, ValueError):
         pass
     finally:
         if source is not None:
             log.info("source %s done: %d tuple(s), %d bad line(s)", peer, source.accepted,
                      source.bad)
             source.con.close()
-        writer.close()
+        stream.close()
