@@ -6,9 +6,9 @@ DuckDB: a zero divisor, an overflow, a NaN compared) or ``Unsupported`` (these t
 done here). DuckDB still decides every type: on the first batch it types each arithmetic step
 of the tree (one call, over no rows), and each step's result is cast to that type, checked, so
 an overflow DuckDB would report is a Fallback here. Tree nodes are tuples: ``("col", name)``,
-``("int"|"dec"|"float"|"str", text)``, ``("bool", value)``, ``("null",)``, ``("cast", operand, "double")``,
-and an operator with its operands (``add sub mul div mod neg eq ne lt le gt ge and or not
-is_null``).
+``("int"|"dec"|"float"|"str", text)``, ``("bool", value)``, ``("null",)``,
+``("cast", operand, "double")``, and an operator with its operands (``add sub mul div mod neg
+eq ne lt le gt ge and or not is_null``).
 """
 from __future__ import annotations
 

@@ -29,22 +29,42 @@ class Outbox:
         self._room = asyncio.Event()        # set while at most ``high`` bytes are queued
         self._room.set()
         self._closing = False
+        self._busy = False                  # the thread is sending a frame
         self._thread = threading.Thread(target=self._send_all, name="backend-outbox",
                                         daemon=True)
         self._thread.start()
 
     def write(self, data) -> None:
         """Queue ``data``: bytes, or a list of bytes-like parts sent one after another."""
-        parts = data if isinstance(data, list) else [data]
-        size = sum(memoryview(p).nbytes for p in parts)
+        parts = [memoryview(p).cast("B") for p in (data if isinstance(data, list) else [data])]
         with self._wake:
             if self.lost or self._closing:
                 return
+            if not self.queue and not self._busy:
+                # nothing in flight: what the socket takes now goes at once, without waking
+                # the thread (which would wait for the GIL: latency at low rates)
+                parts = self._send_now(parts)
+                if not parts:
+                    return
+            size = sum(len(p) for p in parts)
             self.queue.append(parts)
             self.queued += size
             if self.queued > self.high:
                 self._loop_call(self._room.clear)
             self._wake.notify()
+
+    def _send_now(self, parts: list) -> list:
+        """Send without waiting; the parts (or part of one) the socket did not take."""
+        for i, view in enumerate(parts):
+            try:
+                n = self.sock.send(view)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                return parts[i:]                 # the thread finds the link lost
+            if n < len(view):
+                return [view[n:]] + parts[i + 1:]
+        return []
 
     def get_write_buffer_size(self) -> int:
         return self.queued
@@ -81,10 +101,11 @@ class Outbox:
                 if not self.queue:
                     return
                 parts = self.queue.popleft()
+                self._busy = True
             size = 0
             try:
                 for part in parts:
-                    size += self._send(memoryview(part).cast("B"))
+                    size += self._send(part)
             except OSError as e:
                 log.debug("back end link: %s", e)
                 with self._wake:
@@ -95,6 +116,7 @@ class Outbox:
                 return
             with self._wake:
                 self.queued -= size
+                self._busy = False
                 room = self.queued <= self.high
             if room and not self._room.is_set():     # a wake-up only for a waiting drain
                 self._loop_call(self._room.set)

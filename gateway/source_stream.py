@@ -82,15 +82,7 @@ class SourceStream(asyncio.BufferedProtocol):
 
     async def readline(self, limit: int) -> bytes:
         """The first line, its newline included (at the end of the stream: what is left)."""
-        while True:
-            nl = self.buf.find(b"\n", self.pos, self.end)
-            if nl >= 0:
-                return self._take(nl + 1)
-            if self.end - self.pos > limit:
-                raise LineTooLong
-            if self.eof:
-                return self._take(self.end)
-            await self._wait()
+        return await self.read_lines(1, limit)
 
     async def read_lines(self, n: int, limit: int) -> bytes:
         """Whole lines, up to ``n`` bytes of them (more when one line is longer), as soon as
