@@ -20,7 +20,7 @@ from ..batches import TE, TS, Watermark
 from .base import Operator
 from .merge import Merger
 
-NEW = "__new"
+COMPACT = 64        # a side's stored chunks are made one after this many
 
 
 def _condition(node) -> str:
@@ -41,48 +41,60 @@ class StreamJoin(Operator):
         self.left_cols = [c.name for c in node.left.schema]
         self.right_cols = [c.name for c in node.right.schema]
         self.merger = Merger(2)
-        self.stored: list = [None, None]        # per side: columns + __ts_l/__te_l (or _r)
+        # per side: stored chunks (columns + __ts_l/__te_l), each with its least and
+        # greatest te, so purging looks at a chunk's rows only when it is partly expired
+        self.stored: list = [[], []]
         self.con = duck.connect()
         cond = _condition(node)
-        self.sql = (f"SELECT {_quoted(self.left_cols)}, {_quoted(self.right_cols)}, "
-                    f"greatest(__ts_l, __ts_r) AS {TS}, least(__te_l, __te_r) AS {TE} "
-                    f"FROM l JOIN r ON ({cond}) AND (l.{NEW} OR r.{NEW}) "
-                    f"AND greatest(__ts_l, __ts_r) < least(__te_l, __te_r) "
-                    f"ORDER BY {TS}, {TE}")
+        self.pair = (f"SELECT {_quoted(self.left_cols)}, {_quoted(self.right_cols)}, "
+                     f"greatest(__ts_l, __ts_r) AS {TS}, least(__te_l, __te_r) AS {TE} "
+                     "FROM {l} AS l JOIN {r} AS r ON (" + cond.replace("{", "{{")
+                     .replace("}", "}}") + ") AND greatest(__ts_l, __ts_r) < "
+                     "least(__te_l, __te_r)")
 
     @staticmethod
-    def _side(table: pa.Table, cols: list, suffix: str, new: bool) -> pa.Table:
-        t = table.select(cols + [TS, TE]).rename_columns(cols + [f"__ts{suffix}",
-                                                                 f"__te{suffix}"])
-        return t.append_column(NEW, pa.array([new] * t.num_rows, pa.bool_()))
+    def _side(table: pa.Table, cols: list, suffix: str) -> pa.Table:
+        return table.select(cols + [TS, TE]).rename_columns(cols + [f"__ts{suffix}",
+                                                                   f"__te{suffix}"])
 
     def _run(self, everything: bool = False) -> list:
         limit, parts = self.merger.release_parts(everything=everything)
         out = []
-        if any(p is not None for p in parts):
-            sides = []
-            for i, (cols, suffix) in enumerate(((self.left_cols, "_l"),
-                                                (self.right_cols, "_r"))):
-                chunks = [t for t in (self.stored[i],) if t is not None]
-                if parts[i] is not None:
-                    chunks.append(self._side(parts[i], cols, suffix, True))
-                sides.append(pa.concat_tables(chunks) if len(chunks) > 1 else
-                             chunks[0] if chunks else None)
-            if all(t is not None for t in sides):
-                out.extend(duck.run(self.con, {"l": sides[0], "r": sides[1]}, None,
-                                    self.sql).to_batches())
-            for i, suffix in enumerate(("_l", "_r")):
-                t = sides[i]
-                if t is None:
-                    continue
-                t = t.set_column(t.schema.get_field_index(NEW), NEW,
-                                 pa.array([False] * t.num_rows, pa.bool_()))
-                if limit is not None:         # no later tuple starts before the frontier
-                    t = t.filter(pc.greater(t.column(f"__te{suffix}"), limit))
-                self.stored[i] = t if t.num_rows else None
+        new = [self._side(p, cols, sfx) if p is not None else None
+               for p, cols, sfx in zip(parts, (self.left_cols, self.right_cols), ("_l", "_r"))]
+        # the pairs with a new tuple in them: new left × every right, old left × new right
+        # (stored × stored was joined when the later of the two came)
+        right_all = [c for c, _, _ in self.stored[1]] + [n for n in new[1:] if n is not None]
+        pairs = []
+        if new[0] is not None and right_all:
+            pairs.append((new[0], right_all))
+        if new[1] is not None and self.stored[0]:
+            pairs.append(([c for c, _, _ in self.stored[0]], [new[1]]))
+        if pairs:
+            out.extend(self._join(pairs).to_batches())
+        for i, suffix in enumerate(("_l", "_r")):
+            chunks = self.stored[i]
+            if new[i] is not None and new[i].num_rows:
+                chunks.append(_bounded(new[i], f"__te{suffix}"))
+            if limit is not None:           # no later tuple starts before the frontier
+                chunks = [c for c in (_unexpired(c, f"__te{suffix}", limit) for c in chunks)
+                          if c is not None]
+            if len(chunks) > COMPACT:         # many small batches: one table again
+                chunks = [_bounded(_one([c for c, _, _ in chunks]).combine_chunks(),
+                                   f"__te{suffix}")]
+            self.stored[i] = chunks
         if limit is not None:
             out.append(Watermark(limit))
         return out
+
+    def _join(self, pairs: list) -> pa.Table:
+        tables, selects = {}, []
+        for k, (left, right) in enumerate(pairs):
+            tables[f"l{k}"] = _one(left)
+            tables[f"r{k}"] = _one(right)
+            selects.append(self.pair.format(l=f"l{k}", r=f"r{k}"))
+        sql = " UNION ALL ".join(f"({q})" for q in selects) + f" ORDER BY {TS}, {TE}"
+        return duck.run(self.con, tables, None, sql)
 
     def on_batch(self, batch, port=0):
         self.merger.add(batch, port)
@@ -97,7 +109,29 @@ class StreamJoin(Operator):
 
     def state_size(self) -> int:
         held = sum(b.num_rows for q in self.merger.pending for b in q)
-        return held + sum(t.num_rows for t in self.stored if t is not None)
+        return held + sum(t.num_rows for side in self.stored for t, _, _ in side)
+
+
+def _one(chunks) -> pa.Table:
+    if isinstance(chunks, pa.Table):
+        return chunks
+    return chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks)
+
+
+def _bounded(chunk: pa.Table, te: str) -> tuple:
+    low, high = pc.min_max(chunk.column(te)).values()
+    return chunk, low.as_py(), high.as_py()
+
+
+def _unexpired(stored: tuple, te: str, limit: int) -> tuple | None:
+    """A stored chunk without its rows that are no longer valid after ``limit`` (None when
+    none are left); a chunk wholly expired or wholly alive is not looked into."""
+    chunk, low, high = stored
+    if high <= limit:
+        return None
+    if low > limit:
+        return stored
+    return _bounded(chunk.filter(pc.greater(chunk.column(te), limit)), te)
 
 
 class TableJoin(Operator):

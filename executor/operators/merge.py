@@ -4,8 +4,8 @@ rows queued or a watermark (BOUNDARY) beyond them — and then leave in (ts, te)
 input with a recent watermark does not hold a busy one back."""
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..batches import TS, sort_by_interval
 
@@ -41,16 +41,10 @@ class Merger:
             return None, [None] * len(self.pending)
         parts, kept = [], []
         for queue in self.pending:
-            taken, rest = [], []
-            for b in queue:
-                if everything:
-                    taken.append(b)
-                    continue
-                mask = pc.less_equal(b.column(TS), limit)
-                taken.append(b.filter(mask))
-                tail = b.filter(pc.invert(mask))
-                if tail.num_rows:
-                    rest.append(tail)
+            if everything:
+                taken, rest = queue, []
+            else:
+                taken, rest = _split(queue, limit)
             kept.append(rest)
             taken = [b for b in taken if b.num_rows]
             parts.append(pa.Table.from_batches(taken) if taken else None)
@@ -64,3 +58,16 @@ class Merger:
         if not parts:
             return None
         return sort_by_interval(pa.concat_tables(parts))
+
+
+def _split(queue: list, limit: int) -> tuple[list, list]:
+    """An input's queued batches (in ts order) → (rows with ts <= limit, the rest): batches
+    wholly before the limit are taken as they are, only the one that straddles it is cut."""
+    for i, b in enumerate(queue):
+        ts = b.column(TS)
+        if ts[-1].as_py() <= limit:
+            continue
+        cut = int(np.searchsorted(ts.to_numpy(), limit, side="right"))
+        head, tail = b.slice(0, cut), b.slice(cut)
+        return queue[:i] + [head], [tail] + queue[i + 1:]
+    return queue, []

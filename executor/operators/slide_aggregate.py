@@ -1,11 +1,12 @@
 """ω RANGE i SLIDE j fused with α, on whole batches: the hopping and tumbling case of the
 aggregate index, where every interval lies on the slide grid.
 
-A tuple with timestamp ts is in the answers for the τ on the grid with τ - i < ts <= τ; its
-rows are exploded to those τ (numpy), partial aggregates per (group, τ) come from Arrow's hash
-aggregation, and the open slides' partials are merged with each batch's. A slide τ is final
-once a tuple with ts > τ (or a BOUNDARY past τ) has been seen; its row is valid for
-[τ, τ + j) and leaves in τ order. Results equal the aggregate index's (``aggregate.py``), which
+A tuple with timestamp ts is in the answers for the τ on the grid with τ - i < ts <= τ. Each
+batch is aggregated by Arrow per (group, first τ, last τ), those partials are spread over
+their slides (numpy) and filed under each τ; a slide's partials are merged once, when it is
+final: once a tuple with ts > τ (or a BOUNDARY past τ) has been seen. So a batch costs what
+its own rows cost, however many groups the open slides hold. A final slide's rows are valid
+for [τ, τ + j) and leave in τ order. Results equal the aggregate index's (``aggregate.py``), which
 stays the path for other windows and for COUNT(DISTINCT) and user aggregates.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .base import Operator
 from .filter_map import Projection
 
 TAU = "__tau"
+_COMPACT = 64          # a slide's partials are merged into one table after this many batches
 
 # partial -> (Arrow hash aggregation on the batch, the one that merges two partials)
 _VECTOR = {
@@ -44,7 +46,8 @@ class SlideAggregate(Operator):
         self.keys = [k.name for k in node.keys]
         self.partials = [p.name for p in node.partials]
         self.funcs = [p.func for p in node.partials]
-        self.state: pa.Table | None = None      # open slides: keys, TAU, partials
+        self.open: dict = {}                    # τ -> [partials of its rows so far]
+        self.empty: pa.Table | None = None      # no rows: keys, partials and TAU, typed
         self.started: int | None = None         # keyless: first slide to answer for
         self.emitted_until: int | None = None   # keyless: slides up to here are out
         self.con = duck.connect()
@@ -83,22 +86,29 @@ class SlideAggregate(Operator):
         f0 = pre.column("__first").to_numpy()
         n = (pre.column("__last").to_numpy() - f0) // self.slide + 1
         rows = np.repeat(np.arange(pre.num_rows), n)
-        step = np.arange(len(rows)) - np.repeat(np.cumsum(n) - n, n)
-        tau = f0[rows] + step * self.slide
-        exploded = pre.drop_columns(["__first", "__last"]).take(pa.array(rows)) \
-            .append_column(TAU, pa.array(tau))
-        part = exploded.group_by(self.keys + [TAU], use_threads=False).aggregate(
-            [(p, _VECTOR[f][1]) for p, f in zip(self.partials, self.funcs)])
-        part = part.rename_columns([_strip(n, self.partials) for n in part.column_names])
-        self.state = part if self.state is None else self._merge(self.state, part)
+        tau = f0[rows] + (np.arange(len(rows)) - np.repeat(np.cumsum(n) - n, n)) * self.slide
+        order = np.argsort(tau, kind="stable")          # each slide's rows side by side
+        rows, tau = rows[order], tau[order]
+        spread = pre.drop_columns(["__first", "__last"]).take(pa.array(rows))
+        if self.empty is None:
+            self.empty = spread.schema.empty_table().append_column(TAU, pa.array([], pa.int64()))
+        taus, starts = np.unique(tau, return_index=True)
+        for k, at in enumerate(taus.tolist()):
+            end = int(starts[k + 1]) if k + 1 < len(taus) else len(tau)
+            parts = self.open.setdefault(at, [])
+            parts.append(spread.slice(int(starts[k]), end - int(starts[k])))
+            if len(parts) >= _COMPACT:                 # bounded: many batches, one slide
+                self.open[at] = [self._merged(parts)]
         return self._emit(int(ts[-1]), inclusive=False)
 
-    def _merge(self, a: pa.Table, b: pa.Table) -> pa.Table:
-        both = pa.concat_tables([a, b.cast(a.schema) if b.schema != a.schema else b])
-        merged = both.group_by(self.keys + [TAU], use_threads=False).aggregate(
+    def _merged(self, parts: list) -> pa.Table:
+        """One row per group: the slide's partials merged."""
+        both = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 \
+            else parts[0]
+        merged = both.group_by(self.keys, use_threads=False).aggregate(
             [(p, _VECTOR[f][1]) for p, f in zip(self.partials, self.funcs)])
-        return merged.rename_columns([_strip(n, self.partials) for n in merged.column_names]
-                                     ).cast(a.schema)
+        merged = merged.rename_columns([_strip(n, self.partials) for n in merged.column_names])
+        return merged.select(self.keys + self.partials)
 
     def on_watermark(self, ts, port=0):
         out = self._emit(ts, inclusive=False)
@@ -109,17 +119,19 @@ class SlideAggregate(Operator):
 
     def _emit(self, now: int | None, *, inclusive: bool) -> list:
         """Rows of the slides final at ``now`` (τ < now), or of every slide at the end."""
-        if self.state is None:
+        done = sorted(at for at in self.open if now is None or at < now)
+        if not done and (self.keys or self.started is None):
             return []
-        tau = self.state.column(TAU)
-        done = pc.less(tau, now) if now is not None else pc.greater_equal(tau, tau)
-        ready = self.state.filter(done)
-        self.state = self.state.filter(pc.invert(done))
+        finals = []
+        for at in done:
+            merged = self._merged(self.open.pop(at))
+            finals.append(merged.append_column(TAU, pa.array(np.full(merged.num_rows, at))))
+        ready = pa.concat_tables([self.empty, *finals], promote_options="permissive")
         if not self.keys:
-            ready = self._fill_empty(ready, now)
+            ready = self._fill_empty(ready, now).sort_by(TAU)
         if ready.num_rows == 0:
             return []
-        return self.final.run(ready.sort_by(TAU)).to_batches()
+        return self.final.run(ready).to_batches()
 
     def _fill_empty(self, ready: pa.Table, now: int | None) -> pa.Table:
         """Without GROUP BY every slide has its row, COUNT(*) = 0 where the window was empty."""
@@ -146,7 +158,7 @@ class SlideAggregate(Operator):
             else filler
 
     def state_size(self) -> int:
-        return self.state.num_rows if self.state is not None else 0
+        return sum(t.num_rows for parts in self.open.values() for t in parts)
 
 
 def _strip(name: str, partials: list) -> str:

@@ -52,6 +52,8 @@ class TimeWindow(Stateless):
         first = start + -((start - ts) // w.slide_us) * w.slide_us          # ceil to grid
         last = start + ((ts + w.size_us - 1 - start) // w.slide_us) * w.slide_us
         keep = first <= last            # a slide longer than the range leaves gaps
+        if keep.all():                  # the usual case: no copy of the rows
+            return with_interval(batch, pa.array(first), pa.array(last + w.slide_us))
         kept = batch.filter(pa.array(keep))
         return with_interval(kept, pa.array(first[keep]), pa.array(last[keep] + w.slide_us))
 
