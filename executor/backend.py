@@ -232,7 +232,7 @@ class Backend:
         self.send(wire.control(wire.ENDED, qid=qid, error=error, sqlstate=sqlstate))
 
 
-COALESCE_BYTES = 16 << 20      # at most this much queued data is taken as one batch
+COALESCE_ROWS = 8192      # queued batches are joined while they hold fewer rows than this
 
 
 def serve(sock: socket.socket) -> None:
@@ -255,12 +255,13 @@ def serve(sock: socket.socket) -> None:
 
 def _coalesced(frames: wire.Frames, payload: bytes) -> tuple[str, pa.Table, list]:
     """A DATA frame and the DATA (and PROGRESS) frames of the same stream already queued
-    behind it, as one table: when the back end falls behind, its batches grow, so the cost
-    per batch (a DuckDB call per operator) is paid once for many small batches. Frames of
-    other kinds or streams stop it, so the order of everything else is kept."""
+    behind it, as one table: when the back end falls behind, small batches grow, so the cost
+    per batch (a DuckDB call per operator) is paid once for many. Batches already big are
+    left as they are (joining them would only copy their rows). Frames of other kinds or
+    streams stop it, so the order of everything else is kept."""
     name, table = wire.parse_data(payload)
-    tables, progress, size = [table], [], len(payload)
-    while size < COALESCE_BYTES and (nxt := frames.peek()) is not None:
+    tables, progress, rows = [table], [], table.num_rows
+    while rows < COALESCE_ROWS and (nxt := frames.peek()) is not None:
         kind, body = nxt
         if kind == wire.PROGRESS and wire.parse_control(body)["stream"] == name:
             progress.append(body)
@@ -269,7 +270,7 @@ def _coalesced(frames: wire.Frames, payload: bytes) -> tuple[str, pa.Table, list
             if more.schema != table.schema:              # the stream gained a column
                 break
             tables.append(more)
-            size += len(body)
+            rows += more.num_rows
         else:
             break
         frames.skip()

@@ -60,89 +60,157 @@ def read_ipc(data) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
+class _Pieces:
+    """A write-only file for Arrow's IPC writer that keeps what it is given: the small
+    framing pieces as bytes, the batch's buffers as they are (Arrow passes them uncopied)."""
+    closed = False
+    SMALL = 4096            # pieces shorter than this are joined to their neighbours
+
+    def __init__(self, head: bytes):
+        self.parts: list = [head]
+        self.size = 0
+
+    def write(self, data) -> int:
+        n = data.size if isinstance(data, pa.Buffer) else len(data)
+        if n < self.SMALL and not isinstance(self.parts[-1], pa.Buffer):
+            self.parts[-1] += bytes(data)
+        elif n < self.SMALL:
+            self.parts.append(bytes(data))
+        else:
+            self.parts.append(data)
+        self.size += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def data_parts(stream: str, batch, kind: bytes = DATA) -> list:
-    """A DATA (or TABLE, HISTORY) frame as [head, Arrow buffer]: the rows are not copied."""
+    """A DATA (or TABLE, HISTORY) frame as a list of parts to send one after another: the
+    head and Arrow's framing as bytes, the rows' buffers uncopied."""
     name = stream.encode()
-    body = ipc_buffer(batch)
-    return [_HEAD.pack(kind, _NAME.size + len(name) + body.size) + _NAME.pack(len(name)) + name,
-            body]
+    sink = _Pieces(b"")
+    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), batch.schema) as w:
+        w.write(batch)
+    head = _HEAD.pack(kind, _NAME.size + len(name) + sink.size) + _NAME.pack(len(name)) + name
+    return [head + sink.parts[0], *sink.parts[1:]]
 
 
 def data(stream: str, batch, kind: bytes = DATA) -> bytes:
-    return b"".join(data_parts(stream, batch, kind))
+    return b"".join(bytes(p) for p in data_parts(stream, batch, kind))
 
 
-def data_stream(payload: bytes) -> str:
+def data_stream(payload) -> str:
     """The stream a DATA payload is for, without reading its rows."""
     (n,) = _NAME.unpack_from(payload)
-    return payload[_NAME.size:_NAME.size + n].decode()
+    return bytes(payload[_NAME.size:_NAME.size + n]).decode()
 
 
 class Frames:
     """Frames read off a blocking stream socket. ``next()`` waits for one; ``peek()`` returns
     the next one only if it has already arrived whole (it never waits), and ``skip()``
     consumes what ``peek()`` returned: the back end uses them to take the data queued behind
-    a batch in one go."""
+    a batch in one go.
+
+    The socket is read straight into a buffer (no copy per receive). A payload of ``BIG``
+    bytes or more gets a buffer of its own, received into directly and then never written
+    again, so Arrow reads the rows where they lie; smaller ones are copied out."""
+
+    RECV = 1 << 20
+    BIG = 1 << 16
 
     def __init__(self, sock):
         self.sock = sock
-        self.buf = bytearray()
-        self.pos = 0
+        self.buf = bytearray(self.RECV)
+        self.pos = self.end = 0              # unread bytes: buf[pos:end]
         self.eof = False
+        self.big: list | None = None         # [kind, payload, bytes received] of a BIG frame
+        self.ready = None                    # (kind, payload) whole, not yet consumed
 
-    def _recv(self, block: bool) -> None:
+    def _recv(self, block: bool) -> bool:
+        """Receive what is there (waiting for something when ``block``); False if nothing
+        came."""
+        if self.big is not None:
+            kind, payload, got = self.big
+            target = memoryview(payload)[got:]
+        else:
+            if self.pos == self.end:
+                self.pos = self.end = 0
+            elif len(self.buf) - self.end < self.RECV // 4:
+                self.buf[:self.end - self.pos] = self.buf[self.pos:self.end]   # to the front
+                self.end -= self.pos
+                self.pos = 0
+            target = memoryview(self.buf)[self.end:]
         self.sock.setblocking(block)
         try:
-            chunk = self.sock.recv(1 << 20)
+            n = self.sock.recv_into(target)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         finally:
             self.sock.setblocking(True)
-        if not chunk:
+            target.release()
+        if n == 0:
             self.eof = True
-            return
-        if self.pos and self.pos >= len(self.buf) // 2:    # drop what was read
-            del self.buf[:self.pos]
-            self.pos = 0
-        self.buf += chunk
+            return False
+        if self.big is not None:
+            self.big[2] += n
+        else:
+            self.end += n
+        return True
 
-    def _whole(self) -> tuple[bytes, int] | None:
-        """(kind, payload length) of the next frame if all of it is buffered."""
-        if len(self.buf) - self.pos < HEADER_SIZE:
-            return None
+    def _assemble(self) -> bool:
+        """Whether the next frame is whole (then it is in ``ready``)."""
+        if self.ready is not None:
+            return True
+        if self.big is not None:
+            kind, payload, got = self.big
+            if got < len(payload):
+                return False
+            self.big = None
+            self.ready = (kind, payload)
+            return True
+        if self.end - self.pos < HEADER_SIZE:
+            return False
         kind, length = _HEAD.unpack_from(self.buf, self.pos)
-        return (kind, length) if len(self.buf) - self.pos - HEADER_SIZE >= length else None
-
-    def peek(self) -> tuple[bytes, bytes] | None:
-        got = self._whole()
-        if got is None and not self.eof:
-            self._recv(block=False)
-            got = self._whole()
-        if got is None:
-            return None
-        kind, length = got
         start = self.pos + HEADER_SIZE
-        with memoryview(self.buf) as view:               # one copy, not two
-            return kind, bytes(view[start:start + length])
+        if length >= self.BIG:
+            payload = bytearray(length)
+            have = min(length, self.end - start)
+            payload[:have] = memoryview(self.buf)[start:start + have]
+            self.pos = start + have
+            self.big = [kind, payload, have]
+            return self._assemble()
+        if self.end - start < length:       # it fits: _recv keeps RECV / 4 > BIG free
+            return False
+        with memoryview(self.buf) as view:
+            self.ready = (kind, bytes(view[start:start + length]))
+        self.pos = start + length
+        return True
+
+    def peek(self) -> tuple[bytes, object] | None:
+        if not self._assemble() and not self.eof and self._recv(block=False):
+            self._assemble()
+        return self.ready
 
     def skip(self) -> None:
-        _, length = _HEAD.unpack_from(self.buf, self.pos)
-        self.pos += HEADER_SIZE + length
+        self.ready = None
 
-    def next(self) -> tuple[bytes, bytes] | None:
+    def next(self) -> tuple[bytes, object] | None:
         """The next frame, waiting for it; None once the socket has closed."""
-        while self._whole() is None:
+        while not self._assemble():
             if self.eof:
                 return None
             self._recv(block=True)
-        frame_ = self.peek()
-        self.skip()
-        return frame_
+        got, self.ready = self.ready, None
+        return got
 
 
-def parse_data(payload: bytes) -> tuple[str, pa.Table]:
+def parse_data(payload) -> tuple[str, pa.Table]:
     (n,) = _NAME.unpack_from(payload)
-    name = payload[_NAME.size:_NAME.size + n].decode()
+    name = bytes(payload[_NAME.size:_NAME.size + n]).decode()
     return name, read_ipc(memoryview(payload)[_NAME.size + n:])
 
 

@@ -12,6 +12,7 @@ from collections import deque
 
 from . import settings as S
 from .commands import CopyRequest
+from .copy import copy_header, copy_messages
 from .protocol import messages as M
 from .protocol import types as T
 from .protocol.auth import authenticate
@@ -25,6 +26,7 @@ from .sql.lexer import split
 log = logging.getLogger("cqgate")
 FLUSH_AT = 256 * 1024
 ENCODE_BATCH = 16384     # rows encoded per step: large enough to amortise the Arrow kernels
+THREAD_ROWS = 2048       # rows from which a continuous query's batch is encoded in a thread
 
 
 class Closed(Exception):
@@ -300,10 +302,13 @@ class Connection:
             chunk = max_rows - sent if max_rows > 0 else ENCODE_BATCH
             if chunk <= 0:
                 break
-            data, n = encode_rows(res, min(chunk, ENCODE_BATCH), fmts, s.tz)
-            if n == 0:
+            n = min(chunk, ENCODE_BATCH, res.remaining)
+            if n <= 0:
                 break
-            self.send(data)
+            self.send(await self._encoded(lambda t: encode_rows(Rows(res.fields, t), 0, fmts,
+                                                                s.tz)[0],
+                                          res.table.slice(res.pos, n)))
+            res.pos += n
             sent += n
             await self.maybe_flush()
             if s.canceled:
@@ -322,6 +327,10 @@ class Connection:
         fmts = resolve_formats(formats, len(live.fields))
         if describe:
             self.send(row_description(live.fields, fmts))
+
+        def encode(table):
+            return encode_rows(Rows(live.fields, table), 0, fmts, s.tz)[0]
+
         sent = 0
         deadline = s.statement_deadline()
         try:
@@ -333,11 +342,9 @@ class Connection:
                                         notices=True, statement_deadline=deadline)
                 s.notices.extend(live.take_notices())
                 self.send_session_news()
-                rows = Rows(live.fields, table)
-                while rows.remaining:
-                    data, n = encode_rows(rows, ENCODE_BATCH, fmts, s.tz)
-                    self.send(data)
-                    sent += n
+                for i in range(0, table.num_rows, ENCODE_BATCH):
+                    self.send(await self._encoded(encode, table.slice(i, ENCODE_BATCH)))
+                sent += table.num_rows
                 await self.flush()
                 if live.exhausted:
                     break
@@ -464,13 +471,54 @@ class Connection:
         self.send(M.command_complete(f"COPY {n}"))
 
     async def copy_out(self, req: CopyRequest) -> None:
+        """COPY … TO STDOUT: CopyData messages, one a row. A continuous query's rows go out as
+        they come, until its LIMIT, an error, a cancel or the client's going (as
+        Materialize's COPY (SUBSCRIBE …) TO STDOUT)."""
         s = self.session
-        rows = await s._call(s.copy_rows, req)
-        lines = await s._call(s.copy_format, rows, req)
-        self.send(M.copy_out_response(len(rows.fields)))
-        copy_data = M.copy_data
-        for i in range(0, len(lines), ENCODE_BATCH):     # one CopyData per row, as PostgreSQL
-            self.send(b"".join(copy_data(line) for line in lines[i:i + ENCODE_BATCH]))
-            await self.maybe_flush()
+        res = await s.copy_source(req)
+
+        def encode(table):
+            return copy_messages(res.fields, table, s.tz, req.csv, req.delimiter, req.null,
+                                 req.quote)
+
+        self.send(M.copy_out_response(len(res.fields)))
+        if req.csv and req.header:
+            self.send(copy_header(res.fields, req.delimiter, req.quote))
+        if isinstance(res, LiveRows):
+            n = await self._copy_live(res, encode)
+        else:
+            n = res.table.num_rows
+            for i in range(0, n, ENCODE_BATCH):
+                self.send(await s._call(encode, res.table.slice(i, ENCODE_BATCH)))
+                await self.maybe_flush()
         self.send(M.copy_done())
-        self.send(M.command_complete(f"COPY {rows.table.num_rows}"))
+        self.send(M.command_complete(f"COPY {n}"))
+
+    async def _encoded(self, encode, table):
+        """``encode(table)``; a big table in a worker thread (Arrow lets go of the GIL), so
+        the loop goes on taking stream data and serving clients meanwhile, a small one at
+        once (the hand-over would only add latency)."""
+        if table.num_rows < THREAD_ROWS:
+            return encode(table)
+        return await asyncio.get_running_loop().run_in_executor(self.server.pool, encode, table)
+
+    async def _copy_live(self, live: LiveRows, encode) -> int:
+        s = self.session
+        sent = 0
+        deadline = s.statement_deadline()
+        try:
+            while not live.exhausted:
+                if live.n_pending == 0:
+                    await self.flush()        # what is already said goes out before waiting
+                table = await live.take(None, None, s.cancel_event, self.client_closed(),
+                                        notices=True, statement_deadline=deadline)
+                s.notices.extend(live.take_notices())
+                self.send_session_news()
+                for i in range(0, table.num_rows, ENCODE_BATCH):
+                    self.send(await self._encoded(encode, table.slice(i, ENCODE_BATCH)))
+                    await self.maybe_flush()
+                sent += table.num_rows
+                await self.flush()
+        finally:
+            live.close()
+        return sent

@@ -41,7 +41,8 @@ class StreamProgress:
     adaptive: bool = False
     heartbeat: int | None = None      # µs of wall clock, or None
     last_arrival: float = 0.0         # wall clock (s) of the last tuple
-    held: pa.Table | None = None      # tuples waiting for the slack, sorted by event time
+    held: pa.Table | None = None      # tuples waiting for the slack, in arrival order
+    held_ts: np.ndarray | None = None  # their event times, µs
     ts_column: str = ""
     late: int = 0
     bad: int = 0                      # source lines that could not be read
@@ -153,9 +154,16 @@ class Ingest:
                     self.pool, self.archive.append, archive, ts_column,
                     (options or {}).get("fragment"), table)
             ts = micros(table.column(ts_column).combine_chunks())       # arrival order
-            watermark = _watermarks(p, ts, one_by_one)
-            keep = ts >= watermark
-            late = int((~keep).sum())
+            floor = max((x for x in (p.current, p.watermark) if x is not None), default=None)
+            if len(ts) and (floor is None or ts[0] >= floor) and \
+                    (len(ts) < 2 or (ts[1:] >= ts[:-1]).all()):
+                # in order and none earlier than what came before: nothing is late and no
+                # delay grows the slack, whatever the policy (the common case, made cheap)
+                late = 0
+            else:
+                watermark = _watermarks(p, ts, one_by_one)
+                keep = ts >= watermark
+                late = int((~keep).sum())
             if late:
                 self.log.late_tuples(name, origin, table.filter(pa.array(~keep)), ts[~keep],
                                      np.broadcast_to(watermark, ts.shape)[~keep])
@@ -168,6 +176,7 @@ class Ingest:
                 p.last_arrival = time.monotonic()
                 p.held = table if p.held is None else pa.concat_tables(
                     [p.held, table], promote_options="default")
+                p.held_ts = ts if p.held_ts is None else np.concatenate([p.held_ts, ts])
             await self._release(name, p, p.current - p.slack if p.current is not None else None)
             return len(ts), late
 
@@ -194,14 +203,13 @@ class Ingest:
             return
         out = None
         if p.held is not None and p.held.num_rows:
-            held = p.held
-            ts = micros(held.column(p.ts_column).combine_chunks())
+            held, ts = p.held, p.held_ts
             if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():      # sort only when out of order
                 order = np.argsort(ts, kind="stable")
                 held, ts = held.take(pa.array(order)), ts[order]
             k = int(np.searchsorted(ts, bound, side="right"))
             out, rest = held.slice(0, k), held.slice(k)
-            p.held = rest if rest.num_rows else None
+            p.held, p.held_ts = (rest, ts[k:]) if rest.num_rows else (None, None)
         p.watermark = bound if p.watermark is None else max(p.watermark, bound)
         if out is not None and out.num_rows:
             p.delivered += out.num_rows

@@ -17,6 +17,7 @@ import socket
 import threading
 
 log = logging.getLogger("cqgate")
+IOV_MAX = 512                 # buffers handed to one sendmsg (the kernel takes up to 1024)
 
 
 class Outbox:
@@ -55,16 +56,12 @@ class Outbox:
 
     def _send_now(self, parts: list) -> list:
         """Send without waiting; the parts (or part of one) the socket did not take."""
-        for i, view in enumerate(parts):
-            try:
-                n = self.sock.send(view)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            except OSError:
-                return parts[i:]                 # the thread finds the link lost
-            if n < len(view):
-                return [view[n:]] + parts[i + 1:]
-        return []
+        try:
+            return _after(parts, self.sock.sendmsg(parts[:IOV_MAX]))
+        except (BlockingIOError, InterruptedError):
+            return parts
+        except OSError:
+            return parts                         # the thread finds the link lost
 
     def get_write_buffer_size(self) -> int:
         return self.queued
@@ -102,10 +99,9 @@ class Outbox:
                     return
                 parts = self.queue.popleft()
                 self._busy = True
-            size = 0
+            size = sum(len(p) for p in parts)
             try:
-                for part in parts:
-                    size += self._send(part)
+                self._send(parts)
             except OSError as e:
                 log.debug("back end link: %s", e)
                 with self._wake:
@@ -121,11 +117,19 @@ class Outbox:
             if room and not self._room.is_set():     # a wake-up only for a waiting drain
                 self._loop_call(self._room.set)
 
-    def _send(self, view: memoryview) -> int:
-        total = len(view)
-        while view:
+    def _send(self, parts: list) -> None:
+        """All of ``parts``, gathered into as few system calls as the socket allows."""
+        while parts:
             try:
-                view = view[self.sock.send(view):]
+                parts = _after(parts, self.sock.sendmsg(parts[:IOV_MAX]))
             except (BlockingIOError, InterruptedError):
                 select.select([], [self.sock], [], 1.0)
-        return total
+
+
+def _after(parts: list, sent: int) -> list:
+    """What is left of ``parts`` (memoryviews) once ``sent`` bytes of them have gone."""
+    for i, view in enumerate(parts):
+        if sent < len(view):
+            return [view[sent:], *parts[i + 1:]] if sent else parts[i:]
+        sent -= len(view)
+    return []

@@ -522,7 +522,10 @@ class Session:
         self.written_tables.add(_table_key(schema.strip('"') or None, name.strip('"')))
         return table.num_rows
 
-    def copy_rows(self, req) -> Rows:
+    async def copy_source(self, req) -> Rows | LiveRows:
+        """The rows COPY … TO STDOUT sends: a table's or a one-time query's, or, for a query
+        over streams, a continuous query's as they come (in cq.mode = snapshot: its rows at
+        now), just as the same SELECT would give them."""
         if req.query:
             sql = req.query
         else:
@@ -530,14 +533,15 @@ class Session:
                 '"' + c.replace('"', '""') + '"' for c in req.columns)
             sql = f"SELECT {cols} FROM {req.table}"
         p = self.prepare("", sql)
-        if p.translated is None or not p.translated.returns_rows:
+        if p.command == "stream":
+            res = await self._execute(p, [])
+        elif p.translated is not None and p.translated.returns_rows:
+            res = await self._call(self._run_sql, p, [])
+        else:
+            res = None
+        if not isinstance(res, (Rows, LiveRows)):
             raise E.FeatureNotSupported("COPY (query) TO needs a query that returns rows")
-        return self._run_sql(p, [])
-
-    def copy_format(self, rows: Rows, req):
-        from . import copy as C
-        return C.format_rows(rows.fields, rows.table, self.tz, req.csv, req.header,
-                             req.delimiter, req.null, req.quote)
+        return res
 
     # ------------------------------------------------------------------ transactions
     def begin(self) -> None:

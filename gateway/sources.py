@@ -42,6 +42,7 @@ log = logging.getLogger("cqgate")
 CHUNK = 1 << 20                 # bytes read before a chunk of lines is parsed
 THREAD_BYTES = 64 << 10         # chunks at least this big are parsed in a worker thread
 PUNCTUATE = "#punctuate "
+PUNCTUATE_BYTES = PUNCTUATE.strip().encode()
 
 
 WRAPPERS = {"csvwrapper": "csv", "jsonwrapper": "json"}
@@ -222,7 +223,8 @@ class Source:
             return
         if len(self.obj.columns) != len(self.names):       # ALTER STREAM … ADD COLUMN
             self._configure()
-        if self.wrapper == "csv" and b"#punctuate" not in data:
+        # memchr for "#" first: a search for the whole word costs 30 times more per megabyte
+        if self.wrapper == "csv" and (data.find(b"#") < 0 or PUNCTUATE_BYTES not in data):
             # Arrow reads without the GIL: a big chunk (a source sending fast) is read in a
             # thread while the loop serves the back end and clients; a small one at once,
             # as the hand-over would only add to its latency

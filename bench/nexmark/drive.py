@@ -1,12 +1,15 @@
-"""Driving a cqgate server with NEXMark files: declare the streams, start a query on a cursor,
-send the CSV files through the ingest port (as fast as the server takes them, or paced), and
-drain the rows in a thread, noting when each batch arrived. Used by the tests and by run.py."""
+"""Driving a cqgate server with NEXMark files: declare the streams, start a query on a cursor
+(psycopg, FETCH) or a COPY (asyncpg), send the CSV files through the ingest port (as fast as
+the server takes them, or paced), and drain the rows in a thread, noting when each batch
+arrived. Used by the tests and by run.py."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 
+import asyncpg
 import psycopg
 
 from .generate import DDL, SCHEMAS
@@ -72,6 +75,81 @@ class Reader:
             pass
         self.done.wait(30)
         self.conn.close()
+
+
+class CopyReader:
+    """The same, read as ``COPY (sql) TO STDOUT`` by asyncpg, which hands over all the
+    CopyData messages a read brought at once: the client's cost per row is finding its
+    newline, as a client writing the rows to a file pays. Rows are counted, not kept; it stops
+    after ``expect`` rows (then cancels the COPY) or when the query ends."""
+
+    def __init__(self, dsn: str, sql: str):
+        self.params = dict(kv.split("=", 1) for kv in dsn.split())
+        self.sql = sql
+        self.count = 0
+        self.arrivals: list = []              # (perf_counter, rows so far, None) per chunk
+        self.expect: int | None = None
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, expect: int | None = None, timeout: float = 30) -> "CopyReader":
+        """Start the COPY and return once its query runs."""
+        self.expect = expect
+        threading.Thread(target=asyncio.run, args=(self._drain(),), daemon=True).start()
+        with psycopg.connect(_dsn(self.params), autocommit=True) as c:
+            deadline = time.monotonic() + timeout
+            while not c.execute("SELECT count(*) FROM cq_queries WHERE query = %s",
+                                [self.sql]).fetchone()[0]:
+                if self.done.is_set() or time.monotonic() > deadline:
+                    raise RuntimeError(f"the COPY did not start: {self.error!r}")
+                time.sleep(0.02)
+        return self
+
+    async def _drain(self) -> None:
+        p = self.params
+        try:
+            con = await asyncpg.connect(host=p["host"], port=int(p["port"]), user=p["user"],
+                                        database=p["dbname"])
+        except (OSError, asyncpg.PostgresError) as e:
+            self.error = e
+            self.done.set()
+            return
+        self._loop = asyncio.get_running_loop()
+
+        async def sink(chunk: bytes) -> None:
+            self.count += chunk.count(b"\n")
+            self.arrivals.append((time.perf_counter(), self.count, None))
+            if self.expect is not None and self.count >= self.expect:
+                self._task.cancel()
+
+        self._task = asyncio.ensure_future(con.copy_from_query(self.sql, output=sink))
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass                              # enough rows, or close()
+        except asyncpg.PostgresError as e:
+            self.error = e
+        finally:
+            await con.close(timeout=10)
+            self.done.set()
+
+    def wait(self, timeout: float) -> int:
+        if not self.done.wait(timeout):
+            raise TimeoutError(f"{self.count} rows after {timeout}s")
+        if self.error is not None:
+            raise RuntimeError(f"the COPY failed: {self.error}")
+        return self.count
+
+    def close(self) -> None:
+        if self._loop is not None and self._task is not None and not self.done.is_set():
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self.done.wait(30)
+
+
+def _dsn(params: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
 
 
 def _send(port: int, stream: str, data: bytes, errors: list) -> None:

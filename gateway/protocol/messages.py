@@ -421,9 +421,29 @@ def data_rows(columns: Sequence[pa.Array]) -> bytes:
         parts += [_fixed(length.astype(">i4")), col]
     head = np.empty(n, _ROW_HEAD)
     head["tag"], head["length"], head["columns"] = ord("D"), total, len(columns)
-    rows = pc.binary_join_element_wise(_fixed(head), *parts, b"")
-    offsets = np.frombuffer(rows.buffers()[1], np.int32)[rows.offset:rows.offset + n + 1]
-    return rows.buffers()[2][offsets[0]:offsets[-1]].to_pybytes()
+    return back_to_back(pc.binary_join_element_wise(_fixed(head), *parts, b""))
+
+
+def back_to_back(values: pa.Array) -> bytes:
+    """The values of a binary array one after another: they already lie so in its data
+    buffer, so this is one copy of that stretch."""
+    n = len(values)
+    offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + n + 1]
+    return values.buffers()[2][offsets[0]:offsets[-1]].to_pybytes()
+
+
+_COPY_HEAD = np.dtype([("tag", "u1"), ("length", ">i4")])
+
+
+def copy_data_rows(lines: pa.Array) -> bytes:
+    """CopyData messages, one a row as PostgreSQL sends them, for a whole batch of ``lines``
+    (a binary array, each line without its newline)."""
+    head = np.empty(len(lines), _COPY_HEAD)
+    head["tag"], head["length"] = ord("d"), pc.binary_length(lines).to_numpy() + 5
+    return back_to_back(pc.binary_join_element_wise(_fixed(head), lines, _NEWLINE, b""))
+
+
+_NEWLINE = pa.scalar(b"\n", pa.binary())
 
 
 def command_complete(tag: str) -> bytes:

@@ -283,34 +283,16 @@ def _float_column_text(arr: pa.Array) -> pa.Array:
     return pc.replace_with_mask(out, odd, pa.array(fixed, pa.binary()))
 
 
-_TRAILING_ZEROS = r"(\.\d*[1-9])0+$|\.0+$"
-_STAMP = len("2026-11-01 00:00:00.000000")
-_POW10 = 10 ** np.arange(1, 7)
-
-
 def _timestamp_text(arr: pa.Array) -> pa.Array:
     """'YYYY-MM-DD HH:MM:SS[.ffffff]' with trailing fractional zeros dropped, as a string array.
-    Arrow prints every µs timestamp of years 1000–9999 in 26 bytes; each row keeps the first
-    26 − (its fraction's trailing zeros) of them (all 7 with the dot when there is no fraction),
-    cut out of the fixed-width bytes by numpy. Other years and nulls take the regex."""
+    Arrow prints every µs timestamp with all six fractional digits, so trimming '0's and
+    then a bare '.' off the right is exactly PostgreSQL's form."""
     if arr.type.unit != "us":
         arr = arr.cast(pa.timestamp("us", tz=arr.type.tz), safe=False)
-    text = pc.cast(arr, pa.string())
-    n = len(text)
-    data = text.buffers()[2]
-    if arr.null_count or n == 0 or data is None:
-        return pc.replace_substring_regex(text, _TRAILING_ZEROS, r"\1")
-    offsets = np.frombuffer(text.buffers()[1], np.int32)[text.offset:text.offset + n + 1]
-    if offsets[-1] - offsets[0] != n * _STAMP or \
-            not (np.diff(offsets) == _STAMP).all():
-        return pc.replace_substring_regex(text, _TRAILING_ZEROS, r"\1")
-    frac = arr.cast(pa.int64()).to_numpy() % 1_000_000
-    zeros = (frac[:, None] % _POW10 == 0).sum(axis=1)
-    keep = _STAMP - zeros - (zeros == 6)
-    grid = np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]].reshape(n, _STAMP)
-    out = grid[np.arange(_STAMP) < keep[:, None]]
-    ends = np.concatenate([[0], np.cumsum(keep)]).astype(np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(ends), pa.py_buffer(out))
+    text = pc.ascii_rtrim(pc.cast(arr, pa.string()), "0")
+    whole = pc.equal(pc.multiply(pc.divide(arr.cast(pa.int64()), 1_000_000), 1_000_000),
+                     arr.cast(pa.int64()))
+    return pc.ascii_rtrim(text, ".") if pc.any(whole).as_py() else text
 
 
 def _timestamptz_text(arr: pa.Array, tz: dt.tzinfo) -> pa.Array:
