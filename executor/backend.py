@@ -51,7 +51,7 @@ class QueryStats:
 
 class Backend:
     def __init__(self, send, retain_rows: int = 1_000_000):
-        self.send = send                  # bytes -> None
+        self.send = send                  # a frame (bytes, or a list of parts) -> None
         self.graph = Graph()
         self.streams: dict = {}           # name -> StreamStats
         self.queries: dict = {}           # qid -> QueryStats
@@ -238,7 +238,8 @@ COALESCE_ROWS = 8192      # queued batches are joined while they hold fewer rows
 def serve(sock: socket.socket) -> None:
     frames = wire.Frames(sock)
     out: list = []
-    backend = Backend(out.append)
+    # a frame is bytes, or a list of parts (result rows with Arrow's buffers uncopied)
+    backend = Backend(lambda f: out.extend(f) if isinstance(f, list) else out.append(f))
     while (got := frames.next()) is not None:
         kind, payload = got
         if kind == wire.DATA:
@@ -249,7 +250,7 @@ def serve(sock: socket.socket) -> None:
         else:
             backend.handle(kind, payload)
         if out:
-            sock.sendall(b"".join(out))
+            wire.send_parts(sock, out)
             out.clear()
 
 

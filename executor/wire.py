@@ -88,15 +88,40 @@ class _Pieces:
         pass
 
 
-def data_parts(stream: str, batch, kind: bytes = DATA) -> list:
-    """A DATA (or TABLE, HISTORY) frame as a list of parts to send one after another: the
-    head and Arrow's framing as bytes, the rows' buffers uncopied."""
-    name = stream.encode()
+def _framed(kind: bytes, prefix: bytes, batch) -> list:
+    """A frame whose payload is ``prefix`` and then ``batch`` in Arrow IPC, as a list of parts
+    to send one after another: the head and Arrow's framing as bytes, the rows' buffers
+    uncopied."""
     sink = _Pieces(b"")
     with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), batch.schema) as w:
         w.write(batch)
-    head = _HEAD.pack(kind, _NAME.size + len(name) + sink.size) + _NAME.pack(len(name)) + name
+    head = _HEAD.pack(kind, len(prefix) + sink.size) + prefix
     return [head + sink.parts[0], *sink.parts[1:]]
+
+
+def data_parts(stream: str, batch, kind: bytes = DATA) -> list:
+    """A DATA (or TABLE, HISTORY) frame as parts (see ``_framed``)."""
+    name = stream.encode()
+    return _framed(kind, _NAME.pack(len(name)) + name, batch)
+
+
+IOV_MAX = 512          # buffers handed to one sendmsg (the kernel takes up to 1024)
+
+
+def unsent(parts: list, sent: int) -> list:
+    """What is left of ``parts`` (memoryviews) once ``sent`` bytes of them have gone."""
+    for i, view in enumerate(parts):
+        if sent < len(view):
+            return [view[sent:], *parts[i + 1:]] if sent else parts[i:]
+        sent -= len(view)
+    return []
+
+
+def send_parts(sock, parts: list) -> None:
+    """Send every part (bytes-like) on a blocking socket, gathered into few system calls."""
+    views = [memoryview(p).cast("B") for p in parts]
+    while views:
+        views = unsent(views, sock.sendmsg(views[:IOV_MAX]))
 
 
 def data(stream: str, batch, kind: bytes = DATA) -> bytes:
@@ -224,8 +249,9 @@ def parse_history(payload: bytes) -> tuple[int, str, pa.Table]:
     return int(qid), stream, table
 
 
-def rows(qid: int, batch) -> bytes:
-    return frame(ROWS, _QID.pack(qid) + ipc(batch))
+def rows(qid: int, batch) -> list:
+    """A ROWS frame as parts (see ``_framed``)."""
+    return _framed(ROWS, _QID.pack(qid), batch)
 
 
 def parse_rows(payload: bytes) -> tuple[int, pa.Table]:

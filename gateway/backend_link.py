@@ -21,6 +21,7 @@ import pyarrow as pa
 from executor import plan as P
 from executor import wire
 
+from .backend_frames import BackendFrames
 from .outbox import Outbox
 from .protocol import errors as E
 from .results import LiveRows
@@ -45,7 +46,7 @@ class BackendLink:
         self.aggregates = aggregates        # user aggregate specs, loaded by the back end too
         self.loop: asyncio.AbstractEventLoop | None = None
         self.proc: subprocess.Popen | None = None
-        self.writer: asyncio.StreamWriter | None = None   # the socket's reading side's owner
+        self.transport: asyncio.Transport | None = None   # reads the back end's frames
         self.out: Outbox | None = None      # frames to the back end
         self.live: dict = {}              # qid -> LiveRows
         self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
@@ -54,7 +55,7 @@ class BackendLink:
         self._tables_of: dict = {}        # qid -> the tables it reads
         self.labels: dict = {}            # qid -> how the log names a running query
         self._ids = itertools.count(1)
-        self._reader_task: asyncio.Task | None = None
+        self._restart: asyncio.Task | None = None
         self._stopping = False
         self.restarts = 0
 
@@ -70,11 +71,14 @@ class BackendLink:
             [sys.executable, "-m", "executor.backend", "--fd", str(theirs.fileno())],
             pass_fds=[theirs.fileno()], env=env)
         theirs.close()
-        reader, self.writer = await asyncio.open_unix_connection(sock=ours, limit=1 << 24)
+        handlers = {wire.ROWS: self._on_rows, wire.ENDED: self._on_ended,
+                    wire.ANSWER: self._on_answer}
+        self.transport, _ = await self.loop.create_unix_connection(
+            lambda: BackendFrames(lambda kind, payload: handlers[kind](payload),
+                                  self._lost), sock=ours)
         if self.out is not None:
             self.out.close()
         self.out = Outbox(ours, self.loop, HIGH_WATER)
-        self._reader_task = asyncio.create_task(self._read(reader))
         log.info("back end started (pid %d)", self.proc.pid)
         for qid, (plan, feeds) in list(self.persistent.items()):
             await self._register(qid, plan, feeds)
@@ -84,10 +88,8 @@ class BackendLink:
         self._stopping = True
         if self.out is not None:
             self.out.close()
-        if self.writer is not None:
-            self.writer.close()
-        if self._reader_task is not None:
-            self._reader_task.cancel()
+        if self.transport is not None:
+            self.transport.close()
         if self.proc is not None:
             try:
                 self.proc.wait(timeout=5)
@@ -95,17 +97,10 @@ class BackendLink:
                 self.proc.kill()
                 self.proc.wait()
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        handlers = {wire.ROWS: self._on_rows, wire.ENDED: self._on_ended,
-                    wire.ANSWER: self._on_answer}
-        try:
-            while True:
-                kind, length = wire.header(await reader.readexactly(wire.HEADER_SIZE))
-                handlers[kind](await reader.readexactly(length))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+    def _lost(self) -> None:
+        """The socket to the back end closed: unless the server is stopping, it crashed."""
         if not self._stopping:
-            await self._crashed()
+            self._restart = asyncio.ensure_future(self._crashed())
 
     async def _crashed(self) -> None:
         code = self.proc.wait() if self.proc else None

@@ -16,8 +16,9 @@ import select
 import socket
 import threading
 
+from executor.wire import IOV_MAX, unsent
+
 log = logging.getLogger("cqgate")
-IOV_MAX = 512                 # buffers handed to one sendmsg (the kernel takes up to 1024)
 
 
 class Outbox:
@@ -57,7 +58,7 @@ class Outbox:
     def _send_now(self, parts: list) -> list:
         """Send without waiting; the parts (or part of one) the socket did not take."""
         try:
-            return _after(parts, self.sock.sendmsg(parts[:IOV_MAX]))
+            return unsent(parts, self.sock.sendmsg(parts[:IOV_MAX]))
         except (BlockingIOError, InterruptedError):
             return parts
         except OSError:
@@ -121,15 +122,7 @@ class Outbox:
         """All of ``parts``, gathered into as few system calls as the socket allows."""
         while parts:
             try:
-                parts = _after(parts, self.sock.sendmsg(parts[:IOV_MAX]))
+                parts = unsent(parts, self.sock.sendmsg(parts[:IOV_MAX]))
             except (BlockingIOError, InterruptedError):
                 select.select([], [self.sock], [], 1.0)
 
-
-def _after(parts: list, sent: int) -> list:
-    """What is left of ``parts`` (memoryviews) once ``sent`` bytes of them have gone."""
-    for i, view in enumerate(parts):
-        if sent < len(view):
-            return [view[sent:], *parts[i + 1:]] if sent else parts[i:]
-        sent -= len(view)
-    return []
