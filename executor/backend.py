@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import plan as P
-from . import udf, wire
+from . import allocator, udf, wire
 from .graph import Graph, NotRunnable
 
 log = logging.getLogger("cqgate.backend")
@@ -286,6 +286,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s backend %(levelname)s %(message)s")
+    allocator.keep_freed_memory()
     udf.load(os.environ.get("CQGATE_AGGREGATES"))
     sock = socket.socket(fileno=args.fd)
     try:

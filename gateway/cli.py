@@ -22,7 +22,8 @@ def _serve(args) -> int:
         cfg.aggregates = ",".join(cfg.aggregates)
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s cqgate %(levelname)s %(message)s")
-    from executor import udf
+    from executor import allocator, udf
+    allocator.keep_freed_memory()
     try:
         udf.load(cfg.aggregates)
     except (ImportError, AttributeError, ValueError) as e:
