@@ -156,8 +156,10 @@ class Source:
         return pacsv.read_csv(
             io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=names),
             parse_options=pacsv.ParseOptions(delimiter=self.delimiter, quote_char=self.quote),
+            # only an empty field is NULL (TelegraphCQ's rule, as line by line): not Arrow's
+            # default list, which would read the text "NA" or "null" as NULL
             convert_options=pacsv.ConvertOptions(column_types=dict(zip(names, types)),
-                                                 strings_can_be_null=True))
+                                                 strings_can_be_null=True, null_values=[""]))
 
     def _in_stream_order(self, fields: pa.Table) -> pa.Table:
         """Fields in line order → the stream's columns (columns a line lacks are NULL)."""

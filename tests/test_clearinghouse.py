@@ -92,6 +92,28 @@ def test_csv_source_on_the_ingest_port(server):
         assert st == (3,)
 
 
+@pytest.mark.parametrize("ragged", [False, True])
+def test_only_an_empty_field_is_null(server, ragged):
+    """Words Arrow would read as NULL by default stay text; a ragged line sends the whole
+    chunk line by line, which must read the same."""
+    s = unique("nul")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, w TEXT, x DOUBLE, t TIMESTAMP TIMESTAMPCOLUMN)")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, w, x FROM {s}")
+        lines = ["1,NA,NaN,2026-11-01 00:00:01", "2,null,1.5,2026-11-01 00:00:02",
+                 "3,,,2026-11-01 00:00:03", "4,N/A,-1,2026-11-01 00:00:04"]
+        if ragged:
+            lines.append("5,NULL,2,2026-11-01 00:00:05,extra")
+        assert _source(server.ingest_port, f"csvwrapper,{s}\n" + "\n".join(lines) + "\n") \
+            == b""
+        rows = _fetch(cur, f"FETCH {len(lines)} FROM c")
+    assert [r[:2] for r in rows] == [(1, "NA"), (2, "null"), (3, None), (4, "N/A")] + \
+        ([(5, "NULL")] if ragged else [])
+    assert rows[0][2] != rows[0][2] and rows[2][2] is None      # NaN is a number, empty NULL
+
+
 def test_json_source_and_unknown_names(server):
     with _follow(server, "js") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")

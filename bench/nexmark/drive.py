@@ -94,8 +94,11 @@ class CopyReader:
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def start(self, expect: int | None = None, timeout: float = 30) -> "CopyReader":
-        """Start the COPY and return once its query runs."""
+    def start(self, expect: int | None = None, keep: bool = False,
+              timeout: float = 30) -> "CopyReader":
+        """Start the COPY and return once its query runs (rows are counted, never kept)."""
+        if keep:
+            raise ValueError("a CopyReader counts rows; use Reader to keep them")
         self.expect = expect
         threading.Thread(target=asyncio.run, args=(self._drain(),), daemon=True).start()
         with psycopg.connect(_dsn(self.params), autocommit=True) as c:

@@ -2,6 +2,7 @@
 Prints one JSON record per measurement and appends it to docs/benchmarks/results.jsonl.
 
     python -m bench.nexmark.run throughput [--events 2000000] [--queries q0,q1,q2,q5,q7,q8]
+                                           [--clients copy,cursor] [--repeat 3]
     python -m bench.nexmark.run latency    [--rates 1000,10000,100000] [--seconds 10]
     python -m bench.nexmark.run many       [--counts 1,10,100,1000] [--events 1000000]
     python -m bench.nexmark.run memory     [--minutes 10] [--rate 100000]
@@ -124,74 +125,103 @@ def _end(tables: dict, streams) -> str:
 
 def throughput(args) -> None:
     """Each query alone: the files pushed through the ingest port as fast as the server takes
-    them, the client draining every row; events/s = input events / (last row − first byte)."""
+    them, a client draining every row; events/s = input events / (last row − first byte).
+    Each query runs ``--repeat`` times with each client of ``--clients``."""
     with tempfile.TemporaryDirectory() as tmp:
         files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
-        _throughput(files, args.queries.split(","), os.path.join(tmp, "data"))
+        out = _throughput(files, args.queries.split(","), os.path.join(tmp, "data"),
+                          args.clients.split(","), args.repeat)
+    _print_summary(out)
 
 
-def _throughput(files: tuple, names: list, data_dir: str) -> dict:
-    """cqgate's throughput record for each query over ``files`` (from ``_files``)."""
+CLIENTS = {
+    # COPY (query) TO STDOUT read by asyncpg: what a client writing the rows out pays
+    "copy": lambda dsn, sql: drive.CopyReader(dsn, sql),
+    # DECLARE and FETCH by psycopg, every row made a Python tuple
+    "cursor": lambda dsn, sql: drive.Reader(dsn, sql, quiet="600s"),
+}
+
+
+def _throughput(files: tuple, names: list, data_dir: str, clients: list,
+                repeat: int) -> dict:
+    """cqgate's throughput records over ``files`` (from ``_files``): {(query, client):
+    [record of each run]}."""
     tables, parquet, csv = files
     srv = _server(data_dir)
-    out = {}
+    run = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    out: dict = {}
     try:
         for name in names:
             q = QUERIES[name]
             want = len(oracle(q, parquet))
-            drive.declare(srv.dsn, streams=q.reads)
-            reader = drive.Reader(srv.dsn, q.cqgate, quiet="600s").start(expect=want,
-                                                                        keep=False)
             events = sum(tables[s].num_rows for s in q.reads)
-            with Sampler(srv.proc.pid) as mem:
-                t0 = time.perf_counter()
-                drive.feed(srv.ingest_port, {s: csv[s] for s in q.reads})
-                fed = time.perf_counter() - t0
-                drive.advance(srv.dsn, q.reads, _end(tables, q.reads))
-                got = reader.wait(600)
-                secs = reader.arrivals[-1][0] - t0
-            reader.close()
-            out[name] = record(measurement="throughput", query=name, title=q.title,
-                               events=events, result_rows=got, expected_rows=want,
-                               seconds=round(secs, 3), events_per_s=round(events / secs),
-                               ingest_seconds=round(fed, 3),
-                               peak_rss_mib=round(mem.peak / 1024, 1))
+            for client in clients:
+                for k in range(repeat):
+                    drive.declare(srv.dsn, streams=q.reads)
+                    reader = CLIENTS[client](srv.dsn, q.cqgate).start(expect=want, keep=False)
+                    with Sampler(srv.proc.pid) as mem:
+                        t0 = time.perf_counter()
+                        drive.feed(srv.ingest_port, {s: csv[s] for s in q.reads})
+                        fed = time.perf_counter() - t0
+                        drive.advance(srv.dsn, q.reads, _end(tables, q.reads))
+                        got = reader.wait(600)
+                        secs = reader.arrivals[-1][0] - t0
+                    reader.close()
+                    out.setdefault((name, client), []).append(record(
+                        measurement="throughput", run=run, query=name, title=q.title,
+                        client=client, repeat=k, events=events, result_rows=got,
+                        expected_rows=want, seconds=round(secs, 3),
+                        events_per_s=round(events / secs), ingest_seconds=round(fed, 3),
+                        peak_rss_mib=round(mem.peak / 1024, 1)))
     finally:
         srv.stop()
     return out
 
 
+def _median(recs: list) -> int:
+    return int(np.median([r["events_per_s"] for r in recs]))
+
+
+def _print_summary(out: dict) -> None:
+    print("| query | client | events/s (median) | runs |\n|---|---|---|---|")
+    for (name, client), recs in out.items():
+        runs = ", ".join(f"{r['events_per_s'] / 1000:,.0f} k" for r in recs)
+        print(f"| {name} | {client} | {_median(recs):,} | {runs} |")
+
+
 def side_by_side(args) -> None:
     """The same event files and queries through cqgate and each peer engine (in its own venv,
     see bench/nexmark/peers.py), one after the other on this machine; prints events/s and the
-    ratio cqgate / peer for each query."""
+    ratio cqgate / peer for each query. cqgate's client reads with COPY, as the peers write
+    their rows to files; its figure is the median of ``--repeat`` runs."""
     names = args.queries.split(",")
     engines = [e for e in args.engines.split(",") if e]
     with tempfile.TemporaryDirectory() as tmp:
         files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
-        ours = _throughput(files, names, os.path.join(tmp, "data"))
-        table = {n: {"cqgate": ours[n]["events_per_s"]} for n in names}
+        ours = _throughput(files, names, os.path.join(tmp, "data"), ["copy"], args.repeat)
+        table = {n: {"cqgate": _median(ours[(n, "copy")])} for n in names}
         for engine in engines:
             log_path = os.path.join(ROOT, "bench", f"{engine}.log")
             got, mem = peers.run(engine, os.path.join(tmp, "events"), names, log_path,
                                  watch=Sampler)
             for n in names:
-                q, res, events = QUERIES[n], got[n], ours[n]["events"]
+                q, res = QUERIES[n], got[n]
+                mine = ours[(n, "copy")][0]
                 if "error" in res:
                     record(engine=engine, measurement="throughput", query=n, title=q.title,
-                           events=events, error=res["error"])
+                           events=mine["events"], error=res["error"])
                     table[n][engine] = None
                     continue
                 rec = record(engine=engine, measurement="throughput", query=n, title=q.title,
-                             events=events, result_rows=res["rows"],
-                             expected_rows=ours[n]["expected_rows"], seconds=res["seconds"],
-                             events_per_s=round(events / res["seconds"]),
+                             events=mine["events"], result_rows=res["rows"],
+                             expected_rows=mine["expected_rows"], seconds=res["seconds"],
+                             events_per_s=round(mine["events"] / res["seconds"]),
                              peak_rss_mib=round(mem.peak / 1024, 1), rss_over="the whole run",
                              settings={k: v for k, v in res.items()
                                        if k not in ("rows", "seconds")})
                 table[n][engine] = rec["events_per_s"]
         record(measurement="side by side", events=args.events, engines=["cqgate", *engines],
-               events_per_s=table,
+               cqgate_client="copy", cqgate_runs=args.repeat, events_per_s=table,
                ratio={n: {e: (round(t["cqgate"] / t[e], 2) if t.get(e) else None)
                           for e in engines} for n, t in table.items()})
         _print_ratios(table, engines)
@@ -380,6 +410,10 @@ def main() -> None:
     t = sub.add_parser("throughput")
     t.add_argument("--events", type=int, default=2_000_000)
     t.add_argument("--queries", default=",".join(QUERIES))
+    t.add_argument("--clients", default="copy,cursor",
+                   help="how the client drains the rows: copy (COPY TO STDOUT, asyncpg), "
+                        "cursor (FETCH, psycopg); default both")
+    t.add_argument("--repeat", type=int, default=3, help="runs of each (default 3)")
     t.add_argument("--event-rate", type=float, default=100_000,
                    help="events per second of event time in the file (default 100,000: "
                         "2 M events span 20 s, so the 10 s windows close several times)")
@@ -391,6 +425,7 @@ def main() -> None:
                     help="peers to run (default all; set up with "
                          "`python -m bench.nexmark.peers setup`)")
     sb.add_argument("--event-rate", type=float, default=100_000)
+    sb.add_argument("--repeat", type=int, default=3, help="cqgate's runs of each query")
     sb.set_defaults(func=side_by_side)
     la = sub.add_parser("latency")
     la.add_argument("--rates", default="1000,10000,100000")
