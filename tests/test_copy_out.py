@@ -3,9 +3,11 @@ one CopyData message a row, which psycopg's row reader relies on), and COPY of a
 query, which streams rows as they come until its LIMIT, a cancel or the client's going."""
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import threading
 
+import asyncpg
 import psycopg
 import pytest
 
@@ -139,6 +141,32 @@ def test_psql_copy_of_a_continuous_query(server):
     feeder.join_checked()
     assert r.returncode == 0, r.stderr
     assert r.stdout == "5,p\n6,q\n"
+
+
+def test_asyncpg_copy_from_query_of_a_continuous_query(server):
+    s = _stream(server.dsn)
+    feeder = Feeder(server.dsn, f"FROM {s}", [
+        f"INSERT INTO {s} VALUES (8, 'r', {lit(1)}), (9, 's,t', {lit(2)})"])
+
+    async def main():
+        con = await asyncpg.connect(host="127.0.0.1", port=server.port, user="cq",
+                                    database="cq")
+        chunks = []
+
+        async def sink(data):
+            chunks.append(data)
+
+        try:
+            status = await con.copy_from_query(f"SELECT k, v FROM {s} LIMIT 2", output=sink,
+                                               format="csv")
+        finally:
+            await con.close()
+        return status, b"".join(chunks)
+
+    status, data = asyncio.run(asyncio.wait_for(main(), 60))
+    feeder.join_checked()
+    assert status == "COPY 2"
+    assert data == b'8,r\n9,"s,t"\n'
 
 
 def test_a_client_that_goes_away_ends_its_copy(server):

@@ -1,5 +1,6 @@
 """Draw docs/benchmarks/*.png from docs/benchmarks/results.jsonl (the newest record of each
-measurement wins): throughput per query, latency CDFs, memory over time, and throughput
+measurement wins; for cqgate's throughput, the newest run's repeats: their median, and their
+range as a line): throughput per query, latency CDFs, memory over time, and throughput
 against the number of concurrent queries.
 
     python -m bench.nexmark.plots"""
@@ -9,6 +10,7 @@ import json
 import os
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.ticker  # noqa: E402
@@ -34,23 +36,48 @@ def _save(fig, name: str) -> None:
     print(os.path.join("docs", "benchmarks", name))
 
 
+def _cqgate_runs(records: list) -> dict:
+    """{client: {query: [events/s of each repeat]}} from the newest throughput run that
+    measured each client."""
+    ours = [r for r in records if r.get("measurement") == "throughput" and
+            r.get("engine") == "cqgate" and r.get("run") and "events_per_s" in r]
+    out: dict = {}
+    for client in sorted({r["client"] for r in ours}):
+        mine = [r for r in ours if r["client"] == client]
+        run = max(r["run"] for r in mine)
+        for r in mine:
+            if r["run"] == run:
+                out.setdefault(client, {}).setdefault(r["query"], []).append(r["events_per_s"])
+    return out
+
+
+CLIENT_LABELS = {"copy": "cqgate, COPY (asyncpg)", "cursor": "cqgate, FETCH (psycopg)"}
+
+
 def throughput(records: list) -> None:
-    rows = [r for r in newest(records, "throughput", lambda r: (r["engine"], r["query"]))
-            if "events_per_s" in r]              # a query a peer refused has no rate
-    if not rows:
+    """Bars: cqgate's median per client (the range of its repeats as a line), the peers'."""
+    series = {CLIENT_LABELS.get(c, c): {q: (float(np.median(v)), min(v), max(v))
+                                        for q, v in runs.items()}
+              for c, runs in _cqgate_runs(records).items()}
+    for r in newest(records, "throughput", lambda r: (r["engine"], r["query"])):
+        if r["engine"] != "cqgate" and "events_per_s" in r:   # a refused query has no rate
+            v = r["events_per_s"]
+            series.setdefault(r["engine"], {})[r["query"]] = (v, v, v)
+    if not series:
         return
-    queries = sorted({r["query"] for r in rows})
-    engines = sorted({r["engine"] for r in rows}, key=lambda e: (e != "cqgate", e))
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    width = 0.8 / len(engines)
-    for k, engine in enumerate(engines):
-        vals = {r["query"]: r["events_per_s"] for r in rows if r["engine"] == engine}
+    queries = sorted({q for s in series.values() for q in s})
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    width = 0.8 / len(series)
+    for k, (label, vals) in enumerate(series.items()):
         xs = [i + k * width for i in range(len(queries))]
-        ax.bar(xs, [vals.get(q, 0) / 1e6 for q in queries], width, label=engine)
-    ax.set_xticks([i + width * (len(engines) - 1) / 2 for i in range(len(queries))], queries)
+        mid = [vals.get(q, (0, 0, 0))[0] / 1e6 for q in queries]
+        low = [m - vals.get(q, (0, 0, 0))[1] / 1e6 for q, m in zip(queries, mid)]
+        high = [vals.get(q, (0, 0, 0))[2] / 1e6 - m for q, m in zip(queries, mid)]
+        ax.bar(xs, mid, width, label=label, yerr=[low, high], capsize=2)
+    ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(queries))], queries)
     ax.set_ylabel("million events/s")
     ax.set_title("NEXMark on 2 cores, every result row drained")
-    ax.legend()
+    ax.legend(fontsize=8)
     _save(fig, "throughput.png")
 
 
