@@ -134,41 +134,85 @@ def data_stream(payload) -> str:
     return bytes(payload[_NAME.size:_NAME.size + n]).decode()
 
 
-class Frames:
-    """Frames read off a blocking stream socket. ``next()`` waits for one; ``peek()`` returns
-    the next one only if it has already arrived whole (it never waits), and ``skip()``
-    consumes what ``peek()`` returned: the back end uses them to take the data queued behind
-    a batch in one go.
+class FrameBuffer:
+    """Frames assembled from bytes received in place, whatever does the receiving: receive
+    into ``target()``, tell ``received(n)``, then take whole frames from ``next_frame()``.
 
-    The socket is read straight into a buffer (no copy per receive). A payload of ``BIG``
-    bytes or more gets a buffer of its own, received into directly and then never written
-    again, so Arrow reads the rows where they lie; smaller ones are copied out."""
+    Bytes land straight in one buffer (no copy per receive). A payload of ``BIG`` bytes or
+    more gets a buffer of its own, received into directly and then never written again, so
+    Arrow reads the rows where they lie; smaller ones are copied out."""
 
     RECV = 1 << 20
-    BIG = 1 << 16
+    BIG = 1 << 16            # below RECV / 4: a small frame always fits the room kept free
+
+    def __init__(self):
+        self.buf = bytearray(self.RECV)
+        self.pos = self.end = 0              # unread bytes: buf[pos:end]
+        self.big: list | None = None         # [kind, payload, bytes received] of a BIG frame
+
+    def target(self) -> memoryview:
+        """Where the next bytes go."""
+        if self.big is not None:
+            _, payload, got = self.big
+            return memoryview(payload)[got:]
+        if self.pos == self.end:
+            self.pos = self.end = 0
+        elif len(self.buf) - self.end < self.RECV // 4:
+            self.buf[:self.end - self.pos] = self.buf[self.pos:self.end]   # to the front
+            self.end -= self.pos
+            self.pos = 0
+        return memoryview(self.buf)[self.end:]
+
+    def received(self, n: int) -> None:
+        if self.big is not None:
+            self.big[2] += n
+        else:
+            self.end += n
+
+    def next_frame(self) -> tuple[bytes, object] | None:
+        """The next whole frame (kind, payload), or None until more has come."""
+        if self.big is not None:
+            kind, payload, got = self.big
+            if got < len(payload):
+                return None
+            self.big = None
+            return kind, payload
+        if self.end - self.pos < HEADER_SIZE:
+            return None
+        kind, length = _HEAD.unpack_from(self.buf, self.pos)
+        start = self.pos + HEADER_SIZE
+        if length >= self.BIG:
+            payload = bytearray(length)
+            have = min(length, self.end - start)
+            payload[:have] = memoryview(self.buf)[start:start + have]
+            self.pos = start + have
+            self.big = [kind, payload, have]
+            return self.next_frame()
+        if self.end - start < length:
+            return None
+        self.pos = start + length
+        with memoryview(self.buf) as view:
+            return kind, bytes(view[start:start + length])
+
+
+class Frames:
+    """Frames read off a blocking stream socket (through a ``FrameBuffer``). ``next()`` waits
+    for one; ``peek()`` returns the next one only if it has already arrived whole (it never
+    waits), and ``skip()`` consumes what ``peek()`` returned: the back end uses them to take
+    the data queued behind a batch in one go."""
+
+    BIG = FrameBuffer.BIG
 
     def __init__(self, sock):
         self.sock = sock
-        self.buf = bytearray(self.RECV)
-        self.pos = self.end = 0              # unread bytes: buf[pos:end]
+        self.frames = FrameBuffer()
         self.eof = False
-        self.big: list | None = None         # [kind, payload, bytes received] of a BIG frame
         self.ready = None                    # (kind, payload) whole, not yet consumed
 
     def _recv(self, block: bool) -> bool:
         """Receive what is there (waiting for something when ``block``); False if nothing
         came."""
-        if self.big is not None:
-            kind, payload, got = self.big
-            target = memoryview(payload)[got:]
-        else:
-            if self.pos == self.end:
-                self.pos = self.end = 0
-            elif len(self.buf) - self.end < self.RECV // 4:
-                self.buf[:self.end - self.pos] = self.buf[self.pos:self.end]   # to the front
-                self.end -= self.pos
-                self.pos = 0
-            target = memoryview(self.buf)[self.end:]
+        target = self.frames.target()
         self.sock.setblocking(block)
         try:
             n = self.sock.recv_into(target)
@@ -180,40 +224,14 @@ class Frames:
         if n == 0:
             self.eof = True
             return False
-        if self.big is not None:
-            self.big[2] += n
-        else:
-            self.end += n
+        self.frames.received(n)
         return True
 
     def _assemble(self) -> bool:
         """Whether the next frame is whole (then it is in ``ready``)."""
-        if self.ready is not None:
-            return True
-        if self.big is not None:
-            kind, payload, got = self.big
-            if got < len(payload):
-                return False
-            self.big = None
-            self.ready = (kind, payload)
-            return True
-        if self.end - self.pos < HEADER_SIZE:
-            return False
-        kind, length = _HEAD.unpack_from(self.buf, self.pos)
-        start = self.pos + HEADER_SIZE
-        if length >= self.BIG:
-            payload = bytearray(length)
-            have = min(length, self.end - start)
-            payload[:have] = memoryview(self.buf)[start:start + have]
-            self.pos = start + have
-            self.big = [kind, payload, have]
-            return self._assemble()
-        if self.end - start < length:       # it fits: _recv keeps RECV / 4 > BIG free
-            return False
-        with memoryview(self.buf) as view:
-            self.ready = (kind, bytes(view[start:start + length]))
-        self.pos = start + length
-        return True
+        if self.ready is None:
+            self.ready = self.frames.next_frame()
+        return self.ready is not None
 
     def peek(self) -> tuple[bytes, object] | None:
         if not self._assemble() and not self.eof and self._recv(block=False):

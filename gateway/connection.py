@@ -331,23 +331,8 @@ class Connection:
         def encode(table):
             return encode_rows(Rows(live.fields, table), 0, fmts, s.tz)[0]
 
-        sent = 0
-        deadline = s.statement_deadline()
         try:
-            while max_rows <= 0 or sent < max_rows:
-                want = None if max_rows <= 0 else max_rows - sent
-                if live.n_pending == 0:
-                    await self.flush()        # what is already said goes out before waiting
-                table = await live.take(want, None, s.cancel_event, self.client_closed(),
-                                        notices=True, statement_deadline=deadline)
-                s.notices.extend(live.take_notices())
-                self.send_session_news()
-                for i in range(0, table.num_rows, ENCODE_BATCH):
-                    self.send(await self._encoded(encode, table.slice(i, ENCODE_BATCH)))
-                sent += table.num_rows
-                await self.flush()
-                if live.exhausted:
-                    break
+            sent = await self._send_live(live, encode, max_rows)
         finally:
             if own:
                 live.close()
@@ -485,7 +470,10 @@ class Connection:
         if req.csv and req.header:
             self.send(copy_header(res.fields, req.delimiter, req.quote))
         if isinstance(res, LiveRows):
-            n = await self._copy_live(res, encode)
+            try:
+                n = await self._send_live(res, encode)
+            finally:
+                res.close()
         else:
             n = res.table.num_rows
             for i in range(0, n, ENCODE_BATCH):
@@ -502,23 +490,26 @@ class Connection:
             return encode(table)
         return await asyncio.get_running_loop().run_in_executor(self.server.pool, encode, table)
 
-    async def _copy_live(self, live: LiveRows, encode) -> int:
+    async def _send_live(self, live: LiveRows, encode, max_rows: int = 0) -> int:
+        """A continuous query's rows, made messages by ``encode``, sent and flushed as they
+        come, until ``max_rows`` (0: no limit) or the query's end; returns how many went.
+        Waiting ends with 57014 on a cancel or statement_timeout, and when the client goes."""
         s = self.session
         sent = 0
         deadline = s.statement_deadline()
-        try:
-            while not live.exhausted:
-                if live.n_pending == 0:
-                    await self.flush()        # what is already said goes out before waiting
-                table = await live.take(None, None, s.cancel_event, self.client_closed(),
-                                        notices=True, statement_deadline=deadline)
-                s.notices.extend(live.take_notices())
-                self.send_session_news()
-                for i in range(0, table.num_rows, ENCODE_BATCH):
-                    self.send(await self._encoded(encode, table.slice(i, ENCODE_BATCH)))
-                    await self.maybe_flush()
-                sent += table.num_rows
-                await self.flush()
-        finally:
-            live.close()
+        while max_rows <= 0 or sent < max_rows:
+            want = None if max_rows <= 0 else max_rows - sent
+            if live.n_pending == 0:
+                await self.flush()            # what is already said goes out before waiting
+            table = await live.take(want, None, s.cancel_event, self.client_closed(),
+                                    notices=True, statement_deadline=deadline)
+            s.notices.extend(live.take_notices())
+            self.send_session_news()
+            for i in range(0, table.num_rows, ENCODE_BATCH):
+                self.send(await self._encoded(encode, table.slice(i, ENCODE_BATCH)))
+                await self.maybe_flush()
+            sent += table.num_rows
+            await self.flush()
+            if live.exhausted:
+                break
         return sent

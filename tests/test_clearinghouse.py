@@ -96,11 +96,8 @@ def test_csv_source_on_the_ingest_port(server):
 def test_only_an_empty_field_is_null(server, ragged):
     """Words Arrow would read as NULL by default stay text; a ragged line sends the whole
     chunk line by line, which must read the same."""
-    s = unique("nul")
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as conn:
-        admin.execute(f"CREATE STREAM {s} (k INT, w TEXT, x DOUBLE, t TIMESTAMP TIMESTAMPCOLUMN)")
-        cur = conn.cursor()
+    with _follow(server, "nul", "CREATE STREAM {s} (k INT, w TEXT, x DOUBLE, "
+                                "t TIMESTAMP TIMESTAMPCOLUMN)") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT k, w, x FROM {s}")
         lines = ["1,NA,NaN,2026-11-01 00:00:01", "2,null,1.5,2026-11-01 00:00:02",
                  "3,,,2026-11-01 00:00:03", "4,N/A,-1,2026-11-01 00:00:04"]
