@@ -66,3 +66,30 @@ def test_query_matches_duckdb(server, events, name):
         late = c.execute(f"SELECT coalesce(sum(late), 0) FROM cq_streams WHERE stream IN "
                          f"({names})").fetchone()[0]
     assert late == 0                     # the slack absorbed every delay
+
+
+
+def test_the_cpu_meter_counts_what_the_server_spent():
+    """The throughput records' CPU per event: a process standing for the gateway spins for
+    0.3 s of CPU while the meter is entered, and the meter finds those 0.3 s."""
+    import subprocess
+    from bench.nexmark.run import CpuMeter
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "sys.stdin.readline()\n"
+         "t = time.process_time()\n"
+         "while time.process_time() - t < 0.3: pass\n"
+         "print('spun', flush=True)\n"
+         "sys.stdin.readline()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        with CpuMeter(child.pid) as cpu:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "spun\n"    # still alive: its CPU is readable
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert set(cpu.spent) == {"gateway", "client_and_source"}    # it has no back end
+    assert 0.25 <= cpu.spent["gateway"] < 5
+    assert cpu.per_event_us(1_000_000)["gateway"] == round(cpu.spent["gateway"], 2)

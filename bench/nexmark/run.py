@@ -82,6 +82,43 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds spent while it is entered: by the gateway, by its back end, and by this
+    process (the source pushing the files, the client reading the rows, and the memory
+    sampler, which costs about 1 % of that)."""
+
+    def __init__(self, gateway_pid: int):
+        self.pids = {"gateway": gateway_pid}
+        self.pids.update(("back_end", p) for p in _children(gateway_pid)[:1])
+        self.spent: dict = {}
+
+    def _now(self) -> dict:
+        own = os.times()
+        return {**{k: cpu_seconds(p) for k, p in self.pids.items()},
+                "client_and_source": own.user + own.system}
+
+    def __enter__(self):
+        self._start = self._now()
+        return self
+
+    def __exit__(self, *exc):
+        end = self._now()
+        self.spent = {k: end[k] - self._start[k] for k in end}
+
+    def per_event_us(self, events: int) -> dict:
+        return {k: round(v / events * 1e6, 2) for k, v in self.spent.items()}
+
+
 class Sampler:
     """Peak resident memory of the server while a measurement runs."""
 
@@ -159,7 +196,7 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                 for k in range(repeat):
                     drive.declare(srv.dsn, streams=q.reads)
                     reader = CLIENTS[client](srv.dsn, q.cqgate).start(expect=want, keep=False)
-                    with Sampler(srv.proc.pid) as mem:
+                    with Sampler(srv.proc.pid) as mem, CpuMeter(srv.proc.pid) as cpu:
                         t0 = time.perf_counter()
                         drive.feed(srv.ingest_port, {s: csv[s] for s in q.reads})
                         fed = time.perf_counter() - t0
@@ -172,7 +209,8 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                         client=client, repeat=k, events=events, result_rows=got,
                         expected_rows=want, seconds=round(secs, 3),
                         events_per_s=round(events / secs), ingest_seconds=round(fed, 3),
-                        peak_rss_mib=round(mem.peak / 1024, 1)))
+                        peak_rss_mib=round(mem.peak / 1024, 1),
+                        cpu_us_per_event=cpu.per_event_us(events)))
     finally:
         srv.stop()
     return out
@@ -183,10 +221,13 @@ def _median(recs: list) -> int:
 
 
 def _print_summary(out: dict) -> None:
-    print("| query | client | events/s (median) | runs |\n|---|---|---|---|")
+    print("| query | client | events/s (median) | runs | CPU µs/event: gateway, back end, "
+          "client and source (median run) |\n|---|---|---|---|---|")
     for (name, client), recs in out.items():
         runs = ", ".join(f"{r['events_per_s'] / 1000:,.0f} k" for r in recs)
-        print(f"| {name} | {client} | {_median(recs):,} | {runs} |")
+        mid = sorted(recs, key=lambda r: r["events_per_s"])[len(recs) // 2]
+        cpu = ", ".join(f"{v:.2f}" for v in mid["cpu_us_per_event"].values())
+        print(f"| {name} | {client} | {_median(recs):,} | {runs} | {cpu} |")
 
 
 def side_by_side(args) -> None:
