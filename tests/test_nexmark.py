@@ -68,7 +68,6 @@ def test_query_matches_duckdb(server, events, name):
     assert late == 0                     # the slack absorbed every delay
 
 
-
 def test_the_cpu_meter_counts_what_the_server_spent():
     """The throughput records' CPU per event: a process standing for the gateway spins for
     0.3 s of CPU while the meter is entered, and the meter finds those 0.3 s."""
