@@ -33,27 +33,12 @@ def frame(kind: bytes, payload: bytes) -> bytes:
     return _HEAD.pack(kind, len(payload)) + payload
 
 
-def header(data: bytes) -> tuple[bytes, int]:
-    return _HEAD.unpack(data)
-
-
 def control(kind: bytes, **fields) -> bytes:
     return frame(kind, json.dumps(fields, separators=(",", ":")).encode())
 
 
 def parse_control(payload: bytes) -> dict:
     return json.loads(payload)
-
-
-def ipc_buffer(batch: pa.RecordBatch | pa.Table) -> pa.Buffer:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write(batch)
-    return sink.getvalue()
-
-
-def ipc(batch: pa.RecordBatch | pa.Table) -> bytes:
-    return ipc_buffer(batch).to_pybytes()
 
 
 def read_ipc(data) -> pa.Table:
@@ -117,11 +102,16 @@ def unsent(parts: list, sent: int) -> list:
     return []
 
 
+def send_some(sock, views: list) -> list:
+    """One gathered send of ``views`` (byte memoryviews); what the socket did not take."""
+    return unsent(views, sock.sendmsg(views[:IOV_MAX]))
+
+
 def send_parts(sock, parts: list) -> None:
     """Send every part (bytes-like) on a blocking socket, gathered into few system calls."""
     views = [memoryview(p).cast("B") for p in parts]
     while views:
-        views = unsent(views, sock.sendmsg(views[:IOV_MAX]))
+        views = send_some(sock, views)
 
 
 def data(stream: str, batch, kind: bytes = DATA) -> bytes:

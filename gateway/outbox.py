@@ -16,7 +16,7 @@ import select
 import socket
 import threading
 
-from executor.wire import IOV_MAX, unsent
+from executor.wire import send_some
 
 log = logging.getLogger("cqgate")
 
@@ -58,7 +58,7 @@ class Outbox:
     def _send_now(self, parts: list) -> list:
         """Send without waiting; the parts (or part of one) the socket did not take."""
         try:
-            return unsent(parts, self.sock.sendmsg(parts[:IOV_MAX]))
+            return send_some(self.sock, parts)
         except (BlockingIOError, InterruptedError):
             return parts
         except OSError:
@@ -122,7 +122,7 @@ class Outbox:
         """All of ``parts``, gathered into as few system calls as the socket allows."""
         while parts:
             try:
-                parts = unsent(parts, self.sock.sendmsg(parts[:IOV_MAX]))
+                parts = send_some(self.sock, parts)
             except (BlockingIOError, InterruptedError):
                 select.select([], [self.sock], [], 1.0)
 

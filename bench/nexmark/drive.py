@@ -84,8 +84,8 @@ class CopyReader:
     after ``expect`` rows (then cancels the COPY) or when the query ends."""
 
     def __init__(self, dsn: str, sql: str):
+        self.dsn, self.sql = dsn, sql
         self.params = dict(kv.split("=", 1) for kv in dsn.split())
-        self.sql = sql
         self.count = 0
         self.arrivals: list = []              # (perf_counter, rows so far, None) per chunk
         self.expect: int | None = None
@@ -101,7 +101,7 @@ class CopyReader:
             raise ValueError("a CopyReader counts rows; use Reader to keep them")
         self.expect = expect
         threading.Thread(target=asyncio.run, args=(self._drain(),), daemon=True).start()
-        with psycopg.connect(_dsn(self.params), autocommit=True) as c:
+        with psycopg.connect(self.dsn, autocommit=True) as c:
             deadline = time.monotonic() + timeout
             while not c.execute("SELECT count(*) FROM cq_queries WHERE query = %s",
                                 [self.sql]).fetchone()[0]:
@@ -149,10 +149,6 @@ class CopyReader:
         if self._loop is not None and self._task is not None and not self.done.is_set():
             self._loop.call_soon_threadsafe(self._task.cancel)
         self.done.wait(30)
-
-
-def _dsn(params: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items())
 
 
 def _send(port: int, stream: str, data: bytes, errors: list) -> None:

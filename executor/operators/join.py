@@ -64,7 +64,7 @@ class StreamJoin(Operator):
                for p, cols, sfx in zip(parts, (self.left_cols, self.right_cols), ("_l", "_r"))]
         # the pairs with a new tuple in them: new left × every right, old left × new right
         # (stored × stored was joined when the later of the two came)
-        right_all = [c for c, _, _ in self.stored[1]] + [n for n in new[1:] if n is not None]
+        right_all = [c for c, _, _ in self.stored[1]] + ([new[1]] if new[1] is not None else [])
         pairs = []
         if new[0] is not None and right_all:
             pairs.append((new[0], right_all))

@@ -290,9 +290,8 @@ def _timestamp_text(arr: pa.Array) -> pa.Array:
     if arr.type.unit != "us":
         arr = arr.cast(pa.timestamp("us", tz=arr.type.tz), safe=False)
     text = pc.ascii_rtrim(pc.cast(arr, pa.string()), "0")
-    whole = pc.equal(pc.multiply(pc.divide(arr.cast(pa.int64()), 1_000_000), 1_000_000),
-                     arr.cast(pa.int64()))
-    return pc.ascii_rtrim(text, ".") if pc.any(whole).as_py() else text
+    # a whole second is left with a bare '.', which goes too (one more pass only if any is)
+    return pc.ascii_rtrim(text, ".") if pc.any(pc.ends_with(text, ".")).as_py() else text
 
 
 def _timestamptz_text(arr: pa.Array, tz: dt.tzinfo) -> pa.Array:
