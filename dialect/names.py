@@ -29,6 +29,35 @@ TYPE_ALIASES = {
 
 
 
+def fold(text: str) -> str:
+    """An identifier as written, as PostgreSQL keeps it: quoted keeps its case (and its
+    doubled quotes become one), unquoted folds to lower case.
+
+    >>> fold('"Mixed""Case"'), fold('Plain')
+    ('Mixed"Case', 'plain')
+    """
+    text = text.strip()
+    if text.startswith('"') and text.endswith('"'):
+        return text[1:-1].replace('""', '"')
+    return text.lower()
+
+
+def folded(node) -> str:
+    """A parsed identifier (sqlglot) as PostgreSQL keeps it; "" for none."""
+    if node is None:
+        return ""
+    return node.name if getattr(node, "quoted", False) else node.name.lower()
+
+
+def quote(name: str) -> str:
+    """A name as a quoted identifier, safe in any SQL we generate.
+
+    >>> quote('a"b')
+    '"a""b"'
+    """
+    return '"' + name.replace('"', '""') + '"'
+
+
 def pg_type_name(spelling: str) -> tuple[str | None, bool]:
     """(pg type name, is_array) for a SQL type spelling such as ``integer[]``."""
     n = spelling.strip().lower().replace("pg_catalog.", "").strip('"')

@@ -17,6 +17,12 @@ import json
 from dataclasses import dataclass
 from typing import Union
 
+# User-defined aggregates a plan may name (loaded from the server's configuration in both
+# processes); the planner asks for their names and result types.
+from executor.udf import load as load_user_aggregates  # noqa: F401 - re-exported
+from executor.udf import names as user_aggregate_names  # noqa: F401 - re-exported
+from executor.udf import return_type as user_aggregate_type  # noqa: F401 - re-exported
+
 # --------------------------------------------------------------------------- building blocks
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import importlib
 
+import duckdb
 import pyarrow as pa
 
 _AGGREGATES: dict = {}
@@ -43,7 +44,6 @@ def return_type(name: str) -> str:
 @functools.lru_cache(maxsize=None)
 def arrow_type(sql_type: str) -> pa.DataType:
     """The Arrow type DuckDB gives ``sql_type`` (a struct keeps its fields' names and order)."""
-    import duckdb
     return duckdb.connect().sql(f"SELECT CAST(NULL AS {sql_type}) AS x").to_arrow_table() \
         .schema.field("x").type
 

@@ -19,6 +19,12 @@ import struct
 
 import pyarrow as pa
 
+# What the gateway needs of the back end's data model besides frames, so that it reaches the
+# executor only through this module and the plan: event time as frames carry it (µs, INF for
+# "forever") and the heap policy both processes share (frames are megabytes).
+from executor.allocator import keep_freed_memory  # noqa: F401 - re-exported
+from executor.batches import INF, micros  # noqa: F401 - re-exported
+
 PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
 SNAPSHOT, TABLE, PROGRESS, HISTORY, RECOMPUTE = b"Q", b"T", b"G", b"H", b"C"
 ROWS, ENDED, ANSWER = b"R", b"E", b"A"

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from continuous import send_source
-from gateway.sql.lexer import split
+from gateway.sessions.lexer import split
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
 

@@ -12,8 +12,8 @@ import time
 import psycopg
 import pytest
 
-from gateway.cli import build_parser
-from gateway.config import Config
+from gateway.process.cli import build_parser
+from gateway.process.config import Config
 
 
 def _help(*args: str) -> str:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from executor import wire
-from gateway import backend_frames
+from gateway.link import frames as backend_frames
 
 
 def _frames(seed: int) -> list:

@@ -9,7 +9,7 @@ import threading
 import pyarrow as pa
 
 from executor import wire
-from gateway.outbox import Outbox
+from gateway.link.outbox import Outbox
 
 
 def _reader(sock: socket.socket, got: list) -> threading.Thread:

@@ -6,8 +6,8 @@ import struct
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
-from gateway.protocol import messages as M
-from gateway.protocol import types as T
+from gateway.pgwire import messages as M
+from gateway.pgwire import types as T
 
 EPOCH = dt.datetime(1970, 1, 1)
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from gateway.source_stream import LineTooLong, SourceStream
+from gateway.clearinghouse.source_stream import LineTooLong, SourceStream
 
 
 async def _serve(handler, high: int = 1 << 20):

@@ -1,0 +1,126 @@
+"""``RECOMPUTE query``: seed 003's batch module over stored history. Tuples later than a
+stream's slack are skipped by live processing but kept in the archive; this runs the
+continuous query over the archive as though every tuple had come in time, and answers with
+its rows whose validity interval meets the reach of a late tuple (those that would have been
+different), ordered by valid_from, each with valid_from / valid_to.
+
+A late tuple at ts reaches [ts, ts + size) in ``[RANGE size]``, [ts, ts + size + slide) in a
+hopping window, the rest of its fixed window, and from ts on in windows without an end
+(``[UNBOUNDED]``, ``[ROWS n]``, loops). Rows are settled up to the seam (the streams'
+watermark): a row still holding there comes with valid_to NULL. The late tuples known are the
+ones ``cq_late_tuples`` lists (since the server started, the newest 10,000 per stream).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from executor import plan as P
+from executor.wire import INF
+
+from gateway.streams import queries as Q
+from gateway.clearinghouse.ingest import History
+from gateway.pgwire import errors as E
+from gateway.pgwire import types as T
+from gateway.pgwire.results import Field, Rows
+
+# per window kind: where a tuple at ``t`` stops mattering, and how far back from the
+# earliest late tuple the archive must be read for the window's state there
+_REACH = {
+    P.RangeWindow: (lambda w, t: t + w.size_us, lambda w, t: t - w.size_us),
+    P.SlideWindow: (lambda w, t: t + w.size_us + w.slide_us,
+                    lambda w, t: t - w.size_us - w.slide_us),
+    P.NowWindow: (lambda w, t: t + 1, lambda w, t: t),
+    P.FixedWindow: (lambda w, t: np.where((t >= w.low_us) & (t < w.high_us), w.high_us, t),
+                    lambda w, t: w.low_us),
+}
+_FOREVER = (lambda w, t: np.full(len(t), INF), lambda w, t: None)
+
+
+def _windows(node, out: list) -> list:
+    """(window or None, stream name) of each stream the plan reads."""
+    if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan):
+        out.append((node.window, node.input.stream))
+        return out
+    if isinstance(node, P.StreamScan):
+        out.append((None, node.stream))
+    if isinstance(node, P.WindowRelationScan):
+        raise E.FeatureNotSupported(
+            f"RECOMPUTE reads streams' archives; {node.name} is a named window or derived "
+            "stream", hint="Write the query over the stream the relation reads.")
+    for c in P.children(node):
+        _windows(c, out)
+    return out
+
+
+def _merged(spans: np.ndarray) -> np.ndarray:
+    """Sorted, disjoint [from, to) spans covering the same instants."""
+    spans = spans[np.argsort(spans[:, 0], kind="stable")]
+    ends = np.maximum.accumulate(spans[:, 1])
+    new = np.ones(len(spans), bool)
+    new[1:] = spans[1:, 0] > ends[:-1]
+    starts = spans[new, 0]
+    last = np.append(np.flatnonzero(new)[1:] - 1, len(spans) - 1)
+    return np.stack([starts, ends[last]], axis=1)
+
+
+def _shape(session, p: P.Plan) -> tuple[list, pa.Schema]:
+    """The answer's fields and Arrow schema: the query's, then valid_from / valid_to unless
+    it selects them."""
+    fields, schema = Q.typed_fields(session, p)
+    for name in ("valid_from", "valid_to"):
+        if name not in schema.names:
+            fields = fields + [Field(name, T.duck_to_pg("TIMESTAMP").oid)]
+            schema = schema.append(pa.field(name, pa.timestamp("us")))
+    return fields, schema
+
+
+def fields(session, p: P.Plan) -> list:
+    return _shape(session, p)[0]
+
+
+def _streams(session, p: P.Plan) -> list:
+    """(window, stream, catalog object) of each stream the query reads, all archived."""
+    out = []
+    for window, stream in _windows(p.root, []):
+        obj = session.server.streams.by_relation(stream, kinds=("stream",))
+        if obj is None or not obj.archived:
+            raise E.PgError(f'stream "{stream}" is not archived, so late tuples cannot be '
+                            "recomputed", sqlstate="55000",
+                            hint="CREATE STREAM … TYPE ARCHIVED keeps every tuple, late ones "
+                            "too.")
+        out.append((window, stream, obj))
+    return out
+
+
+def run(session, tree) -> Rows:
+    query, tail = Q.without_order(tree.this)
+    p = Q.plan_query(session, query)
+    if p.mode == "snapshot":
+        raise E.FeatureNotSupported("RECOMPUTE applies to continuous queries over streams",
+                                    hint="A query over named windows only reads them at now.")
+    out_fields, schema = _shape(session, p)
+    read = _streams(session, p)
+    spans = []
+    for window, stream, _ in read:
+        late = session.server.ingest.log.late_times(stream)
+        ends = np.asarray(_REACH.get(type(window), _FOREVER)[0](window, late), np.int64)
+        spans.append(np.stack([late, ends], axis=1)[ends > late])
+    spans = np.concatenate(spans) if spans else np.empty((0, 2), np.int64)
+    if not len(spans):
+        session.notices.append(("NOTICE", "00000", "no tuple the query reads has arrived "
+                                "late since the server started: nothing to recompute"))
+        return Rows(out_fields, schema.empty_table(), "SELECT")
+    merged = _merged(spans)
+    earliest = int(merged[0, 0])            # every stream is read from there, back its reach
+    history = [History(stream, obj.key, obj.timestamp_column, obj.options.get("fragment"),
+                       since_us=_REACH.get(type(window), _FOREVER)[1](window, earliest))
+               for window, stream, obj in read]
+    link = session.server.backend
+
+    def replay(primed, seam):
+        return link.recompute(p, primed, seam, merged.tolist())
+
+    table = link.call(session.server.ingest.start_primed(history, replay))
+    table = schema.empty_table() if table is None else table.cast(schema)
+    return Rows(out_fields, Q.order_and_limit(session, table, tail), "SELECT")

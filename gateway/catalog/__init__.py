@@ -1,1 +1,0 @@
-"""The catalog clients browse: pg_catalog emulation over DuckDB plus cqgate's own relations."""

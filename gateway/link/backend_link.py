@@ -1,0 +1,302 @@
+"""The gateway's side of the back end: starts ``python -m executor.backend`` as its own process
+on one end of a socket pair, sends it plans and stream data, and sorts what comes back into
+one result queue per running query (``LiveRows``), which cursors and portals read.
+
+If the back end dies, every running query ends with an error (57P02), a new back end starts,
+and the queries the server itself keeps (named windows, derived streams) are planned again.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import logging
+import os
+import socket
+import subprocess
+import sys
+
+import pyarrow as pa
+
+from executor import plan as P
+from executor import wire
+
+from gateway.link.frames import BackendFrames
+from gateway.link.outbox import Outbox
+from gateway.pgwire import errors as E
+from gateway.link.live_rows import LiveRows
+
+log = logging.getLogger("cqgate")
+HIGH_WATER = 8 << 20       # bytes queued towards the back end before ingest waits
+BEHIND = HIGH_WATER // 2   # queued bytes at which the back end counts as behind (ON OVERLOAD)
+SHED_LIMIT = 8 * HIGH_WATER  # a load-shedding stream waits only past this many queued bytes
+
+
+def _one_line(sql: str, width: int = 120) -> str:
+    text = " ".join(sql.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _instant(us: int | None) -> str:
+    return "?" if us is None else str(dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us))
+
+
+class BackendLink:
+    def __init__(self, aggregates: str | None = None):
+        self.aggregates = aggregates        # user aggregate specs, loaded by the back end too
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.proc: subprocess.Popen | None = None
+        self.transport: asyncio.Transport | None = None   # reads the back end's frames
+        self.out: Outbox | None = None      # frames to the back end
+        self.live: dict = {}              # qid -> LiveRows
+        self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
+        self.answers: dict = {}           # req -> Future
+        self.tables_in_use: dict = {}     # table name -> number of running queries reading it
+        self._tables_of: dict = {}        # qid -> the tables it reads
+        self.labels: dict = {}            # qid -> how the log names a running query
+        self._ids = itertools.count(1)
+        self._restart: asyncio.Task | None = None
+        self._stopping = False
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ process
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env["CQGATE_AGGREGATES"] = self.aggregates or ""
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "executor.backend", "--fd", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], env=env)
+        theirs.close()
+        handlers = {wire.ROWS: self._on_rows, wire.ENDED: self._on_ended,
+                    wire.ANSWER: self._on_answer}
+        self.transport, _ = await self.loop.create_unix_connection(
+            lambda: BackendFrames(lambda kind, payload: handlers[kind](payload),
+                                  self._lost), sock=ours)
+        if self.out is not None:
+            self.out.close()
+        self.out = Outbox(ours, self.loop, HIGH_WATER)
+        log.info("back end started (pid %d)", self.proc.pid)
+        for qid, (plan, feeds) in list(self.persistent.items()):
+            await self._register(qid, plan, feeds)
+            log.info("query restarted: %s (from live data)", self.labels.get(qid, f"#{qid}"))
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self.out is not None:
+            self.out.close()
+        if self.transport is not None:
+            self.transport.close()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def _lost(self) -> None:
+        """The socket to the back end closed: unless the server is stopping, it crashed."""
+        if not self._stopping:
+            self._restart = asyncio.ensure_future(self._crashed())
+
+    async def _crashed(self) -> None:
+        code = self.proc.wait() if self.proc else None
+        log.error("the back end stopped (exit code %s); restarting it", code)
+        self.restarts += 1
+        err = E.PgError("the back end stopped; this query was lost", sqlstate="57P02",
+                        hint="Run the query again.")
+        for qid, live in list(self.live.items()):
+            live.finish(err)
+            self._release_tables(qid)
+            self._log_stop(qid, "lost with the back end")
+        self.live.clear()
+        for fut in self.answers.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self.answers.clear()
+        await self.start()
+
+    # ------------------------------------------------------------------ replies
+    def _on_rows(self, payload: bytes) -> None:
+        qid, table = wire.parse_rows(payload)
+        live = self.live.get(qid)
+        if live is not None:
+            live.put(table)
+
+    def _on_ended(self, payload: bytes) -> None:
+        msg = wire.parse_control(payload)
+        # a failed query stays listed (cq_queries shows why) until its cursor closes
+        live = self.live.get(msg["qid"]) if msg.get("error") else self.live.pop(msg["qid"], None)
+        self._release_tables(msg["qid"])
+        self._log_stop(msg["qid"], f"failed: {msg['error']}" if msg.get("error") else "ended")
+        if live is None:
+            return
+        err = None
+        if msg.get("error"):
+            err = E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
+            live.failure = msg["error"]
+        live.finish(err)
+
+    def _on_answer(self, payload: bytes) -> None:
+        msg = wire.parse_control(payload)
+        fut = self.answers.pop(msg["req"], None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg)
+
+    async def _ask(self, kind: bytes, **fields) -> dict:
+        req = next(self._ids)
+        fut = self.loop.create_future()
+        self.answers[req] = fut
+        self.out.write(wire.control(kind, req=req, **fields))
+        return await asyncio.wait_for(fut, timeout=60)
+
+    # ------------------------------------------------------------------ queries
+    def new_qid(self) -> int:
+        return next(self._ids)
+
+    async def _register(self, qid: int, plan: P.Plan, feeds: str | None,
+                        seam: int | None = None) -> None:
+        msg = await self._ask(wire.PLAN, qid=qid, plan=P.to_dict(plan), feeds=feeds, seam=seam)
+        if not msg["ok"]:
+            raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
+
+    async def _start_query(self, qid: int, plan: P.Plan, feeds: str | None,
+                           tables: dict | None, history: dict | None = None,
+                           seam: int | None = None) -> None:
+        """Send the tables its stream–table joins read and the archived tuples that prime it
+        ({stream: table}; rows valid at ``seam`` and later go out), then the plan; count the
+        tables."""
+        for tname, table in (tables or {}).items():
+            await self.send_table(tname, table)
+        await self._send_history(qid, history)
+        await self._register(qid, plan, feeds, seam if history else None)
+        log.info("query started: %s%s", self.labels.get(qid, f"#{qid}"),
+                 f" (primed from the archive up to {_instant(seam)})" if history else "")
+        self._tables_of[qid] = list(tables or {})
+        for t in self._tables_of[qid]:
+            self.tables_in_use[t] = self.tables_in_use.get(t, 0) + 1
+
+    async def open(self, plan: P.Plan, fields: list, schema: pa.Schema, sql: str, owner: int,
+                   name: str, tables: dict | None = None, history: dict | None = None,
+                   seam: int | None = None, label: str = "query") -> LiveRows:
+        """Start a continuous query; its rows arrive in the returned queue. ``tables``: the
+        current contents of the tables it joins; ``history``/``seam``: archived tuples its
+        windows reach back to, and where live data takes over; ``label``: how the log names
+        it (a cursor, or a plain query)."""
+        qid = self.new_qid()
+        live = LiveRows(fields, schema, qid, sql, owner, name, self)
+        live.streams = P.streams_read(plan.root)
+        self.live[qid] = live
+        self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
+        try:
+            await self._start_query(qid, plan, None, tables, history, seam)
+        except E.PgError:
+            self.live.pop(qid, None)
+            self.labels.pop(qid, None)
+            raise
+        return live
+
+    async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None,
+                   history: dict | None = None, seam: int | None = None,
+                   kind: str = "window") -> None:
+        """Run a named window's or derived stream's query for as long as the server keeps it
+        (``history``/``seam`` as for ``open``; ``kind`` names it in the log)."""
+        self.labels[qid] = f"{kind} {feeds}"
+        await self._start_query(qid, plan, feeds, tables, history, seam)
+        self.persistent[qid] = (plan, feeds)
+
+    def _release_tables(self, qid: int) -> None:
+        for t in self._tables_of.pop(qid, []):
+            self.tables_in_use[t] -= 1
+            if not self.tables_in_use[t]:
+                del self.tables_in_use[t]
+
+    async def send_table(self, name: str, table: pa.Table) -> None:
+        self.out.write(wire.data_parts(name, table, wire.TABLE))
+        await self.out.drain()
+
+    async def snapshot(self, plan: P.Plan, relations: list, history: dict | None = None,
+                       seam: int | None = None) -> pa.Table | None:
+        """A one-time query at now over the back end's recent tuples; ``relations`` are
+        (name, plan) of the named windows it reads, dependencies first; ``history``: the
+        archived streams' tuples up to the seam, read instead of the recent ones."""
+        return await self._one_time(wire.SNAPSHOT, history, plan=P.to_dict(plan),
+                                    relations=[[n, P.to_dict(p)] for n, p in relations])
+
+    async def recompute(self, plan: P.Plan, history: dict, seam: int,
+                        spans: list) -> pa.Table | None:
+        """The query over ``history`` (archived tuples up to ``seam``) as though no tuple had
+        been late: its rows that began by the seam and overlap ``spans`` ([from, to) µs)."""
+        return await self._one_time(wire.RECOMPUTE, history, plan=P.to_dict(plan), seam=seam,
+                                    spans=spans)
+
+    async def _one_time(self, kind: bytes, history: dict | None, **fields) -> pa.Table | None:
+        qid = self.new_qid()
+        live = LiveRows([], None, qid, "", 0, "", self)
+        self.live[qid] = live
+        try:
+            await self._send_history(qid, history)
+            msg = await self._ask(kind, qid=qid, **fields)
+        finally:
+            self.live.pop(qid, None)
+        if not msg["ok"]:
+            raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
+        return pa.concat_tables(live.pending) if live.pending else None
+
+    async def _send_history(self, qid: int, history: dict | None) -> None:
+        for stream, table in (history or {}).items():
+            for batch in table.to_batches(max_chunksize=1 << 16):
+                self.out.write(wire.history(qid, stream, batch))
+                await self.out.drain()
+
+    def drop(self, qid: int) -> None:
+        """End a query (safe from any thread)."""
+        self.persistent.pop(qid, None)
+        self.live.pop(qid, None)
+        self._release_tables(qid)
+        self._log_stop(qid, "stopped")
+        self._write_soon(wire.control(wire.DROP, qid=qid))
+
+    def _log_stop(self, qid: int, how: str) -> None:
+        label = self.labels.pop(qid, None)
+        if label is not None:           # one line per query, however it ends
+            log.info("query %s: %s", how, label)
+
+    def drop_stream(self, name: str) -> None:
+        self._write_soon(wire.control(wire.DROP_STREAM, stream=name))
+
+    def _write_soon(self, data: bytes) -> None:
+        if self.out is not None:
+            self.out.write(data)              # safe from any thread, in order
+
+    # ------------------------------------------------------------------ data
+    async def send_data(self, stream: str, table: pa.Table, latest: int | None,
+                        wait: bool = True) -> None:
+        """Stream rows, then how far the stream has got (``latest``: its newest event time,
+        for cq_streams and snapshots; not a BOUNDARY). ``wait``: back pressure, wait while
+        the back end is behind (a stream that sheds load instead waits only past
+        ``SHED_LIMIT`` bytes, so memory stays bounded either way)."""
+        if table.num_rows:
+            self.out.write(wire.data_parts(stream, table))
+        if latest is not None:
+            self.out.write(wire.control(wire.PROGRESS, stream=stream, ts=latest))
+        if wait or self.out.get_write_buffer_size() > SHED_LIMIT:
+            await self.out.drain()
+
+    def behind(self) -> bool:
+        """Whether the back end has fallen behind: more than BEHIND bytes wait for it."""
+        return self.out is not None and self.out.get_write_buffer_size() > BEHIND
+
+    async def watermark(self, stream: str, ts: int) -> None:
+        self.out.write(wire.control(wire.WATERMARK, stream=stream, ts=ts))
+        await self.out.drain()
+
+    async def stats(self) -> dict:
+        return await self._ask(wire.STATS)
+
+    def call(self, coro, timeout: float = 60):
+        """Run ``coro`` on the server's loop from a worker thread and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)

@@ -1,0 +1,659 @@
+"""The one registry of wire types: DuckDB/Arrow type -> PostgreSQL type OID, and the text and
+binary encoders (whole Arrow columns -> bytes per value) and parameter decoders for each.
+
+Output matches what PostgreSQL 15 sends (``t``/``f`` booleans, NUMERIC 1700 for decimals, ISO
+timestamps, ``postgres`` IntervalStyle, ``{...}`` arrays).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+import struct
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Callable
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dialect.names import pg_type_name
+
+from gateway.pgwire.errors import InvalidTextRepresentation, FeatureNotSupported
+
+PG_EPOCH_DATE = dt.date(2000, 1, 1)
+PG_EPOCH = dt.datetime(2000, 1, 1)
+PG_EPOCH_TZ = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+_UTC = dt.timezone.utc
+
+
+@dataclass(frozen=True)
+class PgType:
+    oid: int
+    name: str          # pg_type.typname
+    sql_name: str      # what format_type() prints
+    typlen: int
+    array_oid: int = 0
+    elem_oid: int = 0
+    category: str = "U"
+    duckdb: str = "VARCHAR"   # the DuckDB type a cast to this type becomes
+
+
+# --------------------------------------------------------------------------- the type table
+_T = PgType
+TYPES: list[PgType] = [
+    _T(16, "bool", "boolean", 1, 1000, category="B", duckdb="BOOLEAN"),
+    _T(17, "bytea", "bytea", -1, 1001, category="U", duckdb="BLOB"),
+    _T(18, "char", '"char"', 1, 1002, category="Z", duckdb="VARCHAR"),
+    _T(19, "name", "name", 64, 1003, category="S", duckdb="VARCHAR"),
+    _T(20, "int8", "bigint", 8, 1016, category="N", duckdb="BIGINT"),
+    _T(21, "int2", "smallint", 2, 1005, category="N", duckdb="SMALLINT"),
+    _T(22, "int2vector", "int2vector", -1, 1006, elem_oid=21, category="A", duckdb="SMALLINT[]"),
+    _T(23, "int4", "integer", 4, 1007, category="N", duckdb="INTEGER"),
+    _T(24, "regproc", "regproc", 4, 1008, category="N", duckdb="VARCHAR"),
+    _T(25, "text", "text", -1, 1009, category="S", duckdb="VARCHAR"),
+    _T(26, "oid", "oid", 4, 1028, category="N", duckdb="UINTEGER"),
+    _T(28, "xid", "xid", 4, 1011, category="U", duckdb="BIGINT"),
+    _T(30, "oidvector", "oidvector", -1, 1013, elem_oid=26, category="A", duckdb="UINTEGER[]"),
+    _T(114, "json", "json", -1, 199, category="U", duckdb="JSON"),
+    _T(142, "xml", "xml", -1, 143, category="U", duckdb="VARCHAR"),
+    _T(700, "float4", "real", 4, 1021, category="N", duckdb="FLOAT"),
+    _T(701, "float8", "double precision", 8, 1022, category="N", duckdb="DOUBLE"),
+    _T(705, "unknown", "unknown", -2, 0, category="X", duckdb="VARCHAR"),
+    _T(790, "money", "money", 8, 791, category="N", duckdb="DECIMAL(18,2)"),
+    _T(1042, "bpchar", "character", -1, 1014, category="S", duckdb="VARCHAR"),
+    _T(1043, "varchar", "character varying", -1, 1015, category="S", duckdb="VARCHAR"),
+    _T(1082, "date", "date", 4, 1182, category="D", duckdb="DATE"),
+    _T(1083, "time", "time without time zone", 8, 1183, category="D", duckdb="TIME"),
+    _T(1114, "timestamp", "timestamp without time zone", 8, 1115, category="D",
+       duckdb="TIMESTAMP"),
+    _T(1184, "timestamptz", "timestamp with time zone", 8, 1185, category="D",
+       duckdb="TIMESTAMPTZ"),
+    _T(1186, "interval", "interval", 16, 1187, category="T", duckdb="INTERVAL"),
+    _T(1266, "timetz", "time with time zone", 12, 1270, category="D", duckdb="TIMETZ"),
+    _T(1560, "bit", "bit", -1, 1561, category="V", duckdb="BIT"),
+    _T(1562, "varbit", "bit varying", -1, 1563, category="V", duckdb="BIT"),
+    _T(1700, "numeric", "numeric", -1, 1231, category="N", duckdb="DECIMAL(38,10)"),
+    _T(2205, "regclass", "regclass", 4, 2210, category="N", duckdb="UINTEGER"),
+    _T(2206, "regtype", "regtype", 4, 2211, category="N", duckdb="UINTEGER"),
+    _T(2950, "uuid", "uuid", 16, 2951, category="U", duckdb="UUID"),
+    _T(3802, "jsonb", "jsonb", -1, 3807, category="U", duckdb="JSON"),
+    _T(2249, "record", "record", -1, 2287, category="P", duckdb="VARCHAR"),
+    _T(2278, "void", "void", 4, 0, category="P", duckdb="VARCHAR"),
+]
+BY_OID: dict[int, PgType] = {t.oid: t for t in TYPES}
+BY_NAME: dict[str, PgType] = {t.name: t for t in TYPES}
+for _t in list(TYPES):
+    if _t.array_oid and _t.array_oid not in BY_OID:
+        _arr = PgType(_t.array_oid, "_" + _t.name, _t.sql_name + "[]", -1, 0, elem_oid=_t.oid,
+                      category="A", duckdb=_t.duckdb + "[]")
+        TYPES.append(_arr)
+        BY_OID[_arr.oid] = _arr
+        BY_NAME[_arr.name] = _arr
+
+def lookup_type_name(name: str) -> PgType | None:
+    """Resolve a SQL type spelling (``int4``, ``integer[]``, ``pg_catalog.text``) to a PgType."""
+    n, arr = pg_type_name(name)
+    base = BY_NAME.get(n)
+    if base is None:
+        return None
+    return BY_OID.get(base.array_oid) if arr else base
+
+
+# DuckDB type name (str(DuckDBPyType) / duckdb_columns().data_type) -> pg type name
+_DUCK_SCALARS = {
+    "BOOLEAN": "bool", "TINYINT": "int2", "SMALLINT": "int2", "UTINYINT": "int2",
+    # UINTEGER is how the catalog stores oids (and what ::oid becomes), so it is oid on the wire.
+    "INTEGER": "int4", "USMALLINT": "int4", "BIGINT": "int8", "UINTEGER": "oid",
+    "UBIGINT": "numeric", "HUGEINT": "numeric", "UHUGEINT": "numeric", "VARINT": "numeric",
+    "BIGNUM": "numeric", "FLOAT": "float4", "DOUBLE": "float8", "VARCHAR": "text",
+    "BLOB": "bytea", "DATE": "date", "TIME": "time", "TIME WITH TIME ZONE": "timetz",
+    "TIMESTAMP": "timestamp", "TIMESTAMP_S": "timestamp", "TIMESTAMP_MS": "timestamp",
+    "TIMESTAMP_NS": "timestamp", "TIMESTAMP WITH TIME ZONE": "timestamptz",
+    "INTERVAL": "interval", "UUID": "uuid", "JSON": "json", "BIT": "varbit", "NULL": "text",
+    "\"NULL\"": "text",
+}
+
+
+def duck_to_pg(duck_type: str) -> PgType:
+    """Map a DuckDB type spelling to the PostgreSQL type the wire reports."""
+    t = duck_type.strip()
+    if t.endswith("[]"):
+        elem = duck_to_pg(t[:-2])
+        return BY_OID.get(elem.array_oid) or BY_NAME["text"]
+    if re.match(r"^[A-Z_ ]+\[\d+\]$", t):   # fixed-size ARRAY
+        elem = duck_to_pg(t[:t.rindex("[")])
+        return BY_OID.get(elem.array_oid) or BY_NAME["text"]
+    if t.startswith("DECIMAL"):
+        return BY_NAME["numeric"]
+    return BY_NAME[_DUCK_SCALARS.get(t, "text")]
+
+
+def duck_typmod(duck_type: str) -> int:
+    m = re.match(r"DECIMAL\((\d+),\s*(\d+)\)", duck_type)
+    if m:
+        return ((int(m.group(1)) << 16) | int(m.group(2))) + 4
+    return -1
+
+
+def type_oid_case_sql(column: str) -> str:
+    """A SQL CASE expression mapping a DuckDB type-name column to an OID (used by pg_catalog)."""
+    whens = [f"WHEN {column} = '{k}' THEN {BY_NAME[v].oid}" for k, v in _DUCK_SCALARS.items()
+             if '"' not in k]
+    arr = [f"WHEN {column} = '{k}[]' THEN {BY_NAME[v].array_oid}"
+           for k, v in _DUCK_SCALARS.items() if '"' not in k and BY_NAME[v].array_oid]
+    return ("CASE " + " ".join(whens + arr) +
+            f" WHEN {column} LIKE 'DECIMAL%[]' THEN 1231 WHEN {column} LIKE 'DECIMAL%' THEN 1700"
+            " ELSE 25 END")
+
+
+# --------------------------------------------------------------------------- text output
+def _float_text(v: float) -> str:
+    """Shortest round-trip digits as PostgreSQL 12+ prints them: scientific notation below
+    1e-4 and from 1e15 on (Python's repr switches at 1e16), ``Infinity``/``NaN``."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    r = repr(v)
+    if "e" not in r and abs(v) >= 1e15:
+        sign, body = ("-", r[1:]) if r[0] == "-" else ("", r)
+        whole, _, frac = body.partition(".")
+        digits = (whole + frac.rstrip("0")).rstrip("0")
+        mant = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{sign}{mant}e+{len(whole) - 1:02d}"
+    return r[:-2] if r.endswith(".0") else r
+
+
+def _float4_text(v: float) -> str:
+    if math.isnan(v) or math.isinf(v):
+        return _float_text(v)
+    r = str(np.float32(v))
+    if r.endswith(".0"):
+        r = r[:-2]
+    return r
+
+
+def _frac(us: int) -> str:
+    return ("." + f"{us:06d}".rstrip("0")) if us else ""
+
+
+def _ts_text(v: dt.datetime) -> str:
+    return v.strftime("%Y-%m-%d %H:%M:%S") + _frac(v.microsecond) if v.year >= 1000 else \
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}" \
+        + _frac(v.microsecond)
+
+
+def _offset_text(off: dt.timedelta) -> str:
+    secs = int(off.total_seconds())
+    sign = "+" if secs >= 0 else "-"
+    secs = abs(secs)
+    h, rem = divmod(secs, 3600)
+    m, s = divmod(rem, 60)
+    out = f"{sign}{h:02d}"
+    if m or s:
+        out += f":{m:02d}"
+    if s:
+        out += f":{s:02d}"
+    return out
+
+
+def interval_text(months: int, days: int, micros: int) -> str:
+    parts = []
+    years, mons = divmod(abs(months), 12)
+    sign = -1 if months < 0 else 1
+    if years:
+        parts.append(f"{sign * years} year" + ("s" if sign * years != 1 else ""))
+    if mons:
+        parts.append(f"{sign * mons} mon" + ("s" if sign * mons != 1 else ""))
+    if days:
+        parts.append(f"{days} day" + ("s" if days != 1 else ""))
+    if micros or not parts:
+        neg = micros < 0
+        micros = abs(micros)
+        secs, us = divmod(micros, 1_000_000)
+        h, rem = divmod(secs, 3600)
+        m, s = divmod(rem, 60)
+        t = f"{h:02d}:{m:02d}:{s:02d}" + _frac(us)
+        parts.append(("-" if neg else "") + t)
+    return " ".join(parts)
+
+
+def _array_elem_text(v, enc) -> str:
+    if v is None:
+        return "NULL"
+    s = enc(v)
+    if s == "" or s.upper() == "NULL" or re.search(r'[{}",\\\s]', s):
+        s = '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return s
+
+
+def _py_text(v, tz: dt.tzinfo) -> str:
+    """Text form of one Python value as PostgreSQL prints it."""
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        return _tstz_text(v, tz)
+    return _PY_TEXT.get(type(v), str)(v)
+
+
+def _tstz_text(v: dt.datetime, tz: dt.tzinfo) -> str:
+    loc = v.astimezone(tz)
+    return _ts_text(loc) + _offset_text(loc.utcoffset())
+
+
+def _list_text(v, tz) -> str:
+    return "{" + ",".join(_array_elem_text(x, lambda y: _py_text(y, tz)) for x in v) + "}"
+
+
+_PY_TEXT: dict[type, Callable] = {
+    bool: lambda v: "t" if v else "f",
+    float: _float_text,
+    dt.datetime: _ts_text,
+    dt.date: lambda v: v.isoformat(),
+    dt.time: lambda v: v.strftime("%H:%M:%S") + _frac(v.microsecond),
+    dt.timedelta: lambda v: interval_text(0, v.days, v.seconds * 1_000_000 + v.microseconds),
+    bytes: lambda v: "\\x" + v.hex(),
+    Decimal: lambda v: str(v),
+    uuid.UUID: str,
+    dict: lambda v: json.dumps(v, default=str),
+    pa.MonthDayNano: lambda v: interval_text(v.months, v.days, v.nanoseconds // 1000),
+}
+
+
+def _cast_text(arr: pa.Array) -> pa.Array:
+    """Vectorised: Arrow's own string cast already prints what PostgreSQL prints."""
+    return pc.cast(pc.cast(arr, pa.string()), pa.binary())
+
+
+def _float_column_text(arr: pa.Array) -> pa.Array:
+    """Arrow prints the same shortest digits as PostgreSQL but switches to scientific notation
+    at other exponents; values outside [1e-4, 1e14) and non-finite ones go through Python."""
+    f = _float4_text if arr.type == pa.float32() else _float_text
+    out = _cast_text(arr)
+    a = pc.abs(arr)
+    odd = pc.or_kleene(pc.greater_equal(a, 1e14),
+                       pc.and_kleene(pc.less(a, 1e-4), pc.not_equal(a, 0)))
+    odd = pc.fill_null(pc.or_kleene(odd, pc.is_nan(arr)), False)
+    if not pc.any(odd).as_py():
+        return out
+    fixed = [f(v).encode() for v in pc.filter(arr, odd).to_pylist()]
+    return pc.replace_with_mask(out, odd, pa.array(fixed, pa.binary()))
+
+
+def _timestamp_text(arr: pa.Array) -> pa.Array:
+    """'YYYY-MM-DD HH:MM:SS[.ffffff]' with trailing fractional zeros dropped, as a string array.
+    Arrow prints every µs timestamp with all six fractional digits, so trimming '0's and
+    then a bare '.' off the right is exactly PostgreSQL's form."""
+    if arr.type.unit != "us":
+        arr = arr.cast(pa.timestamp("us", tz=arr.type.tz), safe=False)
+    text = pc.ascii_rtrim(pc.cast(arr, pa.string()), "0")
+    # a whole second is left with a bare '.', which goes too (one more pass only if any is)
+    return pc.ascii_rtrim(text, ".") if pc.any(pc.ends_with(text, ".")).as_py() else text
+
+
+def _timestamptz_text(arr: pa.Array, tz: dt.tzinfo) -> pa.Array:
+    """Local time in the session zone plus its UTC offset; offsets are few, so they are
+    formatted once each and gathered."""
+    name = getattr(tz, "key", "UTC")
+    utc = arr.cast(pa.timestamp("us", tz="UTC"), safe=False)
+    local = pc.local_timestamp(utc.cast(pa.timestamp("us", tz=name)))
+    offsets = pc.subtract(local.cast(pa.int64()), utc.cast(pa.int64()))
+    uniq = pc.unique(offsets)
+    labels = pa.array([None if o is None else _offset_text(dt.timedelta(microseconds=o))
+                       for o in uniq.to_pylist()], pa.string())
+    suffix = pc.take(labels, pc.index_in(offsets, uniq))
+    text = pc.binary_join_element_wise(_timestamp_text(local), suffix, "")
+    return pc.cast(text, pa.binary())
+
+
+def text_column(arr: pa.Array, oid: int, tz: dt.tzinfo) -> pa.Array:
+    """Encode a whole Arrow column to PostgreSQL text format: a binary array (null = NULL)."""
+    t = arr.type
+    if pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_string(t) \
+            or pa.types.is_large_string(t) or pa.types.is_date32(t):
+        return _cast_text(arr)
+    if pa.types.is_boolean(t):
+        return pc.cast(pc.if_else(arr, "t", "f"), pa.binary())
+    if pa.types.is_floating(t):
+        return _float_column_text(arr)
+    if pa.types.is_timestamp(t):
+        if t.tz:
+            return _timestamptz_text(arr, tz)
+        return pc.cast(_timestamp_text(arr), pa.binary())
+    if isinstance(t, pa.ExtensionType):
+        return text_column(arr.storage if isinstance(arr, pa.ExtensionArray) else arr, oid, tz)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        enc = lambda v: _list_text(v, tz)  # noqa: E731
+    elif pa.types.is_struct(t) or pa.types.is_map(t):
+        enc = lambda v: json.dumps(v if not isinstance(v, list) else dict(v),  # noqa: E731
+                                   default=str)
+    else:
+        enc = lambda v: _py_text(v, tz)  # noqa: E731
+    return pa.array([None if v is None else enc(v).encode() for v in arr.to_pylist()],
+                    pa.binary())
+
+
+# --------------------------------------------------------------------------- binary output
+def _numeric_binary(d: Decimal) -> bytes:
+    if d.is_nan():
+        return struct.pack("!hhHh", 0, 0, 0xC000, 0)
+    sign, digits, exp = d.as_tuple()
+    dscale = max(0, -exp)
+    s = "".join(map(str, digits))
+    if exp > 0:
+        s += "0" * exp
+        exp = 0
+    int_part = s[:len(s) + exp] if exp < 0 else s
+    frac_part = s[len(s) + exp:] if exp < 0 else ""
+    int_part = int_part.lstrip("0")
+    pad_int = (-len(int_part)) % 4
+    int_part = "0" * pad_int + int_part
+    frac_part = frac_part + "0" * ((-len(frac_part)) % 4)
+    groups = [int(int_part[i:i + 4]) for i in range(0, len(int_part), 4)] + \
+             [int(frac_part[i:i + 4]) for i in range(0, len(frac_part), 4)]
+    weight = len(int_part) // 4 - 1
+    while groups and groups[0] == 0:
+        groups.pop(0)
+        weight -= 1
+    while groups and groups[-1] == 0:
+        groups.pop()
+    if not groups:
+        weight = 0
+    return struct.pack("!hhHh", len(groups), weight, 0x4000 if sign else 0, dscale) + \
+        b"".join(struct.pack("!H", g) for g in groups)
+
+
+def _ts_micros(v: dt.datetime) -> int:
+    if v.tzinfo is not None:
+        d = v - PG_EPOCH_TZ
+    else:
+        d = v - PG_EPOCH
+    return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+
+
+_BIN_PY: dict[int, Callable] = {
+    16: lambda v: b"\x01" if v else b"\x00",
+    21: lambda v: struct.pack("!h", v),
+    23: lambda v: struct.pack("!i", v),
+    20: lambda v: struct.pack("!q", v),
+    26: lambda v: struct.pack("!I", v),
+    700: lambda v: struct.pack("!f", v),
+    701: lambda v: struct.pack("!d", v),
+    1700: lambda v: _numeric_binary(Decimal(v)),
+    25: lambda v: str(v).encode(),
+    1043: lambda v: str(v).encode(),
+    19: lambda v: str(v).encode(),
+    18: lambda v: str(v).encode(),
+    1042: lambda v: str(v).encode(),
+    114: lambda v: str(v).encode(),
+    3802: lambda v: b"\x01" + str(v).encode(),
+    17: bytes,
+    2950: lambda v: uuid.UUID(str(v)).bytes,
+    1082: lambda v: struct.pack("!i", (v - PG_EPOCH_DATE).days),
+    1083: lambda v: struct.pack("!q", ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000
+                                + v.microsecond),
+    1114: lambda v: struct.pack("!q", _ts_micros(v)),
+    1184: lambda v: struct.pack("!q", _ts_micros(v if v.tzinfo else v.replace(tzinfo=_UTC))),
+    1186: lambda v: struct.pack("!qii", v.nanoseconds // 1000, v.days, v.months),
+}
+
+
+def _array_binary(values: list, elem_oid: int) -> bytes:
+    enc = _BIN_PY.get(elem_oid)
+    if enc is None:
+        raise FeatureNotSupported(f"binary output of arrays of type {elem_oid} is not supported")
+    has_null = any(v is None for v in values)
+    out = [struct.pack("!iiI", 1, 1 if has_null else 0, elem_oid),
+           struct.pack("!ii", len(values), 1)]
+    if not values:
+        out = [struct.pack("!iiI", 0, 0, elem_oid)]
+    for v in values:
+        if v is None:
+            out.append(b"\xff\xff\xff\xff")
+        else:
+            b = enc(v)
+            out.append(struct.pack("!i", len(b)) + b)
+    return b"".join(out)
+
+
+_TEXT_LIKE = {25, 1043, 19, 1042, 18, 114, 705}
+_PG_EPOCH_US = 946_684_800_000_000      # 2000-01-01 in Unix microseconds
+_PG_EPOCH_DAYS = 10_957
+
+
+def _fixed_width(arr: pa.Array, oid: int):
+    """(numpy values, big-endian dtype) for types whose binary form is one fixed-width number."""
+    t = arr.type
+    if oid in (20, 23, 21, 26, 700, 701) and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        dtype = {20: ">i8", 23: ">i4", 21: ">i2", 26: ">u4", 700: ">f4", 701: ">f8"}[oid]
+        return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False), dtype
+    if oid in (1114, 1184) and pa.types.is_timestamp(t):
+        us = arr.cast(pa.timestamp("us", tz=t.tz), safe=False).cast(pa.int64())
+        return pc.subtract(pc.fill_null(us, 0), _PG_EPOCH_US).to_numpy(), ">i8"
+    if oid == 1082 and pa.types.is_date32(t):
+        days = pc.fill_null(arr.cast(pa.int32()), 0)
+        return pc.subtract(days, _PG_EPOCH_DAYS).to_numpy(), ">i4"
+    if oid == 16 and pa.types.is_boolean(t):
+        return pc.fill_null(arr, False).to_numpy(zero_copy_only=False), ">u1"
+    return None, None
+
+
+def binary_column(arr: pa.Array, oid: int) -> pa.Array:
+    """Encode a whole Arrow column to PostgreSQL binary format: a binary array."""
+    if oid in _TEXT_LIKE and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return _cast_text(arr)           # their binary form is their UTF-8 text
+    values, dtype = _fixed_width(arr, oid)
+    if values is not None:
+        w = np.dtype(dtype).itemsize
+        offsets = np.arange(0, (len(arr) + 1) * w, w, dtype=np.int32)
+        out = pa.Array.from_buffers(pa.binary(), len(arr), [
+            None, pa.py_buffer(offsets), pa.py_buffer(values.astype(dtype).tobytes())])
+        if arr.null_count:
+            out = pc.if_else(pc.is_valid(arr), out, pa.scalar(None, pa.binary()))
+        return out
+    pgt = BY_OID.get(oid)
+    if pgt is not None and pgt.elem_oid and pgt.category == "A":
+        enc = lambda v: _array_binary(v, pgt.elem_oid)  # noqa: E731
+    else:
+        enc = _BIN_PY.get(oid)
+    if enc is None:
+        raise FeatureNotSupported(f"binary output of type {oid} is not supported")
+    return pa.array([None if v is None else enc(v) for v in arr.to_pylist()], pa.binary())
+
+
+def binary_supported(oid: int) -> bool:
+    t = BY_OID.get(oid)
+    return oid in _BIN_PY or (t is not None and t.elem_oid in _BIN_PY and t.category == "A")
+
+
+# --------------------------------------------------------------------------- parameter input
+_TRUE = {"t", "true", "y", "yes", "on", "1"}
+_FALSE = {"f", "false", "n", "no", "off", "0"}
+
+
+def _parse_bool(s: str) -> bool:
+    k = s.strip().lower()
+    if k in _TRUE:
+        return True
+    if k in _FALSE:
+        return False
+    raise InvalidTextRepresentation(f'invalid input syntax for type boolean: "{s}"')
+
+
+def _parse_int(s: str) -> int:
+    try:
+        return int(s.strip())
+    except ValueError:
+        raise InvalidTextRepresentation(f'invalid input syntax for type integer: "{s}"') from None
+
+
+def _parse_float(s: str) -> float:
+    k = s.strip().lower()
+    special = {"nan": math.nan, "infinity": math.inf, "-infinity": -math.inf,
+               "inf": math.inf, "-inf": -math.inf}
+    if k in special:
+        return special[k]
+    try:
+        return float(k)
+    except ValueError:
+        raise InvalidTextRepresentation(
+            f'invalid input syntax for type double precision: "{s}"') from None
+
+
+def _parse_numeric(s: str) -> Decimal:
+    try:
+        return Decimal(s.strip())
+    except InvalidOperation:
+        raise InvalidTextRepresentation(f'invalid input syntax for type numeric: "{s}"') from None
+
+
+def _parse_ts(s: str) -> dt.datetime:
+    k = s.strip()
+    k = re.sub(r"([+-]\d\d)$", r"\1:00", k)
+    try:
+        return dt.datetime.fromisoformat(k)
+    except ValueError:
+        raise InvalidTextRepresentation(
+            f'invalid input syntax for type timestamp: "{s}"') from None
+
+
+def _parse_date(s: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(s.strip())
+    except ValueError:
+        raise InvalidTextRepresentation(f'invalid input syntax for type date: "{s}"') from None
+
+
+def _parse_bytea(s: str) -> bytes:
+    if s.startswith("\\x"):
+        return bytes.fromhex(s[2:])
+    return s.encode("latin-1").decode("unicode_escape").encode("latin-1")
+
+
+def parse_array_text(s: str, elem: Callable[[str], object]) -> list:
+    """Parse ``{1,2,"a b",NULL}`` (one dimension) into a list of element values."""
+    s = s.strip()
+    if not (s.startswith("{") and s.endswith("}")):
+        raise InvalidTextRepresentation(f'malformed array literal: "{s}"')
+    body, out, i = s[1:-1], [], 0
+    while i < len(body):
+        if body[i] == '"':
+            j, buf = i + 1, []
+            while j < len(body) and body[j] != '"':
+                if body[j] == "\\":
+                    j += 1
+                buf.append(body[j])
+                j += 1
+            out.append(elem("".join(buf)))
+            i = j + 1
+        else:
+            j = body.find(",", i)
+            j = len(body) if j < 0 else j
+            tok = body[i:j].strip()
+            out.append(None if tok.upper() == "NULL" else elem(tok))
+            i = j
+        if i < len(body) and body[i] == ",":
+            i += 1
+    return out
+
+
+TEXT_PARSERS: dict[int, Callable[[str], object]] = {
+    16: _parse_bool, 21: _parse_int, 23: _parse_int, 20: _parse_int, 26: _parse_int,
+    700: _parse_float, 701: _parse_float, 1700: _parse_numeric,
+    1114: _parse_ts, 1184: _parse_ts, 1082: _parse_date, 17: _parse_bytea,
+}
+
+
+def _bin_numeric(b: bytes) -> Decimal:
+    ndigits, weight, sign, dscale = struct.unpack_from("!hhHh", b)
+    if sign == 0xC000:
+        return Decimal("NaN")
+    digits = struct.unpack_from(f"!{ndigits}H", b, 8)
+    v = Decimal(0)
+    for i, d in enumerate(digits):
+        v += Decimal(d) * (Decimal(10000) ** (weight - i))
+    v = v.quantize(Decimal(1).scaleb(-dscale)) if dscale else v.to_integral_value()
+    return -v if sign == 0x4000 else v
+
+
+def _bin_ts(b: bytes) -> dt.datetime:
+    (us,) = struct.unpack("!q", b)
+    return PG_EPOCH + dt.timedelta(microseconds=us)
+
+
+def _bin_interval(b: bytes) -> str:
+    us, days, months = struct.unpack("!qii", b)
+    return interval_text(months, days, us)
+
+
+def _bin_array(b: bytes) -> list:
+    ndim, _flags, elem_oid = struct.unpack_from("!iiI", b)
+    if ndim == 0:
+        return []
+    if ndim != 1:
+        raise FeatureNotSupported("multi-dimensional array parameters are not supported")
+    n, _lb = struct.unpack_from("!ii", b, 12)
+    pos, out = 20, []
+    dec = BINARY_PARSERS.get(elem_oid, lambda x: x.decode())
+    for _ in range(n):
+        (ln,) = struct.unpack_from("!i", b, pos)
+        pos += 4
+        if ln == -1:
+            out.append(None)
+        else:
+            out.append(dec(b[pos:pos + ln]))
+            pos += ln
+    return out
+
+
+BINARY_PARSERS: dict[int, Callable[[bytes], object]] = {
+    16: lambda b: b != b"\x00",
+    21: lambda b: struct.unpack("!h", b)[0],
+    23: lambda b: struct.unpack("!i", b)[0],
+    20: lambda b: struct.unpack("!q", b)[0],
+    26: lambda b: struct.unpack("!I", b)[0],
+    700: lambda b: struct.unpack("!f", b)[0],
+    701: lambda b: struct.unpack("!d", b)[0],
+    1700: _bin_numeric,
+    25: lambda b: b.decode(), 1043: lambda b: b.decode(), 19: lambda b: b.decode(),
+    1042: lambda b: b.decode(), 18: lambda b: b.decode(), 114: lambda b: b.decode(),
+    705: lambda b: b.decode(),
+    3802: lambda b: b[1:].decode(),
+    17: bytes,
+    2950: lambda b: str(uuid.UUID(bytes=b)),
+    1082: lambda b: PG_EPOCH_DATE + dt.timedelta(days=struct.unpack("!i", b)[0]),
+    1083: lambda b: (dt.datetime.min + dt.timedelta(microseconds=struct.unpack("!q", b)[0])
+                     ).time(),
+    1114: _bin_ts,
+    1184: lambda b: _bin_ts(b).replace(tzinfo=_UTC),
+    1186: _bin_interval,
+}
+
+
+def decode_param(raw: bytes | None, oid: int, fmt: int):
+    """Turn one Bind parameter into the Python value handed to DuckDB."""
+    if raw is None:
+        return None
+    pgt = BY_OID.get(oid)
+    if fmt == 1:
+        if pgt is not None and pgt.category == "A":
+            return _bin_array(raw)
+        dec = BINARY_PARSERS.get(oid)
+        if dec is None:
+            raise FeatureNotSupported(f"binary input of type {oid} is not supported")
+        return dec(raw)
+    s = raw.decode("utf-8")
+    if pgt is not None and pgt.category == "A" and pgt.elem_oid:
+        return parse_array_text(s, TEXT_PARSERS.get(pgt.elem_oid, str))
+    parser = TEXT_PARSERS.get(oid)
+    return parser(s) if parser else s
+
+
+def zone(name: str) -> dt.tzinfo:
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):
+        return _UTC

@@ -1,0 +1,170 @@
+"""The gateway process: listens for PostgreSQL clients, keeps the session registry used by
+CancelRequest, owns the DuckDB store and the worker threads, and shuts down cleanly."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import ssl
+from concurrent.futures import ThreadPoolExecutor
+
+from executor import plan as P
+
+from gateway.clearinghouse import sources
+from gateway.archive.storage import Archive
+from gateway.link.backend_link import BackendLink
+from gateway.process.config import Config
+from gateway.archive.spark import Spark
+from gateway.sessions.connection import Connection
+from gateway.sessions.session import Session
+from gateway.streams import ddl
+from gateway.clearinghouse.ingest import Ingest
+from gateway.pgwire.auth import Users, METHODS
+from gateway.clearinghouse.source_stream import SourceStream
+from gateway.tables.store import Store
+from gateway.streams.registry import StreamRegistry
+
+log = logging.getLogger("cqgate")
+COMPACT_EVERY_S = 5.0      # how often archived streams' small files are merged
+
+
+class Server:
+    def __init__(self, config: Config):
+        if config.auth not in METHODS:
+            raise ValueError(f"unknown auth method {config.auth!r}; use one of {METHODS}")
+        self.config = config
+        self.store = Store(config.data_dir)
+        self.streams = StreamRegistry(self.store)
+        self.users = Users.load(config.users_file, config.users)
+        self.pool = ThreadPoolExecutor(max_workers=config.workers,
+                                       thread_name_prefix="cqgate-duckdb")
+        self.sessions: dict = {}
+        P.load_user_aggregates(config.aggregates)          # fails at start, not at the first query
+        self.backend = BackendLink(config.aggregates)
+        self.archive = Archive(config.data_dir)
+        self.spark = Spark(config.spark_master, config.data_dir)
+        self.ingest = Ingest(self.backend, self.archive, self.pool)
+        # user wrappers (CREATE WRAPPER) are imported only from these folders
+        self.wrapper_dirs = [os.path.join(config.data_dir, "wrappers")] + \
+            [d for d in (config.wrapper_path or "").split(os.pathsep) if d]
+        self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
+        self.ssl_context = None
+        if config.tls_cert and config.tls_key:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(config.tls_cert, config.tls_key)
+            self.ssl_context = ctx
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set = set()
+        self._source_tasks: set = set()     # one per source connection
+        self._heartbeats: asyncio.Task | None = None
+        self._sources: asyncio.base_events.Server | None = None
+        self.ingest_port = 0
+
+    def _keep_relations(self) -> None:
+        """Start the queries of the named windows and derived streams kept in the catalog,
+        archived streams first going on from their archives' newest tuples (so windows that
+        reach back start primed)."""
+        for obj in list(self.streams.objects.values()):
+            if obj.kind == "stream" and obj.archived:
+                top = self.archive.latest(obj.key, obj.timestamp_column)
+                if top is not None:
+                    self.ingest.resume(obj.relation().name, top)
+        session = Session(self, 0, 0)
+        try:
+            kept = sorted((o for o in self.streams.objects.values()
+                           if o.kind in ("window", "derived")), key=lambda o: o.oid)
+            for obj in kept:
+                try:
+                    ddl.keep_relation(session, obj)
+                except Exception as e:  # noqa: BLE001 - one bad definition must not stop the rest
+                    log.error("cannot start %s %s: %s", obj.kind, obj.name, e)
+        finally:
+            session.close()
+
+    def next_pid(self) -> int:
+        return next(self._pids)
+
+    def cancel(self, pid: int, secret: int) -> None:
+        s = self.sessions.get(pid)
+        if s is not None and s.secret == secret:
+            log.info("cancel request for pid=%d", pid)
+            s.cancel()
+
+    async def _client(self, reader, writer) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            await Connection(self, reader, writer).run()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._tasks.discard(task)
+
+    async def start(self) -> int:
+        await self.backend.start()
+        await asyncio.get_running_loop().run_in_executor(self.pool, self._keep_relations)
+        self._heartbeats = asyncio.create_task(self.ingest.heartbeats())
+        self._compactor = asyncio.create_task(self._compact())
+        if self.config.spark_warm:
+            self.pool.submit(self.spark.session)
+        self._server = await asyncio.start_server(self._client, self.config.host,
+                                                  self.config.port, limit=1 << 20)
+        high = 2 * max(self.config.max_line_bytes + 1, sources.CHUNK)
+        self._sources = await asyncio.get_running_loop().create_server(
+            lambda: SourceStream(lambda stream: sources.handle(self, stream), high,
+                                 self._source_tasks),
+            self.config.host, self.config.ingest_port)
+        self.ingest_port = self._sources.sockets[0].getsockname()[1]
+        return self._server.sockets[0].getsockname()[1]
+
+    async def _compact(self) -> None:
+        """Forever: merge archived streams' small files (in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(COMPACT_EVERY_S)
+            for obj in list(self.streams.objects.values()):
+                if obj.kind == "stream" and obj.archived:
+                    try:
+                        await loop.run_in_executor(self.pool, self.archive.compact, obj.key)
+                    except OSError as e:
+                        log.warning("compacting the archive of %s failed: %s", obj.name, e)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._sources is not None:
+            self._sources.close()
+        tasks = self._tasks | self._source_tasks
+        for t in list(tasks):
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            self._compactor.cancel()
+        await self.backend.stop()
+        await asyncio.get_running_loop().run_in_executor(self.pool, self.spark.stop)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.store.close()
+
+
+async def serve(config: Config, ready=print) -> None:
+    """Run until SIGTERM/SIGINT; calls ``ready`` with a line containing 'ready' once listening."""
+    server = Server(config)
+    port = await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if config.auth == "trust" and config.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("auth is 'trust' on %s: anyone who reaches this address can connect; "
+                    "use --auth scram-sha-256 with --users or --users-file", config.host)
+    ready(f"cqgate ready: accepting PostgreSQL connections on {config.host}:{port}, "
+          f"stream sources on {config.host}:{server.ingest_port} "
+          f"(data directory {config.data_dir}, auth {config.auth}"
+          f"{', TLS' if server.ssl_context else ''})")
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()

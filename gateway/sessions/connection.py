@@ -1,0 +1,516 @@
+"""The asyncio shell around one client connection: reads bytes into the sans-I/O parser, runs
+the startup/auth exchange, dispatches each frontend message through a table, and writes the
+backend messages the session's results become. A bad connection ends only itself.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import ssl
+from collections import deque
+
+from gateway.sessions import settings as S
+from gateway.sessions.commands import CopyRequest
+from gateway.pgwire.copy_format import copy_header, copy_messages
+from gateway.pgwire import messages as M
+from gateway.pgwire import types as T
+from gateway.pgwire.auth import authenticate
+from gateway.pgwire.errors import PgError, ProtocolViolation, InvalidAuthorization, QueryCanceled, DuplicatePreparedStatement, DuplicateCursor, InvalidSqlStatementName, InvalidCursorName
+from gateway.pgwire.results import Done, Rows
+from gateway.link.live_rows import LiveRows
+from gateway.pgwire.row_encoding import encode_rows, resolve_formats, row_description
+from gateway.sessions.portals import Portal, TxStatus
+from gateway.sessions.session import Session
+from gateway.streams.statements import is_query
+from gateway.sessions.lexer import split
+
+log = logging.getLogger("cqgate")
+FLUSH_AT = 256 * 1024
+ENCODE_BATCH = 16384     # rows encoded per step: large enough to amortise the Arrow kernels
+THREAD_ROWS = 2048       # rows from which a continuous query's batch is encoded in a thread
+
+
+class Closed(Exception):
+    """The client went away or must be disconnected."""
+
+
+class Connection:
+    def __init__(self, server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.parser = M.FrontendParser(max_message=server.config.max_message_bytes)
+        self.inbox: deque = deque()
+        self.out = bytearray()
+        self.session: Session | None = None
+        self.skip_until_sync = False
+        self._watcher: asyncio.Task | None = None
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    # ------------------------------------------------------------------ I/O
+    async def receive(self):
+        while not self.inbox:
+            data = await self.reader.read(65536)
+            if not data:
+                raise Closed()
+            self.inbox.extend(self.parser.feed(data))
+        return self.inbox.popleft()
+
+    def send(self, data: bytes) -> None:
+        self.out += data
+
+    async def flush(self) -> None:
+        if self.out:
+            self.writer.write(bytes(self.out))
+            self.out.clear()
+        await self.writer.drain()
+
+    async def maybe_flush(self) -> None:
+        if len(self.out) >= FLUSH_AT:
+            await self.flush()
+
+    def client_closed(self) -> asyncio.Task:
+        """A task that ends when the client disconnects, reading (and keeping) whatever it
+        sends meanwhile; a handler that waits for a continuous query's rows waits on it too.
+        Stopped once the handler is done, so only one reader is ever active."""
+        if self._watcher is None:
+            self._watcher = asyncio.ensure_future(self._watch())
+        return self._watcher
+
+    async def _watch(self) -> None:
+        while True:
+            data = await self.reader.read(65536)
+            if not data:
+                return
+            self.inbox.extend(self.parser.feed(data))
+
+    async def _stop_watching(self) -> None:
+        w, self._watcher = self._watcher, None
+        if w is not None and not w.done():
+            w.cancel()
+            try:
+                await w
+            except asyncio.CancelledError:
+                pass
+        elif w is not None and w.exception() is None:
+            raise Closed()     # the client went away while we waited
+
+    async def _send_now(self, data: bytes) -> None:
+        self.send(data)
+        await self.flush()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def run(self) -> None:
+        try:
+            if await self.startup():
+                await self.serve()
+        except Closed:
+            pass
+        except PgError as e:
+            await self._fatal(e)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
+            pass
+        except Exception as e:  # noqa: BLE001 - a bug must end only this connection
+            log.exception("internal error on connection from %s", self.peer)
+            await self._fatal(PgError(f"internal error: {e}"))
+        finally:
+            await self.cleanup()
+
+    async def _fatal(self, e: PgError) -> None:
+        try:
+            self.send(M.error_response(e.sqlstate, e.message, severity="FATAL",
+                                       detail=e.detail, hint=e.hint))
+            await self.flush()
+        except (ConnectionError, OSError):
+            pass
+
+    async def cleanup(self) -> None:
+        if self.session is not None:
+            self.server.sessions.pop(self.session.pid, None)
+            log.info("client disconnected: pid=%d user=%s", self.session.pid, self.session.user)
+            s = self.session
+            self.session = None
+            s.portals.clear()          # ends this client's continuous queries now
+            await asyncio.get_running_loop().run_in_executor(self.server.pool, s.close)
+        try:
+            self.writer.close()
+        except (ConnectionError, OSError, RuntimeError):
+            pass
+
+    async def startup(self) -> bool:
+        while True:
+            msg = await self.receive()
+            if isinstance(msg, M.SSLRequest):
+                if self.server.ssl_context is not None and \
+                        self.writer.get_extra_info("sslcontext") is None:
+                    await self._send_now(b"S")
+                    await self.writer.start_tls(self.server.ssl_context)
+                else:
+                    await self._send_now(b"N")
+                continue
+            if isinstance(msg, M.GSSENCRequest):
+                await self._send_now(b"N")
+                continue
+            if isinstance(msg, M.CancelRequest):
+                self.server.cancel(msg.pid, msg.secret)
+                return False
+            if isinstance(msg, M.Startup):
+                return await self._start_session(msg.params)
+            raise ProtocolViolation("expected startup message")
+
+    async def _start_session(self, params: dict) -> bool:
+        user = params.get("user")
+        if not user:
+            raise InvalidAuthorization("no PostgreSQL user name specified in startup packet")
+        cfg = self.server.config
+        if cfg.require_tls and self.writer.get_extra_info("sslcontext") is None:
+            raise InvalidAuthorization("this server accepts only TLS connections",
+                                       hint="Connect with sslmode=require.")
+        await authenticate(cfg.auth, user, self.server.users, self._send_now, self.receive)
+        pid = self.server.next_pid()
+        secret = random.getrandbits(31)
+        loop = asyncio.get_running_loop()
+        self.session = await loop.run_in_executor(
+            self.server.pool, lambda: Session(self.server, pid, secret, user=user,
+                                              database=params.get("database") or user))
+        self.session.apply_startup_options(params)
+        self.session.client_closed = self.client_closed
+        self.session.pending_status.clear()
+        self.server.sessions[pid] = self.session
+        self.send(M.authentication_ok())
+        for name in S.REPORTED:
+            self.send(M.parameter_status(name, self.session.settings.get(name, "")))
+        self.send(M.backend_key_data(pid, secret))
+        self.send(M.ready_for_query("I"))
+        await self.flush()
+        log.info("client connected: pid=%d user=%s database=%s application=%s from %s", pid,
+                 user, params.get("database") or user, params.get("application_name", ""),
+                 self.peer)
+        return True
+
+    async def serve(self) -> None:
+        handlers = {
+            M.Query: self.on_query, M.Parse: self.on_parse, M.Bind: self.on_bind,
+            M.Describe: self.on_describe, M.Execute: self.on_execute, M.Close: self.on_close,
+            M.Sync: self.on_sync, M.Flush: self.on_flush,
+            M.CopyData: self._ignore, M.CopyDone: self._ignore, M.CopyFail: self._ignore,
+        }
+        while True:
+            msg = await self.receive()
+            if isinstance(msg, M.Terminate):
+                return
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("pid=%d <- %r", self.session.pid, msg)
+            handler = handlers.get(type(msg))
+            if handler is None:
+                raise ProtocolViolation(f"unexpected message {type(msg).__name__}")
+            if self.skip_until_sync and not isinstance(msg, (M.Sync, M.Query)):
+                continue
+            try:
+                try:
+                    await handler(msg)
+                finally:
+                    await self._stop_watching()
+            except PgError as e:
+                if e.severity == "FATAL":
+                    raise
+                self.send_error(e)
+                if not isinstance(msg, M.Query):
+                    self.skip_until_sync = True
+                    await self.flush()    # asyncpg waits for the error after a Flush
+            except (Closed, ConnectionError, OSError, asyncio.CancelledError):
+                raise
+            except Exception as e:  # noqa: BLE001 - report a bug, keep the session
+                log.exception("internal error in %s", type(msg).__name__)
+                self.send_error(PgError(f"internal error: {e}"))
+                if isinstance(msg, M.Query):
+                    self.ready()
+                    await self.flush()
+                else:
+                    self.skip_until_sync = True
+            await self.maybe_flush()
+
+    async def _ignore(self, msg) -> None:
+        pass
+
+    # ------------------------------------------------------------------ helpers
+    def send_error(self, e: PgError) -> None:
+        self.send(M.error_response(e.sqlstate, e.message, position=e.position,
+                                   detail=e.detail, hint=e.hint))
+        if self.session is not None:
+            self.session.fail_transaction()
+
+    def send_session_news(self) -> None:
+        s = self.session
+        for severity, sqlstate, message in s.notices:
+            self.send(M.notice_response(message, severity=severity, sqlstate=sqlstate))
+        s.notices.clear()
+        for name, value in s.pending_status:
+            self.send(M.parameter_status(name, value))
+        s.pending_status.clear()
+
+    def ready(self) -> None:
+        self.send(M.ready_for_query(self.session.status_letter()))
+
+    # ------------------------------------------------------------------ simple query
+    async def on_query(self, msg: M.Query) -> None:
+        s = self.session
+        self.skip_until_sync = False
+        try:
+            stmts = split(msg.sql)
+        except PgError as e:
+            self.send_error(e)
+            self.ready()
+            await self.flush()
+            return
+        if not stmts:
+            self.send(M.empty_query_response())
+        for stmt in stmts:
+            try:
+                p = s.prepare_statement("", stmt)
+                res = await s.execute(p, [])
+                await self.emit(res, [], 0, describe=True)
+            except PgError as e:
+                self.send_session_news()
+                self.send_error(e)
+                break
+            finally:
+                self.send_session_news()
+            await self.maybe_flush()
+        if s.status == TxStatus.IDLE:
+            s.drop_portals(keep_holdable=True)
+        self.ready()
+        await self.flush()
+
+    async def emit(self, res, formats: tuple, max_rows: int, *, describe: bool,
+                   portal: Portal | None = None) -> None:
+        s = self.session
+        if isinstance(res, CopyRequest):
+            await (self.copy_in(res) if res.direction == "in" else self.copy_out(res))
+            return
+        if isinstance(res, Done):
+            self.send(M.command_complete(res.tag) if res.tag else M.empty_query_response())
+            return
+        if isinstance(res, LiveRows):
+            await self.emit_live(res, formats, max_rows, describe=describe, own=portal is None)
+            return
+        fmts = resolve_formats(formats, len(res.fields))
+        if describe:
+            self.send(row_description(res.fields, fmts))
+        sent = 0
+        while True:
+            chunk = max_rows - sent if max_rows > 0 else ENCODE_BATCH
+            if chunk <= 0:
+                break
+            n = min(chunk, ENCODE_BATCH, res.remaining)
+            if n <= 0:
+                break
+            self.send(await self._encoded(lambda t: encode_rows(Rows(res.fields, t), 0, fmts,
+                                                                s.tz)[0],
+                                          res.table.slice(res.pos, n)))
+            res.pos += n
+            sent += n
+            await self.maybe_flush()
+            if s.canceled:
+                raise QueryCanceled("canceling statement due to user request")
+        if max_rows > 0 and res.remaining > 0:
+            self.send(M.portal_suspended())
+        else:
+            self.send(M.command_complete(s.rows_tag(res, sent)))
+
+    async def emit_live(self, live: LiveRows, formats: tuple, max_rows: int, *,
+                        describe: bool, own: bool) -> None:
+        """Rows of a continuous query as they come: each arrival is sent (and flushed) at
+        once. Stops at ``max_rows`` (PortalSuspended), at the query's end, on cancel (57014)
+        or when the client disconnects; ``own``: the query ends with this statement."""
+        s = self.session
+        fmts = resolve_formats(formats, len(live.fields))
+        if describe:
+            self.send(row_description(live.fields, fmts))
+
+        def encode(table):
+            return encode_rows(Rows(live.fields, table), 0, fmts, s.tz)[0]
+
+        try:
+            sent = await self._send_live(live, encode, max_rows)
+        finally:
+            if own:
+                live.close()
+        if max_rows > 0 and not live.exhausted:
+            self.send(M.portal_suspended())
+        else:
+            self.send(M.command_complete(f"SELECT {sent}"))
+
+    # ------------------------------------------------------------------ extended query
+    async def on_parse(self, msg: M.Parse) -> None:
+        s = self.session
+        if msg.name and msg.name in s.statements:
+            raise DuplicatePreparedStatement(f'prepared statement "{msg.name}" already exists')
+        s.statements[msg.name] = s.prepare(msg.name, msg.sql, msg.param_oids)
+        self.send(M.parse_complete())
+
+    async def on_bind(self, msg: M.Bind) -> None:
+        s = self.session
+        p = s.statements.get(msg.statement)
+        if p is None:
+            raise InvalidSqlStatementName(f'prepared statement "{msg.statement}" does not exist')
+        if msg.portal and msg.portal in s.portals:
+            raise DuplicateCursor(f'portal "{msg.portal}" already exists')
+        if len(msg.params) != len(p.param_oids):
+            raise PgError(f"bind message supplies {len(msg.params)} parameters, but prepared "
+                          f'statement "{msg.statement}" requires {len(p.param_oids)}',
+                          sqlstate="08P01")
+        fmts = resolve_formats(msg.param_formats, len(msg.params))
+        values = [T.decode_param(raw, oid, f)
+                  for raw, oid, f in zip(msg.params, p.param_oids, fmts)]
+        s.portals[msg.portal] = Portal(msg.portal, p, values, msg.result_formats)
+        self.send(M.bind_complete())
+
+    async def on_describe(self, msg: M.Describe) -> None:
+        s = self.session
+        if msg.kind == "S":
+            p = s.statements.get(msg.name)
+            if p is None:
+                raise InvalidSqlStatementName(f'prepared statement "{msg.name}" does not exist')
+            fields = await s.describe_statement(p)
+            self.send(M.parameter_description(p.param_oids))
+            self.send(row_description(fields, [0] * len(fields)) if fields else M.no_data())
+            return
+        portal = s.portals.get(msg.name)
+        if portal is None:
+            raise InvalidCursorName(f'portal "{msg.name}" does not exist')
+        if portal.result is None and self._returns_rows(portal):
+            portal.result = await s.execute(portal.prepared, portal.params)
+        if isinstance(portal.result, (Rows, LiveRows)):
+            fmts = resolve_formats(portal.result_formats, len(portal.result.fields))
+            self.send(row_description(portal.result.fields, fmts))
+        else:
+            self.send(M.no_data())
+
+    def _returns_rows(self, portal: Portal) -> bool:
+        p = portal.prepared
+        if p.command == "stream":
+            return is_query(p.translated.source)
+        if p.command is not None:
+            return p.command in ("fetch", "show")
+        return p.translated is not None and p.translated.returns_rows
+
+    async def on_execute(self, msg: M.Execute) -> None:
+        s = self.session
+        portal = s.portals.get(msg.portal)
+        if portal is None:
+            raise InvalidCursorName(f'portal "{msg.portal}" does not exist')
+        try:
+            if portal.result is None:
+                portal.result = await s.execute(portal.prepared, portal.params)
+                if isinstance(portal.result, CopyRequest):
+                    req, portal.result = portal.result, Done("")
+                    await self.emit(req, (), 0, describe=False)
+                    return
+            await self.emit(portal.result, portal.result_formats, msg.max_rows, describe=False,
+                            portal=portal)
+        finally:
+            self.send_session_news()
+
+    async def on_close(self, msg: M.Close) -> None:
+        s = self.session
+        (s.statements if msg.kind == "S" else s.portals).pop(msg.name, None)
+        self.send(M.close_complete())
+
+    async def on_sync(self, msg: M.Sync) -> None:
+        self.skip_until_sync = False
+        s = self.session
+        if s.status == TxStatus.IDLE:
+            s.drop_portals(keep_holdable=True)
+        self.send_session_news()
+        self.ready()
+        await self.flush()
+
+    async def on_flush(self, msg: M.Flush) -> None:
+        await self.flush()
+
+    # ------------------------------------------------------------------ COPY
+    async def copy_in(self, req: CopyRequest) -> None:
+        s = self.session
+        cols = await s._call(s.copy_columns, req)
+        self.send(M.copy_in_response(len(cols)))
+        await self.flush()
+        chunks, failed = [], None
+        while True:
+            msg = await self.receive()
+            if isinstance(msg, M.CopyData):
+                chunks.append(msg.data)
+            elif isinstance(msg, M.CopyDone):
+                break
+            elif isinstance(msg, M.CopyFail):
+                failed = msg.message
+                break
+            elif isinstance(msg, (M.Flush, M.Sync)):
+                continue
+            else:
+                raise ProtocolViolation("unexpected message type during COPY from stdin")
+        if failed is not None:
+            raise QueryCanceled(f"COPY from stdin failed: {failed}")
+        n = await s._call(s.copy_load, req, cols, b"".join(chunks))
+        self.send(M.command_complete(f"COPY {n}"))
+
+    async def copy_out(self, req: CopyRequest) -> None:
+        """COPY … TO STDOUT: CopyData messages, one a row. A continuous query's rows go out as
+        they come, until its LIMIT, an error, a cancel or the client's going (as
+        Materialize's COPY (SUBSCRIBE …) TO STDOUT)."""
+        s = self.session
+        res = await s.copy_source(req)
+
+        def encode(table):
+            return copy_messages(res.fields, table, s.tz, req.csv, req.delimiter, req.null,
+                                 req.quote)
+
+        self.send(M.copy_out_response(len(res.fields)))
+        if req.csv and req.header:
+            self.send(copy_header(res.fields, req.delimiter, req.quote))
+        if isinstance(res, LiveRows):
+            try:
+                n = await self._send_live(res, encode)
+            finally:
+                res.close()
+        else:
+            n = res.table.num_rows
+            for i in range(0, n, ENCODE_BATCH):
+                self.send(await s._call(encode, res.table.slice(i, ENCODE_BATCH)))
+                await self.maybe_flush()
+        self.send(M.copy_done())
+        self.send(M.command_complete(f"COPY {n}"))
+
+    async def _encoded(self, encode, table):
+        """``encode(table)``; a big table in a worker thread (Arrow lets go of the GIL), so
+        the loop goes on taking stream data and serving clients meanwhile, a small one at
+        once (the hand-over would only add latency)."""
+        if table.num_rows < THREAD_ROWS:
+            return encode(table)
+        return await asyncio.get_running_loop().run_in_executor(self.server.pool, encode, table)
+
+    async def _send_live(self, live: LiveRows, encode, max_rows: int = 0) -> int:
+        """A continuous query's rows, made messages by ``encode``, sent and flushed as they
+        come, until ``max_rows`` (0: no limit) or the query's end; returns how many went.
+        Waiting ends with 57014 on a cancel or statement_timeout, and when the client goes."""
+        s = self.session
+        sent = 0
+        deadline = s.statement_deadline()
+        while max_rows <= 0 or sent < max_rows:
+            want = None if max_rows <= 0 else max_rows - sent
+            if live.n_pending == 0:
+                await self.flush()            # what is already said goes out before waiting
+            table = await live.take(want, None, s.cancel_event, self.client_closed(),
+                                    notices=True, statement_deadline=deadline)
+            s.notices.extend(live.take_notices())
+            self.send_session_news()
+            for i in range(0, table.num_rows, ENCODE_BATCH):
+                self.send(await self._encoded(encode, table.slice(i, ENCODE_BATCH)))
+                await self.maybe_flush()
+            sent += table.num_rows
+            await self.flush()
+            if live.exhausted:
+                break
+        return sent

@@ -1,0 +1,67 @@
+"""A session's prepared statements and portals (SQL cursors are portals too, as in PostgreSQL),
+and its transaction status; a portal that goes away ends its continuous query at once."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from gateway.link.live_rows import LiveRows
+from gateway.pgwire.results import Done, Rows
+from gateway.sessions.lexer import Statement
+from gateway.tables import translate as TR
+
+
+class TxStatus(enum.Enum):
+    IDLE = "I"
+    IN_BLOCK = "T"
+    FAILED = "E"
+
+
+@dataclass
+class Prepared:
+    name: str
+    stmt: Statement | None       # None for an empty query
+    param_oids: list             # final, after inference
+    command: str | None = None   # session-command keyword, or None for DuckDB SQL
+    translated: TR.Translated | None = None
+    cursor: str | None = None    # the SQL cursor (DECLARE) that runs it, for the log
+
+
+@dataclass
+class Portal:
+    name: str
+    prepared: Prepared
+    params: list
+    result_formats: tuple
+    holdable: bool = False
+    result: Rows | LiveRows | Done | None = None     # filled on first Describe/Execute
+    sql_cursor: bool = False
+
+    def close(self) -> None:
+        if isinstance(self.result, LiveRows):
+            self.result.close()
+
+
+class Portals(dict):
+    """Portals by name; a portal removed or replaced ends its continuous query at once."""
+
+    def __setitem__(self, key, value):
+        old = self.get(key)
+        if old is not None and old is not value:
+            old.close()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self[key].close()
+        super().__delitem__(key)
+
+    def pop(self, key, *default):
+        value = super().pop(key, *default)
+        if isinstance(value, Portal):
+            value.close()
+        return value
+
+    def clear(self):
+        for p in self.values():
+            p.close()
+        super().clear()

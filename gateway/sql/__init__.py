@@ -1,1 +1,0 @@
-"""SQL handling in the gateway: splitting, classifying and translating PostgreSQL to DuckDB."""

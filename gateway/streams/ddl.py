@@ -1,0 +1,371 @@
+"""Stream DDL: CREATE / DROP / ALTER STREAM, CREATE / DROP WINDOW and derived streams, CREATE /
+DROP WRAPPER. Objects are kept in the registry; a named window's or derived stream's query is
+started in the back end when it is created (and again at server start)."""
+from __future__ import annotations
+
+import re
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from dialect import expressions as X
+from dialect.errors import PlanError
+from dialect.intervals import interval_us
+from dialect.names import folded
+from dialect.planner import plan
+from executor import plan as P
+
+from gateway.pgwire import errors as E
+from gateway.pgwire.results import Done
+from gateway.clearinghouse.ingest import micros
+from gateway.streams.registry import BUILTIN_WRAPPERS, SessionCatalog, StreamObject
+from gateway.tables import translate as TR
+from gateway.tables.store import pg_error
+
+from gateway.streams.queries import archive_reach, plan_error, tables_of
+
+
+# WITH (...) options a stream accepts, each with a check of its value
+STREAM_OPTIONS = {
+    "slack": lambda v: v.lower() in ("none", "adaptive") or interval_us(v) >= 0,
+    "heartbeat": lambda v: interval_us(v) > 0,
+    "fragment": lambda v: interval_us(v) > 0,
+    # how sources' lines read (csvwrapper): one-character delimiter and quote, and the order
+    # of the fields in a line (column names; columns not listed are NULL)
+    "delimiter": lambda v: len(v) == 1 and v not in "\r\n",
+    "quote": lambda v: len(v) == 1 and v not in "\r\n",
+    "columns": lambda v: all(c.strip() for c in v.split(",")),
+    "sample": lambda v: 0 < float(v) <= 1,        # the share ON OVERLOAD KEEP SAMPLE keeps
+}
+
+
+def _check_stream_options(obj) -> None:
+    """Options that name columns must name the stream's own."""
+    listed = obj.options.get("columns")
+    if listed:
+        known = {c[0].lower() for c in obj.columns}
+        for c in listed.split(","):
+            if c.strip().lower() not in known:
+                raise E.UndefinedColumn(f'column "{c.strip()}" of stream "{obj.name}" does not '
+                                        'exist (option "columns")')
+
+
+_FUNCTION_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
+
+
+def _names(tree: exp.Expression) -> tuple[str, str]:
+    """(schema, name) of the object a DDL statement names."""
+    t = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    if isinstance(t, exp.Identifier):
+        return "public", folded(t)
+    return (folded(t.args.get("db")) or "public"), folded(t.this)
+
+
+def _option_value(v: exp.Expression) -> str:
+    return v.name if isinstance(v, (exp.Literal, exp.Identifier, exp.Var)) else v.sql("cql")
+
+
+def _options(items, known: dict, what: str) -> dict:
+    out = {}
+    for item in items or []:
+        key = item.this.name.lower()
+        value = _option_value(item.args["value"])
+        check = known.get(key)
+        if check is None:
+            raise E.InvalidParameterValue(
+                f'unrecognized {what} option "{key}"',
+                hint="Known options: " + ", ".join(sorted(known)) + ".")
+        try:
+            ok = check(value)
+        except (PlanError, ValueError):
+            ok = False
+        if not ok:
+            raise E.InvalidParameterValue(f'invalid value for {what} option "{key}": "{value}"')
+        out[key] = value
+    return out
+
+
+def _duck_type(session, declared: str) -> str:
+    """The DuckDB type a declared column type becomes (and a check that it exists)."""
+    try:
+        duck = exp.DataType.build(declared, dialect="postgres").sql("duckdb")
+        return session.con.execute(f"SELECT typeof(CAST(NULL AS {duck}))").fetchall()[0][0]
+    except (duckdb.Error, ValueError, ParseError):
+        raise E.UndefinedObject(f'type "{declared}" does not exist') from None
+
+
+def _columns(session, schema_node: exp.Schema) -> tuple[list, str | None, str | None]:
+    cols, ts, te = [], None, None
+    for col in schema_node.expressions:
+        if not isinstance(col, exp.ColumnDef):
+            raise E.FeatureNotSupported("table constraints are not supported on streams")
+        kinds = [c.args.get("kind") for c in col.args.get("constraints") or []]
+        marker = next((k for k in kinds if isinstance(k, X.TimestampColumnConstraint)), None)
+        not_null = any(isinstance(k, exp.NotNullColumnConstraint) for k in kinds)
+        typ = _duck_type(session, col.args["kind"].sql("postgres"))
+        if marker is not None:
+            if typ not in ("TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_NS",
+                           "TIMESTAMP_MS", "TIMESTAMP_S"):
+                raise E.DatatypeMismatch(f'column "{col.name}" must be a TIMESTAMP to mark '
+                                         "event time")
+            if marker.args.get("end"):
+                if te is not None:
+                    raise E.PgError("a stream has at most one ENDTIMESTAMPCOLUMN",
+                                    sqlstate="42P16")
+                te = folded(col.this)
+            else:
+                if ts is not None:
+                    raise E.PgError("a stream has exactly one TIMESTAMPCOLUMN",
+                                    sqlstate="42P16")
+                ts = folded(col.this)
+        cols.append([folded(col.this), typ, not_null])
+    if ts is None:
+        raise E.PgError("a stream needs exactly one TIMESTAMPCOLUMN", sqlstate="42P16",
+                        hint="Mark the event-time column, e.g. t TIMESTAMP TIMESTAMPCOLUMN.")
+    names = [c[0].lower() for c in cols]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise E.PgError(f'column "{dup}" specified more than once', sqlstate="42701")
+    return cols, ts, te
+
+
+def _exists_check(session, schema: str, name: str, if_not_exists: bool, what: str):
+    reg = session.server.streams
+    if reg.get(schema, name) is not None or session._columns(
+            schema if schema != "public" else None, name):
+        if if_not_exists:
+            session.notices.append(("NOTICE", "42P07",
+                                    f'relation "{name}" already exists, skipping'))
+            return True
+        raise E.DuplicateTable(f'relation "{name}" already exists')
+    return False
+
+
+def _schema_exists(session, schema: str) -> None:
+    row = session.con.execute("SELECT count(*) FROM duckdb_schemas() WHERE database_name = ? "
+                              "AND schema_name = ?", [session.server.store.name, schema]
+                              ).fetchall()[0]
+    if not row[0]:
+        raise E.UndefinedObject(f'schema "{schema}" does not exist',
+                                hint=f"CREATE SCHEMA {schema} first.", sqlstate="3F000")
+
+
+# ---------------------------------------------------------------------- DDL
+def create_stream(session, tree: X.CreateStream, params) -> Done:
+    if tree.args.get("expression") is not None:
+        return _create_from_query(session, tree, "derived", "CREATE STREAM")
+    schema, name = _names(tree)
+    _schema_exists(session, schema)
+    if _exists_check(session, schema, name, bool(tree.args.get("exists")), "stream"):
+        return Done("CREATE STREAM")
+    cols, ts, te = _columns(session, tree.this)
+    options = _options(tree.args.get("options"), STREAM_OPTIONS, "stream")
+    if tree.args.get("overload"):
+        if tree.args.get("archived"):
+            raise E.FeatureNotSupported("an archived stream keeps every tuple: ON OVERLOAD "
+                                        "applies to unarchived streams")
+        options["overload"] = tree.args["overload"]
+    reg = session.server.streams
+    obj = StreamObject(reg.next_oid(), "stream", schema, name, tree.sql("cql"), cols, ts, te,
+                       bool(tree.args.get("archived")), options)
+    _check_stream_options(obj)
+    reg.save(obj)
+    return Done("CREATE STREAM")
+
+
+def _create_from_query(session, tree, kind: str, tag: str) -> Done:
+    schema, name = _names(tree)
+    _schema_exists(session, schema)
+    if _exists_check(session, schema, name, bool(tree.args.get("exists")), kind):
+        return Done(tag)
+    query = tree.args["expression"]
+    catalog = SessionCatalog(session.server.streams, session)
+    try:
+        p = plan(query, catalog)
+    except PlanError as e:
+        raise plan_error(e) from None
+    reads = sorted({f"{t.db or 'public'}.{t.name}".lower() for t in query.find_all(exp.Table)})
+    cols = [[c.name, _duck_type(session, c.type) if c.type != "UNKNOWN" else "VARCHAR", False]
+            for c in p.output]
+    reg = session.server.streams
+    obj = StreamObject(reg.next_oid(), kind, schema, name, tree.sql("cql"), cols,
+                       depends_on=reads)
+    _keep(session, obj, p)                 # refuses what cannot run
+    reg.save(obj)
+    return Done(tag)
+
+
+def _keep(session, obj: StreamObject, p: P.Plan) -> None:
+    """Start a named window's or derived stream's query; windows reaching into an archived
+    stream's past start primed from the archive, as a cursor's do."""
+    link, history, tables = session.server.backend, archive_reach(session, p), tables_of(session, p)
+
+    def start(primed=None, seam=None):
+        return link.keep(-obj.oid, p, obj.relation().name, tables, primed, seam,
+                         kind="window" if obj.kind == "window" else "derived stream")
+
+    link.call(session.server.ingest.start_primed(list(history), start) if history
+              else start())
+
+
+def keep_relation(session, obj: StreamObject) -> None:
+    """Run a stored named window or derived stream again (at server start)."""
+    tree = sqlglot.parse_one(obj.definition, read="cql").args["expression"]
+    _keep(session, obj, plan(tree, SessionCatalog(session.server.streams, session)))
+
+
+def create_window(session, tree: X.CreateWindow, params) -> Done:
+    return _create_from_query(session, tree, "window", "CREATE WINDOW")
+
+
+def create_wrapper(session, tree: X.CreateWrapper, params) -> Done:
+    name = tree.this.name
+    reg = session.server.streams
+    if name.lower() in BUILTIN_WRAPPERS or reg.get("public", name) is not None:
+        raise E.DuplicateObject(f'wrapper "{name}" already exists')
+    funcs = {"init": _FUNCTION_PATH.match, "next": _FUNCTION_PATH.match,
+             "done": _FUNCTION_PATH.match}
+    options = _options(tree.args.get("options"), funcs, "wrapper")
+    missing = [k for k in ("init", "next", "done") if k not in options]
+    if missing:
+        raise E.InvalidParameterValue(
+            "a wrapper needs init, next and done", hint="Name each Python function by its "
+            "module path, e.g. next = 'mymodule.parse_line'; missing: " + ", ".join(missing))
+    reg.save(StreamObject(reg.next_oid(), "wrapper", "public", name, tree.sql("cql"),
+                          options=options))
+    return Done("CREATE WRAPPER")
+
+
+_KIND_OF = {"STREAM": ("stream", "derived"), "WINDOW": ("window",), "WRAPPER": ("wrapper",)}
+
+
+def drop(session, tree: X.DropStreamObject, params) -> Done:
+    word = tree.args["kind"]
+    tag = f"DROP {word}"
+    t = tree.this
+    schema, name = (t.db or "public"), t.name
+    reg = session.server.streams
+    obj = reg.get(schema, name, kinds=_KIND_OF[word])
+    if obj is None:
+        if tree.args.get("exists"):
+            session.notices.append(("NOTICE", "00000",
+                                    f'{word.lower()} "{name}" does not exist, skipping'))
+            return Done(tag)
+        raise E.UndefinedTable(f'{word.lower()} "{name}" does not exist')
+    dependents = _all_dependents(reg, obj)
+    readers = _readers(session, [obj, *dependents]) if obj.kind != "wrapper" else []
+    if (dependents or readers) and not tree.args.get("cascade"):
+        if dependents:
+            names = ", ".join(f"{d.kind} {d.name}" for d in dependents)
+            msg, detail = "other objects depend on it", f"{names} depend(s) on it."
+        else:
+            msg = "running queries read it"
+            detail = f"{len(readers)} running query(ies) read it: " + "; ".join(
+                (live.name or live.sql)[:80] for live in readers[:3])
+        raise E.PgError(f"cannot drop {word.lower()} {name} because {msg}", sqlstate="2BP01",
+                        detail=detail, hint=f"Use DROP {word} ... CASCADE to drop the "
+                        "dependent objects too and stop the queries that read them.")
+    for d in dependents:
+        session.notices.append(("NOTICE", "00000", f"drop cascades to {d.kind} {d.name}"))
+        _stop(session, d)
+        reg.remove(d)
+    _stop(session, obj)
+    reg.remove(obj)
+    return Done(tag)
+
+
+def _readers(session, objs: list) -> list:
+    """The running cursors' queries that read any of ``objs``."""
+    names = {o.relation().name.lower() for o in objs}
+    return [live for live in list(session.server.backend.live.values())
+            if live.streams & names and not live.ended]
+
+
+def _stop(session, obj: StreamObject) -> None:
+    """End what the back end runs for ``obj``: its own query, and every query reading it;
+    an archived stream's archive goes too."""
+    link = session.server.backend
+    if obj.kind in ("window", "derived"):
+        link.drop(-obj.oid)
+    if obj.kind != "wrapper":
+        link.drop_stream(obj.relation().name)
+        session.server.ingest.forget(obj.relation().name)
+    if obj.kind == "stream" and obj.archived:
+        session.server.archive.drop(obj.key)
+
+
+def _all_dependents(reg, obj) -> list:
+    out, todo = [], [obj]
+    while todo:
+        for d in reg.dependents(todo.pop()):
+            if d not in out:
+                out.append(d)
+                todo.append(d)
+    return out
+
+
+def alter(session, tree: X.AlterStream, params) -> Done:
+    t = tree.this
+    reg = session.server.streams
+    obj = reg.get(t.db or "public", t.name, kinds=("stream",))
+    if obj is None:
+        raise E.UndefinedTable(f'stream "{t.name}" does not exist')
+    action = tree.args["action"]
+    if action == "ADD WRAPPER":
+        wrapper = tree.args["wrapper"].name
+        if wrapper.lower() not in BUILTIN_WRAPPERS and reg.get("public", wrapper,
+                                                                ("wrapper",)) is None:
+            raise E.UndefinedObject(f'wrapper "{wrapper}" does not exist',
+                                    hint="Built-in wrappers: " + ", ".join(BUILTIN_WRAPPERS)
+                                    + "; CREATE WRAPPER defines others.")
+        wrappers = obj.options.setdefault("wrappers", [])
+        if wrapper.lower() not in wrappers:
+            wrappers.append(wrapper.lower())
+    elif action == "ADD COLUMN":
+        col = tree.args["column"]
+        if any(c[0].lower() == col.name.lower() for c in obj.columns):
+            raise E.PgError(f'column "{col.name}" of relation "{obj.name}" already exists',
+                            sqlstate="42701")
+        if any(isinstance(c.args.get("kind"), X.TimestampColumnConstraint)
+               for c in col.args.get("constraints") or []):
+            raise E.FeatureNotSupported("a stream's event-time columns are fixed at CREATE")
+        obj.columns.append([folded(col.this),
+                            _duck_type(session, col.args["kind"].sql("postgres")), False])
+        _tell_readers(session, obj, f'stream "{obj.name}" has a new column '
+                      f'"{folded(col.this)}"; this query keeps the columns it started with')
+    elif action == "ADVANCE":
+        ts = _event_time(session, obj, tree.args["to"], params)
+        srv = session.server
+        srv.backend.call(srv.ingest.advance(obj.relation().name, ts))
+        return Done("ALTER STREAM")
+    else:
+        changed = _options(tree.args.get("options"), STREAM_OPTIONS, "stream")
+        _check_stream_options(StreamObject(obj.oid, obj.kind, obj.schema, obj.name, "",
+                                           obj.columns, options={**obj.options, **changed}))
+        obj.options.update(changed)
+    reg.save(obj)
+    return Done("ALTER STREAM")
+
+
+def _tell_readers(session, obj: StreamObject, message: str) -> None:
+    """A NOTICE at the next FETCH of every running query that reads ``obj``."""
+    name = obj.relation().name.lower()
+    for live in list(session.server.backend.live.values()):
+        if name in live.streams:
+            live.notices.append(("NOTICE", "00000", message))
+
+
+def _event_time(session, obj: StreamObject, value: exp.Expression, params) -> int:
+    """A timestamp expression as µs of the stream's event time."""
+    ts_type = next(c[1] for c in obj.columns if c[0] == obj.timestamp_column)
+    sql = TR.translate("SELECT CAST(" + value.sql("cql") + f" AS {ts_type})").duck_sql
+    try:
+        col = session.con.sql(session.bind_session_values(sql), params=params or None) \
+            .to_arrow_table().column(0)
+    except duckdb.Error as e:
+        raise pg_error(e) from None
+    if col.null_count:
+        raise E.InvalidParameterValue("ADVANCE TO needs a timestamp, not NULL")
+    return int(micros(col.combine_chunks())[0])

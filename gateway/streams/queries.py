@@ -1,0 +1,222 @@
+"""Queries over streams, planned once by the dialect's planner: continuous ones come back as
+``Planned`` for the session to start in the back end; finite ones are answered at once (at now in
+snapshot mode, or over the archive on Spark). EXPLAIN prints the temporal-algebra plan."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+import sqlglot
+
+from dialect import expressions as X
+from dialect.errors import PlanError
+from dialect.planner import explain, is_continuous, plan
+from executor import plan as P
+from executor.operators.loop_window import LoopWindow as LoopWindowOp
+
+from gateway.archive import past_queries as archive_query
+from gateway.pgwire import errors as E
+from gateway.pgwire import types as T
+from gateway.pgwire.results import Field, Rows
+from gateway.clearinghouse.ingest import History
+from gateway.streams.registry import SessionCatalog
+from gateway.tables import translate as TR
+from gateway.tables.store import pg_error
+
+
+def plan_error(e: PlanError) -> E.PgError:
+    return E.PgError(e.message, sqlstate=e.sqlstate, hint=e.hint, detail=e.detail,
+                     position=e.position)
+
+
+def tables_of(session, p: P.Plan) -> dict:
+    """The current contents of the tables a plan's stream–table joins read."""
+    return {name: session.table_contents(name) for name in P.tables_read(p.root)}
+
+
+# ---------------------------------------------------------------------- queries
+def plan_query(session, tree) -> P.Plan:
+    catalog = SessionCatalog(session.server.streams, session)
+    snapshot = session.settings.get("cq.mode", "continuous").lower() == "snapshot"
+    try:
+        return plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot)
+    except PlanError as e:
+        raise plan_error(e) from None
+
+
+QUERY_PLAN = [Field("QUERY PLAN", 25)]
+
+
+def explain_statement(session, tree: X.Explain, params) -> Rows:
+    inner = tree.this
+    if isinstance(inner, X.Recompute):
+        lines = explain(plan_query(session, inner.this))
+        lines[0] = "recompute (back end, over the archive) →" + lines[0].split("→", 1)[1]
+    elif X.is_stream_syntax(inner) or is_continuous(inner, SessionCatalog(
+            session.server.streams, session)):
+        lines = explain(plan_query(session, inner))
+    else:
+        tr = TR.translate(inner.sql("cql"))
+        try:
+            rows = session.con.execute("EXPLAIN " + session.bind_session_values(tr.duck_sql),
+                                       params or None).fetchall()
+        except duckdb.Error as e:
+            raise pg_error(e) from None
+        lines = ["table query (DuckDB)"] + [ln for r in rows for ln in r[1].splitlines()]
+    return Rows(QUERY_PLAN, pa.table({"QUERY PLAN": pa.array(lines, pa.string())}), "EXPLAIN")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A continuous query, planned, for the session to start in the back end."""
+    plan: P.Plan
+    fields: list
+    schema: pa.Schema             # the Arrow types the rows are sent with
+    tables: dict                  # name -> contents of the tables its stream–table joins read
+    history: tuple = ()           # ingest.History of archived streams its windows reach into
+
+
+def without_order(tree):
+    """The query without ORDER BY / LIMIT / OFFSET, and those clauses."""
+    tree = tree.copy()
+    tail = {k: tree.args.get(k) for k in ("order", "limit", "offset")}
+    for k in tail:
+        tree.set(k, None)
+    return tree, tail
+
+
+def continuous_query(session, tree, params) -> Planned | Rows:
+    """A query over streams: continuous (planned, for the session to start in the back end),
+    or finite: evaluated at now (snapshot) or over the archive (on Spark), where ORDER BY and
+    LIMIT apply."""
+    ordered = tree.args.get("order") is not None
+    p = plan_query(session, without_order(tree)[0] if ordered else tree)
+    if p.mode == "archive":
+        fields, schema = typed_fields(session, p)
+        return archive_query.run(session, tree, fields, schema)
+    if p.mode == "snapshot":
+        return snapshot_query(session, tree)
+    if ordered:        # every planning error reaches the client with its SQLSTATE
+        p = plan_query(session, tree)
+    fields, schema = typed_fields(session, p)
+    return Planned(p, fields, schema, tables_of(session, p), archive_reach(session, p))
+
+
+# how far back each window kind reaches from the instant a query starts: (reach, since).
+# [UNBOUNDED] (also a stream read without a window) starts with the query, as a TelegraphCQ
+# query does; a window written to reach back is primed from the archive.
+_REACH = {
+    P.RangeWindow: lambda w: (w.size_us, None),
+    P.SlideWindow: lambda w: (w.size_us + w.slide_us, None),
+    P.FixedWindow: lambda w: (None, w.low_us),
+}
+
+
+def _loop_edge(window: P.LoopWindow):
+    """seam -> the earliest instant a loop's windows reach when it starts at the seam."""
+    return lambda seam: LoopWindowOp(window).earliest(seam)
+
+
+def archive_reach(session, p: P.Plan) -> tuple:
+    """The archived streams whose past the plan's windows reach into."""
+    out, reg = [], session.server.streams
+
+    def visit(node):
+        if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan) \
+                and (type(node.window) in _REACH or isinstance(node.window, P.LoopWindow)):
+            obj = reg.by_relation(node.input.stream, kinds=("stream",))
+            if obj is not None and obj.archived:
+                reach, since = _REACH[type(node.window)](node.window) \
+                    if type(node.window) in _REACH else (None, None)
+                edge = _loop_edge(node.window) if isinstance(node.window, P.LoopWindow) \
+                    else None
+                out.append(History(node.input.stream, obj.key, obj.timestamp_column,
+                                   obj.options.get("fragment"), reach, since, edge))
+        for c in P.children(node):
+            visit(c)
+
+    visit(p.root)
+    return tuple(out)
+
+
+def _relations(session, p: P.Plan) -> list:
+    """(name, plan) of the named windows and derived streams ``p`` reads, dependencies first."""
+    out, reg = [], session.server.streams
+    catalog = SessionCatalog(reg, session)
+
+    def visit(node):
+        if isinstance(node, P.WindowRelationScan) and all(n != node.name for n, _ in out):
+            obj = reg.by_relation(node.name, kinds=("window", "derived"))
+            inner = plan(sqlglot.parse_one(obj.definition, read="cql").args["expression"],
+                         catalog)
+            visit(inner.root)
+            out.append((node.name, inner))
+        for c in P.children(node):
+            visit(c)
+
+    visit(p.root)
+    return out
+
+
+def snapshot_query(session, tree) -> Rows:
+    """A query evaluated at now (cq.mode = snapshot, or one that reads only named windows):
+    the plan without ORDER BY / LIMIT / OFFSET runs in the back end over recent tuples (an
+    archived stream's, as far back as the windows reach, from its archive), and those
+    clauses are applied to its answer by DuckDB."""
+    tree, tail = without_order(tree)
+    p = plan_query(session, tree)
+    link = session.server.backend
+    fields, schema = typed_fields(session, p)
+    relations = _relations(session, p)
+    history = [h for q in [p, *(r for _, r in relations)] for h in archive_reach(session, q)]
+
+    # the tables its stream–table joins read, as this session sees them; a table running
+    # queries read already has its committed contents there, kept current at each commit
+    names = {n for q in [p, *(r for _, r in relations)] for n in P.tables_read(q.root)}
+    tables = {n: session.table_contents(n) for n in names - set(link.tables_in_use)}
+
+    async def evaluate(primed=None, seam=None):
+        for name, table in tables.items():
+            await link.send_table(name, table)
+        return await link.snapshot(p, relations, primed, seam)
+
+    table = link.call(session.server.ingest.start_primed(history, evaluate) if history
+                      else evaluate())
+    table = schema.empty_table() if table is None else table.cast(schema)
+    return Rows(fields, order_and_limit(session, table, tail), "SELECT")
+
+
+def order_and_limit(session, table: pa.Table, tail: dict) -> pa.Table:
+    """A finite answer with its query's ORDER BY / LIMIT / OFFSET applied, by DuckDB."""
+    if not any(tail.values()):
+        return table
+    clauses = " ".join(v.sql("duckdb") for v in tail.values() if v is not None)
+    try:
+        session.con.register("cq_answer", table)
+        return session.con.sql(f"SELECT * FROM cq_answer {clauses}").to_arrow_table()
+    except duckdb.Error as e:
+        raise pg_error(e) from None
+    finally:
+        session.con.unregister("cq_answer")
+
+
+def typed_fields(session, p: P.Plan) -> tuple[list, pa.Schema]:
+    """The result's fields, with the plan's types spelled as DuckDB spells them, and the
+    Arrow schema rows are cast to before they are encoded."""
+    casts = ", ".join(f"CAST(NULL AS {c.type if c.type != 'UNKNOWN' else 'VARCHAR'}) AS c{i}"
+                      for i, c in enumerate(p.output))
+    try:
+        rel = session.con.sql(f"SELECT {casts}")
+        types, schema = [str(t) for t in rel.types], rel.to_arrow_table().schema
+    except duckdb.Error as e:
+        raise pg_error(e) from None
+    fields = [Field(c.name, T.duck_to_pg(t).oid, T.duck_typmod(t))
+              for c, t in zip(p.output, types)]
+    names = [c.name for c in p.output]
+    return fields, pa.schema([pa.field(n, f.type) for n, f in zip(names, schema)])
+
+
+def result_fields(session, p: P.Plan) -> list:
+    return typed_fields(session, p)[0]

@@ -1,0 +1,471 @@
+"""A pg_catalog that answers what psql, pgjdbc, psqlODBC, asyncpg, psycopg and SQLAlchemy ask.
+
+It lives in an in-memory DuckDB database attached as ``pgcat``: views over DuckDB's own metadata
+functions (always current, transaction-consistent), static tables for types and roles, empty
+tables with the right columns for features cqgate does not have (policies, publications,
+inheritance), and macros for the pg_* functions. ``cq_relations``/``cq_columns`` hold relations
+that are not DuckDB tables (streams and windows, added by later layers) so they list alongside.
+The SQL translator (``gateway/sql/translate.py``) points catalog names at this database.
+"""
+from __future__ import annotations
+
+from dialect.names import TYPE_ALIASES
+
+from gateway.clearinghouse import ingest_log
+from gateway.pgwire.types import TYPES, type_oid_case_sql
+
+CATALOG = "pgcat"
+OWNER = "cqgate"
+SERVER_VERSION = "15.18"
+
+# pg_catalog relations with their PostgreSQL OIDs (so 'pg_class'::regclass works).
+SYSTEM_RELATIONS = {
+    "pg_type": 1247, "pg_attribute": 1249, "pg_proc": 1255, "pg_class": 1259,
+    "pg_database": 1262, "pg_namespace": 2615, "pg_constraint": 2606, "pg_description": 2609,
+    "pg_index": 2610, "pg_attrdef": 2604, "pg_am": 2601, "pg_roles": 11700,
+    "pg_settings": 11760,
+}
+
+# Tables clients query for features cqgate does not have: present, with PostgreSQL's columns,
+# and empty.
+# Catalog OIDs are UINTEGER (PostgreSQL's oid is an unsigned 4-byte integer): the wire then
+# reports them as oid and oid[], which drivers such as asyncpg require of catalog queries.
+OID = "UINTEGER"
+
+# Tables clients query for features cqgate does not have: present, with PostgreSQL's columns,
+# and empty.
+EMPTY_TABLES = {
+    "pg_inherits": "inhrelid UINTEGER, inhparent UINTEGER, inhseqno INTEGER, inhdetachpending BOOLEAN",
+    "pg_policy": "oid UINTEGER, polname VARCHAR, polrelid UINTEGER, polcmd VARCHAR, "
+                 "polpermissive BOOLEAN, polroles UINTEGER[], polqual VARCHAR, polwithcheck VARCHAR",
+    "pg_statistic_ext": "oid UINTEGER, stxrelid UINTEGER, stxname VARCHAR, stxnamespace UINTEGER, "
+                        "stxowner UINTEGER, stxstattarget INTEGER, stxkeys SMALLINT[], "
+                        "stxkind VARCHAR[], stxexprs VARCHAR",
+    "pg_publication": "oid UINTEGER, pubname VARCHAR, pubowner UINTEGER, puballtables BOOLEAN, "
+                      "pubinsert BOOLEAN, pubupdate BOOLEAN, pubdelete BOOLEAN, "
+                      "pubtruncate BOOLEAN, pubviaroot BOOLEAN",
+    "pg_publication_namespace": "oid UINTEGER, pnpubid UINTEGER, pnnspid UINTEGER",
+    "pg_publication_rel": "oid UINTEGER, prpubid UINTEGER, prrelid UINTEGER, prqual VARCHAR, "
+                          "prattrs SMALLINT[]",
+    "pg_range": "rngtypid UINTEGER, rngsubtype UINTEGER, rngmultitypid UINTEGER, "
+                "rngcollation UINTEGER, rngsubopc UINTEGER, rngcanonical VARCHAR, rngsubdiff VARCHAR",
+    "pg_enum": "oid UINTEGER, enumtypid UINTEGER, enumsortorder FLOAT, enumlabel VARCHAR",
+    "pg_trigger": "oid UINTEGER, tgrelid UINTEGER, tgparentid UINTEGER, tgname VARCHAR, tgfoid UINTEGER, "
+                  "tgtype SMALLINT, tgenabled VARCHAR, tgisinternal BOOLEAN, "
+                  "tgconstraint UINTEGER",
+    "pg_rewrite": "oid UINTEGER, rulename VARCHAR, ev_class UINTEGER, ev_type VARCHAR, "
+                  "ev_enabled VARCHAR, is_instead BOOLEAN",
+    "pg_opclass": "oid UINTEGER, opcmethod UINTEGER, opcname VARCHAR, opcnamespace UINTEGER, "
+                  "opcowner UINTEGER, opcfamily UINTEGER, opcintype UINTEGER, opcdefault BOOLEAN, "
+                  "opckeytype UINTEGER",
+    "pg_sequence": "seqrelid UINTEGER, seqtypid UINTEGER, seqstart BIGINT, seqincrement BIGINT, "
+                   "seqmax BIGINT, seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
+    "pg_depend": "classid UINTEGER, objid UINTEGER, objsubid INTEGER, refclassid UINTEGER, "
+                 "refobjid UINTEGER, refobjsubid INTEGER, deptype VARCHAR",
+    "pg_extension": "oid UINTEGER, extname VARCHAR, extowner UINTEGER, extnamespace UINTEGER, "
+                    "extrelocatable BOOLEAN, extversion VARCHAR",
+    "pg_foreign_table": "ftrelid UINTEGER, ftserver UINTEGER, ftoptions VARCHAR[]",
+    "pg_partitioned_table": "partrelid UINTEGER, partstrat VARCHAR, partnatts SMALLINT",
+    "pg_event_trigger": "oid UINTEGER, evtname VARCHAR, evtevent VARCHAR, evtowner UINTEGER",
+    "pg_shdescription": "objoid UINTEGER, classoid UINTEGER, description VARCHAR",
+    "pg_auth_members": "roleid UINTEGER, member UINTEGER, grantor UINTEGER, admin_option BOOLEAN",
+    "pg_foreign_data_wrapper": "oid UINTEGER, fdwname VARCHAR, fdwowner UINTEGER",
+    "pg_foreign_server": "oid UINTEGER, srvname VARCHAR, srvowner UINTEGER, srvfdw UINTEGER",
+    "pg_cast": "oid UINTEGER, castsource UINTEGER, casttarget UINTEGER, castfunc UINTEGER, "
+               "castcontext VARCHAR, castmethod VARCHAR",
+    "pg_operator": "oid UINTEGER, oprname VARCHAR, oprnamespace UINTEGER, oprleft UINTEGER, "
+                   "oprright UINTEGER, oprresult UINTEGER",
+    "pg_aggregate": "aggfnoid UINTEGER, aggkind VARCHAR",
+    "pg_language": "oid UINTEGER, lanname VARCHAR, lanowner UINTEGER",
+    "pg_collation": "oid UINTEGER, collname VARCHAR, collnamespace UINTEGER, collowner UINTEGER, "
+                    "collprovider VARCHAR, collencoding INTEGER, collcollate VARCHAR, "
+                    "collctype VARCHAR",
+    "pg_tablespace": "oid UINTEGER, spcname VARCHAR, spcowner UINTEGER, spcacl VARCHAR[], "
+                     "spcoptions VARCHAR[]",
+    "pg_matviews": "schemaname VARCHAR, matviewname VARCHAR, matviewowner VARCHAR, "
+                   "definition VARCHAR",
+    "pg_stat_activity": "datid UINTEGER, datname VARCHAR, pid INTEGER, usename VARCHAR, "
+                        "application_name VARCHAR, state VARCHAR, query VARCHAR",
+    "pg_locks": "locktype VARCHAR, relation UINTEGER, pid INTEGER, mode VARCHAR, granted BOOLEAN",
+    "pg_timezone_names": "name VARCHAR, abbrev VARCHAR, utc_offset INTERVAL, is_dst BOOLEAN",
+    # cqgate's system views, filled from the back end just before a statement reads them
+    "cq_queries": "pid INTEGER, name VARCHAR, kind VARCHAR, query VARCHAR, state VARCHAR, "
+                  "started TIMESTAMPTZ, rows_in BIGINT, rows_out BIGINT, state_size BIGINT, "
+                  "last_emit TIMESTAMPTZ, error VARCHAR",
+    "cq_streams": "stream VARCHAR, tuples BIGINT, rate DOUBLE, watermark TIMESTAMP, "
+                  "late BIGINT, errors BIGINT, dropped BIGINT, slack INTERVAL",
+    **ingest_log.VIEWS,
+}
+
+# Views and static tables this module defines; the translator redirects these names.
+RELATIONS = set(EMPTY_TABLES) | {
+    "pg_namespace", "pg_class", "pg_attribute", "pg_attrdef", "pg_type", "pg_constraint",
+    "pg_index", "pg_database", "pg_roles", "pg_user", "pg_authid", "pg_am", "pg_proc",
+    "pg_description", "pg_settings", "pg_tables", "pg_views", "pg_indexes",
+}
+
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -> list[str]:
+    """The statements that build the ``pgcat`` database for the DuckDB catalog ``db``;
+    ``settings`` (name -> default) fill pg_settings."""
+    c = f"{CATALOG}.main"
+    hidden = ", ".join(_q(s) for s in hidden_schemas)
+    out = [f"ATTACH ':memory:' AS {CATALOG}"]
+    out += [f"CREATE TABLE {c}.{name} ({cols})" for name, cols in EMPTY_TABLES.items()]
+
+    # cqgate relations that are not DuckDB tables (streams, windows): filled by later layers.
+    out.append(f"""CREATE TABLE {c}.cq_relations (oid {OID}, nspname VARCHAR, relname VARCHAR,
+        relkind VARCHAR, cq_kind VARCHAR, description VARCHAR)""")
+    out.append(f"""CREATE TABLE {c}.cq_columns (attrelid {OID}, attname VARCHAR, attnum INTEGER,
+        data_type VARCHAR, is_notnull BOOLEAN)""")
+
+    # A namespace's OID is DuckDB's schema OID (public keeps PostgreSQL's 2200). No lookup by
+    # name inside the macro: a subquery there would bind the caller's schema_name to itself.
+    out.append(f"""CREATE MACRO {c}.cq_nsp_oid(name, duck_oid) AS CASE name
+        WHEN 'pg_catalog' THEN 11 WHEN 'information_schema' THEN 13183 WHEN 'public' THEN 2200
+        ELSE duck_oid END::{OID}""")
+    out.append(f"CREATE MACRO {c}.cq_type_oid(dt) AS ({type_oid_case_sql('dt')})::{OID}")
+
+    # --- pg_type: generated from the one type registry
+    rows = []
+    for t in TYPES:
+        typtype = "p" if t.category in ("P", "X") else "b"
+        inp = "array_in" if t.category == "A" and t.elem_oid else f"{t.name}in"
+        coll = 100 if t.category == "S" else 0
+        rows.append(f"({t.oid}, {_q(t.name)}, 11, 10, {t.typlen}, {str(t.typlen in (1, 2, 4, 8)).lower()},"
+                    f" {_q(typtype)}, {_q(t.category)}, false, true, ',', 0, {t.elem_oid}, {t.array_oid},"
+                    f" {_q(inp)}, {_q(t.name + 'out')}, {_q(t.name + 'recv')}, {_q(t.name + 'send')},"
+                    f" 'i', 'p', false, 0, -1, 0, {coll}, {_q(t.sql_name)})")
+    out.append(f"""CREATE TABLE {c}.pg_type (oid {OID}, typname VARCHAR, typnamespace {OID},
+        typowner {OID}, typlen SMALLINT, typbyval BOOLEAN, typtype VARCHAR, typcategory VARCHAR,
+        typispreferred BOOLEAN, typisdefined BOOLEAN, typdelim VARCHAR, typrelid {OID},
+        typelem {OID}, typarray {OID}, typinput VARCHAR, typoutput VARCHAR, typreceive VARCHAR,
+        typsend VARCHAR, typalign VARCHAR, typstorage VARCHAR, typnotnull BOOLEAN,
+        typbasetype {OID}, typtypmod INTEGER, typndims INTEGER, typcollation {OID},
+        cq_format VARCHAR)""")
+    out.append(f"INSERT INTO {c}.pg_type VALUES " + ", ".join(rows))
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typdefault VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typdefaultbin VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typacl VARCHAR[]""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typsubscript VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typmodin VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typmodout VARCHAR""")
+    out.append(f"""ALTER TABLE {c}.pg_type ADD COLUMN typanalyze VARCHAR""")
+
+    out.append(f"""CREATE TABLE {c}.pg_am AS SELECT * FROM (VALUES
+        (2::{OID}, 'heap', 'heap_tableam_handler', 't'),
+        (403::{OID}, 'btree', 'bthandler', 'i')) v(oid, amname, amhandler, amtype)""")
+    out.append(f"""CREATE TABLE {c}.pg_roles AS SELECT 10::{OID} AS oid, {_q(OWNER)} AS rolname,
+        true AS rolsuper, true AS rolinherit, true AS rolcreaterole, true AS rolcreatedb,
+        true AS rolcanlogin, false AS rolreplication, -1 AS rolconnlimit,
+        '********' AS rolpassword, NULL::TIMESTAMPTZ AS rolvaliduntil, true AS rolbypassrls,
+        NULL::VARCHAR[] AS rolconfig""")
+    out.append(f"CREATE VIEW {c}.pg_authid AS SELECT * FROM {c}.pg_roles")
+    out.append(f"""CREATE VIEW {c}.pg_user AS SELECT rolname AS usename, oid AS usesysid,
+        rolcreatedb AS usecreatedb, rolsuper AS usesuper, false AS userepl, true AS usebypassrls,
+        '********' AS passwd, rolvaliduntil AS valuntil, rolconfig AS useconfig
+        FROM {c}.pg_roles""")
+    out.append(f"""CREATE TABLE {c}.pg_database AS SELECT 16384::{OID} AS oid, {_q(db)} AS datname,
+        10::{OID} AS datdba, 6 AS encoding, 'c' AS datlocprovider, false AS datistemplate,
+        true AS datallowconn, -1 AS datconnlimit, 'C.UTF-8' AS datcollate,
+        'C.UTF-8' AS datctype, NULL::VARCHAR AS daticulocale, NULL::VARCHAR AS datcollversion,
+        NULL::VARCHAR[] AS datacl, 1663::{OID} AS dattablespace""")
+
+    # --- namespaces
+    out.append(f"""CREATE VIEW {c}.pg_namespace AS
+        SELECT 11::{OID} AS oid, 'pg_catalog' AS nspname, 10::{OID} AS nspowner,
+               NULL::VARCHAR[] AS nspacl
+        UNION ALL SELECT 13183, 'information_schema', 10, NULL
+        UNION ALL SELECT {c}.cq_nsp_oid(schema_name, oid), schema_name, 10, NULL
+          FROM duckdb_schemas() WHERE database_name = {_q(db)}
+           AND schema_name NOT IN ({hidden}, 'pg_catalog', 'information_schema')""")
+
+    # --- relations
+    rel_cols = """({oid})::{OID} AS oid, {name} AS relname, ({nsp})::{OID} AS relnamespace,
+        0::{OID} AS reltype,
+        0::{OID} AS reloftype, 10::{OID} AS relowner, {am}::{OID} AS relam,
+        0::{OID} AS relfilenode, 0::{OID} AS reltablespace, 0 AS relpages,
+        {tuples}::FLOAT AS reltuples, 0 AS relallvisible, 0::{OID} AS reltoastrelid,
+        {hasindex} AS relhasindex, false AS relisshared, 'p' AS relpersistence,
+        {kind} AS relkind, {natts}::SMALLINT AS relnatts, 0::SMALLINT AS relchecks,
+        false AS relhasrules, false AS relhastriggers, false AS relhassubclass,
+        false AS relrowsecurity, false AS relforcerowsecurity, true AS relispopulated,
+        'd' AS relreplident, false AS relispartition, 0::{OID} AS relrewrite,
+        0::BIGINT AS relfrozenxid, 0::BIGINT AS relminmxid, NULL::VARCHAR[] AS relacl,
+        NULL::VARCHAR[] AS reloptions, NULL::VARCHAR AS relpartbound""".replace("{OID}", OID)
+    tables = rel_cols.format(oid="table_oid", name="table_name", nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)",
+                             am=2, tuples="estimated_size", hasindex="has_primary_key OR index_count > 0",
+                             kind="'r'", natts="column_count")
+    views = rel_cols.format(oid="view_oid", name="view_name", nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)",
+                            am=0, tuples=0, hasindex="false", kind="'v'", natts="column_count")
+    indexes = rel_cols.format(oid="4000000 + table_oid * 64 + constraint_index",
+                              name="CASE constraint_type WHEN 'PRIMARY KEY' THEN table_name || '_pkey' ELSE constraint_name END",
+                              nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)", am=403,
+                              tuples=0, hasindex="false", kind="'i'",
+                              natts="len(constraint_column_indexes)")
+    system = rel_cols.format(oid="v.oid", name="v.name", nsp=11, am=2, tuples=0,
+                             hasindex="false", kind="'r'", natts=0)
+    cqrels = rel_cols.format(oid="r.oid", name="relname",
+                             nsp=f"{c}.cq_nsp_oid(r.nspname, ds.oid)", am=0,
+                             tuples=0, hasindex="false", kind="relkind",
+                             natts=f"(SELECT count(*) FROM {c}.cq_columns cc WHERE cc.attrelid = r.oid)")
+    sysvals = ", ".join(f"({oid}, {_q(n)})" for n, oid in SYSTEM_RELATIONS.items())
+    out.append(f"""CREATE VIEW {c}.pg_class AS
+        SELECT {tables} FROM duckdb_tables()
+          WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})
+        UNION ALL SELECT {views} FROM duckdb_views()
+          WHERE database_name = {_q(db)} AND NOT internal AND schema_name NOT IN ({hidden})
+        UNION ALL SELECT {indexes} FROM duckdb_constraints()
+          WHERE database_name = {_q(db)} AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')
+           AND schema_name NOT IN ({hidden})
+        UNION ALL SELECT {system} FROM (VALUES {sysvals}) v(oid, name)
+        UNION ALL SELECT {cqrels} FROM {c}.cq_relations r
+          LEFT JOIN duckdb_schemas() ds ON ds.database_name = {_q(db)}
+           AND ds.schema_name = r.nspname""")
+
+    # --- columns
+    out.append(f"""CREATE VIEW {c}.pg_attribute AS
+        SELECT coalesce(t.table_oid, v.view_oid)::{OID} AS attrelid, col.column_name AS attname,
+            {c}.cq_type_oid(col.data_type) AS atttypid, -1 AS attstattarget,
+            (SELECT typlen FROM {c}.pg_type WHERE oid = {c}.cq_type_oid(col.data_type)) AS attlen,
+            col.column_index::SMALLINT AS attnum,
+            CASE WHEN col.data_type LIKE '%[]' THEN 1 ELSE 0 END AS attndims,
+            -1 AS attcacheoff,
+            CASE WHEN col.data_type LIKE 'DECIMAL(%' THEN
+                 ((col.numeric_precision << 16) | col.numeric_scale) + 4 ELSE -1 END AS atttypmod,
+            false AS attbyval, 'i' AS attalign, 'p' AS attstorage, '' AS attcompression,
+            NOT col.is_nullable AS attnotnull, col.column_default IS NOT NULL AS atthasdef,
+            false AS atthasmissing, '' AS attidentity, '' AS attgenerated,
+            false AS attisdropped, true AS attislocal, 0 AS attinhcount,
+            CASE WHEN col.data_type = 'VARCHAR' THEN 100 ELSE 0 END::{OID} AS attcollation,
+            NULL::VARCHAR[] AS attacl, NULL::VARCHAR[] AS attoptions,
+            NULL::VARCHAR[] AS attfdwoptions, col.comment AS cq_comment
+        FROM duckdb_columns() col
+        LEFT JOIN duckdb_tables() t ON t.database_name = col.database_name
+             AND t.schema_name = col.schema_name AND t.table_name = col.table_name
+        LEFT JOIN duckdb_views() v ON v.database_name = col.database_name
+             AND v.schema_name = col.schema_name AND v.view_name = col.table_name
+        WHERE col.database_name = {_q(db)} AND col.schema_name NOT IN ({hidden})
+        UNION ALL
+        SELECT cc.attrelid, cc.attname, {c}.cq_type_oid(cc.data_type), -1,
+            (SELECT typlen FROM {c}.pg_type WHERE oid = {c}.cq_type_oid(cc.data_type)),
+            cc.attnum::SMALLINT, 0, -1, -1, false, 'i', 'p', '', cc.is_notnull, false, false, '', '',
+            false, true, 0, 0::{OID}, NULL, NULL, NULL, NULL
+        FROM {c}.cq_columns cc""")
+    out.append(f"""CREATE VIEW {c}.pg_attrdef AS
+        SELECT (5000000 + t.table_oid * 1024 + col.column_index)::{OID} AS oid,
+               t.table_oid::{OID} AS adrelid,
+               col.column_index::SMALLINT AS adnum, col.column_default AS adbin
+        FROM duckdb_columns() col JOIN duckdb_tables() t ON t.database_name = col.database_name
+             AND t.schema_name = col.schema_name AND t.table_name = col.table_name
+        WHERE col.database_name = {_q(db)} AND col.column_default IS NOT NULL""")
+
+    # --- constraints and the indexes behind primary keys / unique constraints
+    out.append(f"""CREATE VIEW {c}.pg_constraint AS
+        SELECT (4000000 + table_oid * 64 + constraint_index + 2000000000)::{OID} AS oid,
+            CASE constraint_type WHEN 'PRIMARY KEY' THEN table_name || '_pkey'
+                 ELSE constraint_name END AS conname,
+            {c}.cq_nsp_oid(schema_name, schema_oid) AS connamespace,
+            CASE constraint_type WHEN 'PRIMARY KEY' THEN 'p' WHEN 'UNIQUE' THEN 'u'
+                 WHEN 'CHECK' THEN 'c' WHEN 'FOREIGN KEY' THEN 'f' END AS contype,
+            false AS condeferrable, false AS condeferred, true AS convalidated,
+            table_oid::{OID} AS conrelid, 0::{OID} AS contypid,
+            CASE WHEN constraint_type IN ('PRIMARY KEY', 'UNIQUE')
+                 THEN 4000000 + table_oid * 64 + constraint_index ELSE 0 END::{OID} AS conindid,
+            0::{OID} AS conparentid,
+            coalesce((SELECT min(t2.table_oid) FROM duckdb_tables() t2
+                      WHERE t2.database_name = {_q(db)} AND t2.table_name = referenced_table), 0)::{OID}
+                AS confrelid,
+            'a' AS confupdtype, 'a' AS confdeltype, 's' AS confmatchtype, true AS conislocal,
+            0 AS coninhcount, true AS connoinherit,
+            list_transform(constraint_column_indexes, lambda i: (i + 1)::SMALLINT) AS conkey,
+            NULL::SMALLINT[] AS confkey,
+            CASE WHEN constraint_type IN ('PRIMARY KEY', 'UNIQUE') THEN constraint_type || ' ('
+                 || array_to_string(constraint_column_names, ', ') || ')'
+                 ELSE constraint_text END AS cq_def, NULL::VARCHAR AS conbin
+        FROM duckdb_constraints()
+        WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})
+          AND constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'CHECK', 'FOREIGN KEY')""")
+    out.append(f"""CREATE VIEW {c}.pg_index AS
+        SELECT (4000000 + table_oid * 64 + constraint_index)::{OID} AS indexrelid,
+            table_oid::{OID} AS indrelid,
+            len(constraint_column_indexes)::SMALLINT AS indnatts,
+            len(constraint_column_indexes)::SMALLINT AS indnkeyatts,
+            true AS indisunique, false AS indnullsnotdistinct,
+            constraint_type = 'PRIMARY KEY' AS indisprimary, false AS indisexclusion,
+            true AS indimmediate, false AS indisclustered, true AS indisvalid,
+            false AS indcheckxmin, true AS indisready, true AS indislive,
+            false AS indisreplident,
+            list_transform(constraint_column_indexes, lambda i: (i + 1)::SMALLINT) AS indkey,
+            list_transform(constraint_column_indexes, lambda i: 0::{OID}) AS indcollation,
+            list_transform(constraint_column_indexes, lambda i: 0::{OID}) AS indclass,
+            list_transform(constraint_column_indexes, lambda i: 0::SMALLINT) AS indoption,
+            NULL::VARCHAR AS indexprs, NULL::VARCHAR AS indpred,
+            'CREATE UNIQUE INDEX ' || CASE constraint_type WHEN 'PRIMARY KEY'
+                 THEN table_name || '_pkey' ELSE constraint_name END || ' ON ' || schema_name
+                 || '.' || table_name || ' USING btree ('
+                 || array_to_string(constraint_column_names, ', ') || ')' AS cq_indexdef
+        FROM duckdb_constraints()
+        WHERE database_name = {_q(db)} AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')
+          AND schema_name NOT IN ({hidden})""")
+
+    out.append(f"""CREATE VIEW {c}.pg_description AS
+        SELECT table_oid::{OID} AS objoid, 1259::{OID} AS classoid, 0 AS objsubid,
+               comment AS description
+          FROM duckdb_tables() WHERE database_name = {_q(db)} AND comment IS NOT NULL
+        UNION ALL SELECT attrelid, 1259, attnum, cq_comment FROM {c}.pg_attribute
+          WHERE cq_comment IS NOT NULL
+        UNION ALL SELECT oid, 1259, 0, description FROM {c}.cq_relations
+          WHERE description IS NOT NULL""")
+    out.append(f"""CREATE VIEW {c}.pg_proc AS
+        SELECT (100000 + row_number() OVER ())::{OID} AS oid, function_name AS proname,
+               11::{OID} AS pronamespace, 10::{OID} AS proowner,
+               CASE function_type WHEN 'aggregate' THEN 'a' ELSE 'f' END AS prokind,
+               0::{OID} AS prorettype, NULL::{OID}[] AS proargtypes, false AS proretset,
+               0::{OID} AS prolang, '' AS prosrc
+        FROM (SELECT DISTINCT function_name, function_type FROM duckdb_functions()
+              WHERE NOT internal AND database_name = {_q(db)})""")
+    out.append(f"""CREATE TABLE {c}.pg_settings (name VARCHAR, setting VARCHAR, unit VARCHAR,
+        category VARCHAR, short_desc VARCHAR, context VARCHAR, vartype VARCHAR,
+        source VARCHAR, boot_val VARCHAR, reset_val VARCHAR)""")
+    if settings:
+        out.append(f"INSERT INTO {c}.pg_settings VALUES " + ", ".join(
+            f"({_q(k)}, {_q(v)}, NULL, 'cqgate', '', 'user', 'string', 'default', {_q(v)}, "
+            f"{_q(v)})" for k, v in settings.items()))
+    out.append(f"""CREATE VIEW {c}.pg_tables AS SELECT n.nspname AS schemaname,
+        c.relname AS tablename, {_q(OWNER)} AS tableowner, NULL::VARCHAR AS tablespace,
+        c.relhasindex AS hasindexes, false AS hasrules, false AS hastriggers,
+        false AS rowsecurity
+        FROM {c}.pg_class c JOIN {c}.pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind IN ('r', 'p')""")
+    out.append(f"""CREATE VIEW {c}.pg_views AS SELECT schema_name AS schemaname,
+        view_name AS viewname, {_q(OWNER)} AS viewowner, sql AS definition
+        FROM duckdb_views() WHERE database_name = {_q(db)} AND NOT internal""")
+    out.append(f"""CREATE VIEW {c}.pg_indexes AS SELECT n.nspname AS schemaname,
+        t.relname AS tablename, i.relname AS indexname, NULL::VARCHAR AS tablespace,
+        x.cq_indexdef AS indexdef
+        FROM {c}.pg_index x JOIN {c}.pg_class i ON i.oid = x.indexrelid
+        JOIN {c}.pg_class t ON t.oid = x.indrelid
+        JOIN {c}.pg_namespace n ON n.oid = t.relnamespace
+        LEFT JOIN {c}.pg_constraint con ON con.conindid = x.indexrelid""")
+    out += _macro_sql(c)
+    return out
+
+
+# Types are fixed, so a type name finds its OID in a constant map (no subquery, which a caller
+# could not nest in the lambda of another lookup).
+_BY_TYPE_NAME = {t.name: t for t in TYPES}
+_TYPE_OIDS = "MAP {" + ", ".join(f"{_q(name)}: {t.oid}" for name, t in sorted({
+    **{alias: _BY_TYPE_NAME[pg] for alias, pg in TYPE_ALIASES.items() if pg in _BY_TYPE_NAME},
+    **{t.sql_name: t for t in TYPES}, **_BY_TYPE_NAME}.items())) + "}"
+
+
+def _lookup(table: str, key: str, value: str, arg: str, key2: str | None = None,
+            arg2: str | None = None, types: tuple = ("BIGINT", "BIGINT")) -> str:
+    """``value`` of the ``table`` row whose ``key`` equals the macro argument ``arg``.
+
+    Keys and values come from uncorrelated subqueries (in the same order) and the argument is
+    found with list_position, so it is bound where the macro is called: a correlated
+    ``WHERE oid = o`` would let a caller's unqualified ``oid`` bind to the subquery's own
+    column, and a lambda could not hold another lookup passed in as the argument. Keys and
+    arguments are cast to ``types`` so that untyped arguments (NULL, parameters) compare."""
+    t1, t2 = types
+    k = f"{{'a': {key}::{t1}, 'b': {key2}::{t2}}}" if key2 else f"{key}::{t1}"
+    want = (f"{{'a': TRY_CAST({arg} AS {t1}), 'b': TRY_CAST({arg2} AS {t2})}}" if key2
+            else f"TRY_CAST({arg} AS {t1})")
+    order = f"{key}, {key2}" if key2 else key
+    return (f"list_extract((SELECT list({value} ORDER BY {order}) FROM {table}), "
+            f"list_position((SELECT list({k} ORDER BY {order}) FROM {table}), {want}))")
+
+
+def _macro_sql(c: str) -> list[str]:
+    """pg_* functions: each becomes a DuckDB macro the translator calls by qualified name."""
+    return [f"CREATE MACRO {c}.{sig} AS {body}" for sig, body in _macro_bodies(c).items()]
+
+
+def _macro_bodies(c: str) -> dict:
+    return {
+        "pg_get_userbyid(u)": _q(OWNER),
+        "pg_encoding_to_char(e)": "'UTF8'",
+        "pg_char_to_encoding(e)": "6",
+        "pg_table_is_visible(o)": "true",
+        "pg_type_is_visible(o)": "true",
+        "pg_function_is_visible(o)": "true",
+        "pg_collation_is_visible(o)": "true",
+        "pg_relation_is_publishable(o)": "false",
+        "has_table_privilege(a, b, c := NULL)": "true",
+        "has_schema_privilege(a, b, c := NULL)": "true",
+        "has_database_privilege(a, b, c := NULL)": "true",
+        "has_column_privilege(a, b, c := NULL, d := NULL)": "true",
+        "has_sequence_privilege(a, b, c := NULL)": "true",
+        "pg_has_role(a, b, c := NULL)": "true",
+        "pg_get_expr(e, r, p := false)": "e::VARCHAR",
+        "pg_get_constraintdef(o, p := false)":
+            _lookup(f"{c}.pg_constraint", "oid", "cq_def", "o"),
+        "pg_get_indexdef(o, k := 0, p := false)":
+            _lookup(f"{c}.pg_index", "indexrelid", "cq_indexdef", "o"),
+        "pg_get_viewdef(o, p := false)":
+            _lookup("duckdb_views()", "view_oid", "sql", "o"),
+        "pg_get_function_result(o)": "NULL::VARCHAR",
+        "pg_get_function_arguments(o)": "NULL::VARCHAR",
+        "pg_get_function_identity_arguments(o)": "NULL::VARCHAR",
+        "pg_get_statisticsobjdef_columns(o)": "NULL::VARCHAR",
+        "pg_get_serial_sequence(t, col)": "NULL::VARCHAR",
+        "pg_get_partkeydef(o)": "NULL::VARCHAR",
+        "pg_get_triggerdef(o, p := false)": "NULL::VARCHAR",
+        "pg_get_ruledef(o, p := false)": "NULL::VARCHAR",
+        "pg_tablespace_location(o)": "''",
+        "pg_total_relation_size(o)": "0::BIGINT",
+        "pg_relation_size(o, f := 'main')": "0::BIGINT",
+        "pg_table_size(o)": "0::BIGINT",
+        "pg_indexes_size(o)": "0::BIGINT",
+        "pg_database_size(o)": "0::BIGINT",
+        "pg_size_pretty(s)": "format_bytes(s::BIGINT)",
+        "pg_postmaster_start_time()": "now()",
+        "pg_is_in_recovery()": "false",
+        "txid_current()": "1::BIGINT",
+        "pg_current_xact_id()": "1::BIGINT",
+        "obj_description(o, cat := NULL)":
+            _lookup(f"{c}.pg_description", "objoid", "description", "o", "objsubid", "0"),
+        "shobj_description(o, cat)": "NULL::VARCHAR",
+        "col_description(o, n)":
+            _lookup(f"{c}.pg_description", "objoid", "description", "o", "objsubid", "n"),
+        "format_type(t, m)":
+            "CASE WHEN t IS NULL THEN NULL "
+            "WHEN t = 1700 AND m > 4 THEN 'numeric(' || ((m - 4) >> 16) || ',' || ((m - 4) & 65535) || ')' "
+            "WHEN t IN (1043, 1042) AND m > 4 THEN "
+            f"{_lookup(f'{c}.pg_type', 'oid', 'cq_format', 't')} || '(' || (m - 4) || ')' "
+            f"ELSE coalesce({_lookup(f'{c}.pg_type', 'oid', 'cq_format', 't')}, '???') END",
+        "array_upper(a, d)": "CASE WHEN len(a) = 0 THEN NULL ELSE len(a) END",
+        "array_lower(a, d)": "CASE WHEN len(a) = 0 THEN NULL ELSE 1 END",
+        "array_ndims(a)": "CASE WHEN len(a) = 0 THEN NULL ELSE 1 END",
+        "cq_expandarray(a)": "list_transform(range(1, len(a) + 1), lambda i: {'x': a[i], 'n': i})",
+        "current_schemas(b)": "CASE WHEN b THEN ['pg_catalog', 'public'] ELSE ['public'] END",
+        "cq_regclass_oid(n)":
+            # 'name' or 'schema.name', quotes removed; an unqualified name is looked up in public
+            _lookup(f"(SELECT c.oid, c.relname, s.nspname FROM {c}.pg_class c JOIN "
+                    f"{c}.pg_namespace s ON s.oid = c.relnamespace)", "relname", "oid",
+                    "lower(trim(split_part(n::VARCHAR, '.', -1), '\"'))", "nspname",
+                    "CASE WHEN contains(n::VARCHAR, '.') THEN "
+                    "trim(split_part(n::VARCHAR, '.', 1), '\"') ELSE 'public' END",
+                    types=("VARCHAR", "VARCHAR")),
+        "cq_regclass_name(o)":
+            f"coalesce({_lookup(f'{c}.pg_class', 'oid', 'relname', 'o')}, o::VARCHAR)",
+        "cq_regtype_oid(n)":
+            f"{_TYPE_OIDS}[lower(replace(replace(n::VARCHAR, 'pg_catalog.', ''), '\"', ''))]",
+        "cq_regtype_name(o)":
+            f"CASE WHEN o IS NULL THEN NULL ELSE coalesce("
+            f"{_lookup(f'{c}.pg_type', 'oid', 'cq_format', 'o')}, o::VARCHAR) END",
+        "cq_regnamespace_name(o)":
+            _lookup(f"{c}.pg_namespace", "oid", "nspname", "o"),
+        "cq_regproc_name(p)": "replace(p::VARCHAR, 'pg_catalog.', '')",
+    }
+
+
+# pg function names the translator points at pgcat macros (cq_* helpers it calls itself).
+FUNCTIONS = {sig.split("(")[0] for sig in _macro_bodies(CATALOG)
+             if not sig.startswith("cq_")}

@@ -1,0 +1,107 @@
+"""The static-table store: one DuckDB database file in the data directory, the emulated
+pg_catalog attached beside it, one DuckDB connection per client session, and the mapping of
+DuckDB errors to PostgreSQL SQLSTATEs."""
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import duckdb
+
+from gateway.tables.pg_catalog import setup_sql
+from gateway.sessions.settings import DEFAULTS
+from gateway.pgwire import errors as E
+
+DB_NAME = "cqgate"
+
+
+class Store:
+    def __init__(self, data_dir: str):
+        os.makedirs(data_dir, exist_ok=True)
+        self.path = os.path.join(data_dir, f"{DB_NAME}.duckdb")
+        self.db = duckdb.connect(self.path)
+        self.name = self.db.execute("SELECT current_database()").fetchone()[0]
+        self.db.execute("CREATE SCHEMA IF NOT EXISTS public")
+        for stmt in setup_sql(self.name, DEFAULTS):
+            self.db.execute(stmt)
+        self.catalog_version = 0
+        self._lock = threading.Lock()
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        con = self.db.cursor()
+        con.execute(f'USE "{self.name}".public')
+        # PostgreSQL semantics: int / int is integer division, and dividing by zero is an error.
+        con.execute("SET integer_division = true")
+        return con
+
+    def bump(self) -> None:
+        with self._lock:
+            self.catalog_version += 1
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# DuckDB error -> (SQLSTATE class), tried in order; the first pattern that matches wins.
+_ERROR_MAP = [
+    (duckdb.InterruptException, None, E.QueryCanceled, "canceling statement due to user request"),
+    (duckdb.ParserException, None, E.SyntaxError_, None),
+    (duckdb.CatalogException, r"(Table|View|Relation) with name (\S+) does not exist",
+     E.UndefinedTable, None),
+    (duckdb.CatalogException, r"Schema with name (\S+) does not exist", E.UndefinedObject, None),
+    (duckdb.CatalogException, r"(Scalar Function|Table Function|Macro Function|Function) with "
+     r"name", E.UndefinedFunction, None),
+    (duckdb.CatalogException, r"already exists", E.DuplicateTable, None),
+    (duckdb.CatalogException, r"Type with name", E.UndefinedObject, None),
+    (duckdb.CatalogException, None, E.UndefinedObject, None),
+    (duckdb.BinderException, r"Referenced column .* not found|does not have a column named|"
+     r"column .* does not exist", E.UndefinedColumn, None),
+    (duckdb.BinderException, r"No function matches|Could not choose a best candidate",
+     E.UndefinedFunction, None),
+    (duckdb.BinderException, r"Cannot compare|cannot be cast",
+     E.DatatypeMismatch, None),
+    (duckdb.BinderException, None, E.SyntaxError_, None),
+    (duckdb.ConstraintException, r"NOT NULL", E.NotNullViolation, None),
+    (duckdb.ConstraintException, r"foreign key", E.ForeignKeyViolation, None),
+    (duckdb.ConstraintException, r"CHECK", E.CheckViolation, None),
+    (duckdb.ConstraintException, None, E.UniqueViolation, None),
+    (duckdb.ConversionException, None, E.InvalidTextRepresentation, None),
+    (duckdb.OutOfRangeException, None, E.NumericOutOfRange, None),
+    (duckdb.NotImplementedException, None, E.FeatureNotSupported, None),
+    (duckdb.TransactionException, r"Conflict", E.SerializationFailure, None),
+    (duckdb.TransactionException, r"aborted", E.InFailedTransaction,
+     E.IN_FAILED_TRANSACTION_MESSAGE),
+    (duckdb.InvalidInputException, r"[Dd]ivision by zero", E.DivisionByZero, "division by zero"),
+    (duckdb.InvalidInputException, None, E.DataException, None),
+    (duckdb.Error, None, E.InternalError, None),
+]
+
+_PREFIX = re.compile(r"^[A-Za-z ]+ Error: ")
+_LINE = re.compile(r"\n\s*LINE (\d+): (.*)\n(\s*)\^", re.S)
+
+
+def pg_error(exc: Exception, sql_offset: int = 0) -> E.PgError:
+    """Translate a DuckDB exception into the PgError a PostgreSQL user would expect."""
+    text = str(exc)
+    first = text.split("\n")[0]
+    message = _PREFIX.sub("", first).strip()
+    for cls, pattern, pg_cls, fixed in _ERROR_MAP:
+        if isinstance(exc, cls) and (pattern is None or re.search(pattern, text, re.I)):
+            m = re.search(r"with name (\S+) does not exist", message)
+            if pg_cls is E.UndefinedTable and m:
+                message = f'relation "{m.group(1).strip(chr(34))}" does not exist'
+            if pg_cls is E.DivisionByZero:
+                message = "division by zero"
+            col = re.search(r'[Rr]eferenced column "?([^"\s]+)"? not found', message)
+            if pg_cls is E.UndefinedColumn and col:
+                message = f'column "{col.group(1)}" does not exist'
+            message = message.rstrip("!")
+            if message[1:2].islower():
+                message = message[:1].lower() + message[1:]
+            err = pg_cls(fixed or message)
+            hint = re.search(r'Did you mean "([^"]+)"', text)
+            if hint and not re.match(r"(pg_|pgcat|main\.|system\.)", hint.group(1)):
+                err.hint = f'Perhaps you meant "{hint.group(1)}".'
+            return err
+    return E.InternalError(message)

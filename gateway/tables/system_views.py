@@ -1,0 +1,88 @@
+"""``cq_queries``, ``cq_streams`` and the clearinghouse's logs (``cq_ingest_errors``,
+``cq_late_tuples``, ``cq_shed``): what runs and what came in, as tables of the emulated catalog
+that plain SQL reads. They are refilled just before a statement that names one of them runs."""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+import threading
+
+import pyarrow as pa
+
+from gateway.tables.pg_catalog import CATALOG
+
+_NAMES = re.compile(r"\bcq_(queries|streams|ingest_errors|late_tuples|shed)\b", re.I)
+_lock = threading.Lock()
+
+
+def wanted(sql: str) -> bool:
+    return _NAMES.search(sql) is not None
+
+
+def _when(seconds: float | None):
+    return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
+
+
+def _micros(us: int | None):
+    return None if us is None else dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)
+
+
+async def gather(server) -> dict:
+    link = server.backend
+    stats = await link.stats()
+    counters = {q["qid"]: q for q in stats["queries"]}
+    rows = []
+    for qid, live in list(link.live.items()):
+        c = counters.get(qid, {})
+        state = "failed" if live.failure else "waiting" if live.n_pending == 0 else "ready"
+        rows.append((live.owner, live.name, "cursor", live.sql, state, _when(live.started),
+                     c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
+                     _when(c.get("last_emit")), live.failure))
+    kinds = {o.relation().name.lower(): o.kind for o in server.streams.objects.values()}
+    for qid, (plan, feeds) in list(link.persistent.items()):
+        c = counters.get(qid, {})
+        rows.append((None, feeds, kinds.get(feeds.lower(), "window"), plan.sql, "running",
+                     _when(c.get("started")), c.get("rows_in", 0), c.get("rows_out", 0),
+                     c.get("state", 0), _when(c.get("last_emit")), None))
+    names = ["pid", "name", "kind", "query", "state", "started", "rows_in", "rows_out",
+             "state_size", "last_emit", "error"]
+    types = [pa.int32(), pa.string(), pa.string(), pa.string(), pa.string(),
+             pa.timestamp("us", tz="UTC"), pa.int64(), pa.int64(), pa.int64(),
+             pa.timestamp("us", tz="UTC"), pa.string()]
+    queries = pa.table({n: pa.array([r[i] for r in rows], t)
+                        for i, (n, t) in enumerate(zip(names, types))})
+    s = stats["streams"]
+    progress = [server.ingest.progress(x["stream"]) for x in s]
+    streams = pa.table({
+        "stream": pa.array([x["stream"] for x in s], pa.string()),
+        "tuples": pa.array([x["tuples"] for x in s], pa.int64()),
+        "rate": pa.array([x["rate"] for x in s], pa.float64()),
+        "watermark": pa.array([_micros(x["watermark"]) for x in s], pa.timestamp("us")),
+        "late": pa.array([p.late for p in progress], pa.int64()),
+        "errors": pa.array([p.bad for p in progress], pa.int64()),
+        "dropped": pa.array([p.dropped for p in progress], pa.int64()),
+        "slack": pa.array([p.slack for p in progress], pa.duration("us")),
+    })
+    return {"cq_queries": queries, "cq_streams": streams, **server.ingest.log.tables()}
+
+
+def store(db, tables: dict) -> None:
+    """Refill the views on a connection of their own, committed at once (a session's open
+    transaction must not hold them)."""
+    with _lock:
+        con = db.cursor()
+        try:
+            for name, table in tables.items():
+                con.register("cq_fill", table)
+                con.execute(f"DELETE FROM {CATALOG}.main.{name}")
+                con.execute(f"INSERT INTO {CATALOG}.main.{name} SELECT * FROM cq_fill")
+                con.unregister("cq_fill")
+        finally:
+            con.close()
+
+
+async def refresh(session) -> None:
+    tables = await gather(session.server)
+    await asyncio.get_running_loop().run_in_executor(session.server.pool, store,
+                                                     session.server.store.db, tables)

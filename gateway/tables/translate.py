@@ -1,0 +1,480 @@
+"""Translate one PostgreSQL statement (already split) into DuckDB SQL with sqlglot.
+
+Catalog names (``pg_catalog.pg_class``, ``format_type(...)``, ``::regclass``, ``OPERATOR(
+pg_catalog.~)``) are pointed at the emulated catalog in ``pgcat``; session values
+(``current_setting``, ``current_user``) become ``getvariable('cq_…')`` placeholders that the
+session replaces with literals when it runs the statement, so translations can be cached.
+The result also says what the statement is (command tag, whether it returns rows);
+``infer_params`` types its parameters from where they appear.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+import dialect  # noqa: F401  (registers the "cql" dialect)
+
+from dialect.expressions import is_stream_syntax
+from dialect.names import pg_column_name, type_name
+
+from gateway.tables import pg_catalog
+from gateway.pgwire import types as T
+from gateway.pgwire.errors import SyntaxError_, FeatureNotSupported
+
+CAT = f"{pg_catalog.CATALOG}.main"
+VERSION = (f"PostgreSQL {pg_catalog.SERVER_VERSION} (cqgate) on x86_64-pc-linux-gnu, "
+           "a continuous-query gateway over DuckDB")
+
+
+@dataclass
+class Translated:
+    duck_sql: str
+    tag: str                    # command tag prefix: SELECT, INSERT, CREATE TABLE, ...
+    returns_rows: bool
+    params: dict = field(default_factory=dict)   # $n -> pg oid inferred (0 = unknown)
+    tables: tuple = ()          # (schema|None, name, alias) of user relations read
+    projections: tuple = ()     # (output name, source alias|None, source column|None) | "*"
+    has_set_config: bool = False
+    catalog: bool = False       # reads the emulated pg_catalog
+    stream: bool = False        # stream syntax: the planner, not DuckDB, runs it
+    ast: exp.Expression | None = None      # rewritten for DuckDB
+    source: exp.Expression | None = None   # as the client wrote it
+
+
+_TAGS = {
+    exp.Select: "SELECT", exp.Union: "SELECT", exp.Intersect: "SELECT", exp.Except: "SELECT",
+    exp.Values: "SELECT", exp.Insert: "INSERT", exp.Update: "UPDATE", exp.Delete: "DELETE",
+    exp.Merge: "MERGE",
+}
+
+
+def _tag_for(node: exp.Expression) -> str:
+    for cls, tag in _TAGS.items():
+        if isinstance(node, cls):
+            return tag
+    if isinstance(node, exp.Create):
+        kind = (node.args.get("kind") or "").upper()
+        return "CREATE " + ("TABLE" if kind == "TABLE" and node.expression is not None
+                            else kind)
+    if isinstance(node, exp.Drop):
+        return "DROP " + (node.args.get("kind") or "").upper()
+    if isinstance(node, exp.Alter):
+        return "ALTER " + (node.args.get("kind") or "TABLE").upper()
+    if isinstance(node, exp.TruncateTable):
+        return "TRUNCATE TABLE"
+    if isinstance(node, exp.Command):
+        return node.this.upper()
+    return node.key.upper()
+
+
+# --------------------------------------------------------------------------- rewrites
+_SPECIAL_CASTS = {"regclass", "regtype", "regproc", "regprocedure", "regnamespace", "regrole",
+                  "regoper"}
+_TYPE_REPLACEMENTS = {
+    "name": "VARCHAR", "char": "VARCHAR", '"char"': "VARCHAR", "bpchar": "VARCHAR",
+    "int2vector": "SMALLINT[]", "oidvector": "UINTEGER[]", "xid": "BIGINT", "cid": "BIGINT",
+    "tid": "VARCHAR", "regoperator": "VARCHAR", "jsonb": "JSON", "aclitem": "VARCHAR",
+    "pg_node_tree": "VARCHAR", "text": "VARCHAR", "anyarray": "VARCHAR[]", "money": "DECIMAL(18,2)",
+}
+
+
+def _macro(name: str, *args) -> exp.Expression:
+    return exp.Anonymous(this=f"{CAT}.{name}", expressions=list(args))
+
+
+_NAMES_OF = {"regclass": ("cq_regclass_oid", "cq_regclass_name"),
+             "regtype": ("cq_regtype_oid", "cq_regtype_name")}
+
+
+def _rewrite_cast(node: exp.Cast) -> exp.Expression:
+    name = type_name(node.to)
+    arg = node.this
+    if name in ("text", "varchar", "name") and isinstance(arg, exp.Cast) \
+            and type_name(arg.to) in _NAMES_OF and isinstance(arg.this, exp.Literal):
+        # 'int8'::regtype::text is the type's name, not its OID printed as text
+        to_oid, to_name = _NAMES_OF[type_name(arg.to)]
+        node.set("this", _macro(to_name, _macro(to_oid, arg.this)))
+        return node
+    if name in _SPECIAL_CASTS:
+        literal = isinstance(arg, (exp.Literal, exp.Parameter, exp.Placeholder)) and (
+            not isinstance(arg, exp.Literal) or arg.is_string)
+        if name == "regclass":
+            return _macro("cq_regclass_oid" if literal else "cq_regclass_name", arg)
+        if name == "regtype":
+            return _macro("cq_regtype_oid" if literal else "cq_regtype_name", arg)
+        if name == "regnamespace":
+            return _macro("cq_regnamespace_name", arg) if not literal else arg
+        return _macro("cq_regproc_name", arg)
+    if name == "bytea" and isinstance(arg, exp.Literal) and arg.is_string \
+            and arg.name.startswith("\\x"):
+        return exp.Unhex(this=exp.Literal.string(arg.name[2:]))
+    repl = _TYPE_REPLACEMENTS.get(name)
+    if repl is not None and node.to.this in (exp.DataType.Type.USERDEFINED, exp.DataType.Type.NAME,
+                                             exp.DataType.Type.JSONB, exp.DataType.Type.CHAR):
+        node.set("to", exp.DataType.build(repl, dialect="duckdb"))
+    elif node.to.find(exp.DataType) is not None and any(
+            d.this == exp.DataType.Type.USERDEFINED for d in node.to.find_all(exp.DataType)):
+        t = T.lookup_type_name(node.to.sql("postgres"))
+        if t is not None:
+            node.set("to", exp.DataType.build(t.duckdb, dialect="duckdb"))
+    return node
+
+
+_OPERATORS = {
+    "~": lambda a, b: exp.RegexpLike(this=a, expression=b),
+    "!~": lambda a, b: exp.Not(this=exp.RegexpLike(this=a, expression=b)),
+    "~*": lambda a, b: exp.RegexpILike(this=a, expression=b),
+    "!~*": lambda a, b: exp.Not(this=exp.RegexpILike(this=a, expression=b)),
+    "=": lambda a, b: exp.EQ(this=a, expression=b),
+    "<>": lambda a, b: exp.NEQ(this=a, expression=b),
+    "!=": lambda a, b: exp.NEQ(this=a, expression=b),
+    "<": lambda a, b: exp.LT(this=a, expression=b),
+    ">": lambda a, b: exp.GT(this=a, expression=b),
+    "<=": lambda a, b: exp.LTE(this=a, expression=b),
+    ">=": lambda a, b: exp.GTE(this=a, expression=b),
+    "~~": lambda a, b: exp.Like(this=a, expression=b),
+    "!~~": lambda a, b: exp.Not(this=exp.Like(this=a, expression=b)),
+    "||": lambda a, b: exp.DPipe(this=a, expression=b),
+}
+
+
+def _rewrite_operator(node: exp.Operator) -> exp.Expression:
+    op = str(node.args.get("operator") or "").replace("pg_catalog.", "").strip()
+    build = _OPERATORS.get(op)
+    if build is None:
+        raise FeatureNotSupported(f"operator does not exist: OPERATOR({op})")
+    return build(*(a.this if isinstance(a, exp.Collate) else a
+                   for a in (node.this, node.expression)))
+
+
+def _var(name: str) -> exp.Expression:
+    return exp.Anonymous(this="getvariable", expressions=[exp.Literal.string(name)])
+
+
+SETTING_PREFIX = "cq_setting_"
+
+
+def setting_variable(name: str) -> str:
+    return SETTING_PREFIX + name.lower()
+
+
+def _rewrite_anonymous(node: exp.Anonymous) -> exp.Expression:
+    name = node.name.lower()
+    args = node.expressions
+    if name in pg_catalog.FUNCTIONS:
+        return _macro(name, *args)
+    if name == "_pg_expandarray":
+        return exp.Unnest(expressions=[_macro("cq_expandarray", *args)])
+    if name in ("json_build_object", "jsonb_build_object"):
+        return exp.Anonymous(this="json_object", expressions=args)
+    if name == "version":
+        return exp.Literal.string(VERSION)
+    if name == "current_setting" and args:
+        if isinstance(args[0], exp.Literal):
+            return _var(setting_variable(args[0].name))
+        raise FeatureNotSupported("current_setting needs a constant setting name")
+    if name == "to_regtype":
+        return _macro("cq_regtype_oid", *args)
+    if name == "to_regclass":
+        return _macro("cq_regclass_oid", *args)
+    if name == "pg_backend_pid":
+        return _var("cq_pid")
+    if name in ("inet_server_addr", "inet_client_addr"):
+        return exp.Null()
+    return node
+
+
+def _rewrite(node: exp.Expression, state: dict) -> exp.Expression:
+    new = _rewrite_one(node, state)
+    if new is not node:
+        # transform() does not descend into a replacement; its arguments still need rewriting.
+        new = new.transform(_rewrite, state)
+    return new
+
+
+def _rewrite_table(node: exp.Table, state: dict) -> exp.Expression:
+    db = node.args.get("db")
+    name = node.name.lower()
+    dbname = db.name.lower() if db is not None else None
+    if name in pg_catalog.RELATIONS and dbname in (None, "pg_catalog") \
+            and node.args.get("catalog") is None:
+        state["catalog"] = True
+        node.set("db", exp.to_identifier("main"))
+        node.set("catalog", exp.to_identifier(pg_catalog.CATALOG))
+        node.set("this", exp.to_identifier(name))
+    elif isinstance(node.this, exp.Func):
+        if dbname in ("pg_catalog", "information_schema"):
+            node.set("db", None)       # pg_catalog.generate_series(...) and friends
+    else:
+        state["tables"].append((dbname, node.name, node.alias_or_name))
+    return node
+
+
+def _rewrite_dot(node: exp.Dot, state: dict) -> exp.Expression:
+    if isinstance(node.this, exp.Identifier) and isinstance(node.expression, exp.Func) \
+            and node.this.name.lower() in ("pg_catalog", "information_schema"):
+        return node.expression
+    return node
+
+
+def _rewrite_call(node: exp.Anonymous, state: dict) -> exp.Expression:
+    if node.name.lower() == "set_config":
+        state["set_config"] = True
+    return _rewrite_anonymous(node)
+
+
+def _rewrite_column(node: exp.Column, state: dict) -> exp.Expression:
+    db = node.args.get("db")
+    if db is not None and db.name.lower() == "pg_catalog":
+        node.set("db", None)       # pg_catalog.pg_class.relname: the table name alone resolves
+    elif not node.table and not node.this.quoted and node.name.lower() in (
+            "session_user", "current_user", "user"):
+        return _var("cq_user")
+    return node
+
+
+_REWRITES = {
+    exp.Table: _rewrite_table,
+    exp.Dot: _rewrite_dot,
+    exp.Anonymous: _rewrite_call,
+    exp.Cast: lambda node, state: _rewrite_cast(node),
+    exp.Operator: lambda node, state: _rewrite_operator(node),
+    exp.Collate: lambda node, state: node.this,
+    exp.CurrentUser: lambda node, state: _var("cq_user"),
+    exp.SessionUser: lambda node, state: _var("cq_user"),
+    exp.Column: _rewrite_column,
+    exp.CurrentSchema: lambda node, state: exp.Literal.string("public"),
+    exp.CurrentVersion: lambda node, state: exp.Literal.string(VERSION),
+    exp.CurrentCatalog: lambda node, state: exp.Anonymous(this="current_database",
+                                                         expressions=[]),
+}
+
+
+def _rewrite_one(node: exp.Expression, state: dict) -> exp.Expression:
+    fn = _REWRITES.get(type(node))
+    return node if fn is None else fn(node, state)
+
+
+# --------------------------------------------------------------------------- output names
+def _name_outputs(select: exp.Expression) -> None:
+    """Alias every unaliased output column of a SELECT with PostgreSQL's name for it."""
+    if isinstance(select, (exp.Union, exp.Intersect, exp.Except)):
+        _name_outputs(select.this)
+        return
+    if not isinstance(select, exp.Select):
+        return
+    named = []
+    for p in select.expressions:
+        if isinstance(p, (exp.Alias, exp.Star)) or (isinstance(p, exp.Column) and
+                                                     (isinstance(p.this, exp.Star) or
+                                                      not isinstance(p.this, exp.Identifier))):
+            named.append(p)
+        elif isinstance(p, exp.Column):
+            named.append(p)
+        else:
+            named.append(exp.alias_(p, pg_column_name(p), quoted=True))
+    select.set("expressions", named)
+
+
+# --------------------------------------------------------------------------- parameter types
+def param_index(node: exp.Expression) -> int | None:
+    if isinstance(node, exp.Parameter):
+        inner = node.this
+        if isinstance(inner, exp.Literal) and inner.is_int:
+            return int(inner.name)
+        if isinstance(inner, exp.Var) and inner.name.isdigit():
+            return int(inner.name)
+    if isinstance(node, exp.Placeholder) and str(node.name).isdigit():
+        return int(node.name)
+    return None
+
+
+def _pg_oid_of_type(dt_: exp.DataType) -> int:
+    t = T.lookup_type_name(type_name(dt_)) or T.lookup_type_name(dt_.sql("postgres"))
+    return t.oid if t else 0
+
+
+_CMP = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Add, exp.Sub, exp.Mul, exp.Div,
+        exp.Mod, exp.Like, exp.ILike, exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
+def _other_side_type(other: exp.Expression, column_type) -> int:
+    if isinstance(other, exp.Column):
+        return column_type(other.table or None, other.name)
+    if isinstance(other, exp.Cast):
+        return _pg_oid_of_type(other.to)
+    if isinstance(other, exp.Literal):
+        return 25 if other.is_string else (23 if other.is_int else 1700)
+    return 0
+
+
+def _from_comparison(node, parent, column_type) -> int:
+    other = parent.expression if parent.this is node else parent.this
+    return _other_side_type(other, column_type)
+
+
+def _from_values(node, parent, column_type) -> int:
+    ins = parent.find_ancestor(exp.Insert)
+    if ins is None or not isinstance(parent.parent, exp.Values):
+        return 0
+    return _insert_column_type(ins, parent.expressions.index(node), column_type)
+
+
+def _from_any(node, parent, column_type) -> int:
+    cmp = parent.parent
+    if not isinstance(cmp, _CMP):
+        return 0
+    other = cmp.this if cmp.expression is parent else cmp.expression
+    elem = T.BY_OID.get(_other_side_type(other, column_type))
+    return elem.array_oid if elem and elem.array_oid else 0
+
+
+# The parent of a parameter says its type: a cast, the other side of a comparison (also
+# UPDATE's SET col = $n), the column an INSERT value goes to, a LIMIT.
+_PARAM_CONTEXTS = {
+    exp.Cast: lambda node, parent, ct: _pg_oid_of_type(parent.to),
+    **{cls: _from_comparison for cls in _CMP},
+    exp.In: lambda node, parent, ct: _other_side_type(parent.this, ct),
+    exp.Between: lambda node, parent, ct: _other_side_type(parent.this, ct),
+    exp.Limit: lambda node, parent, ct: 20,
+    exp.Offset: lambda node, parent, ct: 20,
+    exp.Fetch: lambda node, parent, ct: 20,
+    exp.Tuple: _from_values,
+    exp.Any: _from_any,
+}
+
+
+def infer_params(ast: exp.Expression, column_type) -> dict:
+    """$n -> pg type OID from the context each parameter appears in; 0 where nothing says.
+
+    ``column_type(table_alias | None, column name | position) -> oid`` resolves columns.
+    """
+    out: dict[int, int] = {}
+    for node in ast.walk():
+        idx = param_index(node)
+        if idx is None:
+            continue
+        parent = node.parent
+        while isinstance(parent, exp.Paren):
+            node, parent = parent, parent.parent
+        fn = _PARAM_CONTEXTS.get(type(parent))
+        oid = fn(node, parent, column_type) if fn is not None else 0
+        if oid or idx not in out:
+            out[idx] = oid
+    return out
+
+
+def _insert_column_type(ins: exp.Insert, pos: int, column_type) -> int:
+    target = ins.this
+    cols = None
+    if isinstance(target, exp.Schema):
+        cols = [c.name for c in target.expressions]
+    if cols is not None:
+        return column_type(None, cols[pos]) if pos < len(cols) else 0
+    return column_type(None, pos)  # positional: the session resolves the nth column
+
+
+# --------------------------------------------------------------------------- entry point
+def parse(sql: str) -> exp.Expression:
+    try:
+        stmts = sqlglot.parse(sql, read="cql")
+    except (ParseError, TokenError) as e:
+        raise _syntax_error(sql, e) from None
+    stmts = [s for s in stmts if s is not None]
+    if len(stmts) != 1:
+        raise SyntaxError_("expected exactly one statement")
+    return stmts[0]
+
+
+def _syntax_error(sql: str, e: Exception) -> SyntaxError_:
+    errs = getattr(e, "errors", None) or []
+    line = col = None
+    token = ""
+    if errs:
+        line, col = errs[0].get("line"), errs[0].get("col")
+        token = (errs[0].get("highlight") or "").strip()
+    pos = None
+    if line:
+        lines = sql.split("\n")
+        pos = sum(len(x) + 1 for x in lines[:line - 1]) + max(col - len(token), 0) + 1
+    msg = f'syntax error at or near "{token}"' if token else "syntax error"
+    if not token and "tokeniz" in str(e).lower():
+        msg = "syntax error: " + str(e).splitlines()[0]
+    detail = str(e).splitlines()[0] if errs else None
+    return SyntaxError_(msg, position=pos, detail=detail)
+
+
+def translate(sql: str) -> Translated:
+    """Translate one statement; parameter types are left to the session (``infer_params``),
+    which can resolve column names against the catalog."""
+    ast = parse(sql)
+    if isinstance(ast, exp.Command):
+        raise FeatureNotSupported(f"statement not supported: {ast.this.upper()}",
+                                  position=1)
+    if is_stream_syntax(ast):
+        tables = tuple((t.db or None, t.name, t.alias_or_name) for t in ast.find_all(exp.Table))
+        return Translated("", _tag_for(ast), False, {}, tables, (), False, False, True, ast, ast)
+    state = {"catalog": False, "set_config": False, "tables": []}
+    named = ast.copy()
+    _name_outputs(named)
+    new = named.transform(_rewrite, state)
+    if isinstance(new, exp.Select) and new.args.get("locks"):
+        new.set("locks", None)     # FOR UPDATE/SHARE: DuckDB serialises writers itself
+    tag = _tag_for(ast)
+    returns = isinstance(new, (exp.Select, exp.Union, exp.Values)) or (
+        isinstance(new, (exp.Insert, exp.Update, exp.Delete)) and
+        new.args.get("returning") is not None)
+    duck = new.sql("duckdb")
+    return Translated(duck, tag, returns, {},
+                      tuple(state["tables"]), _projections(ast), state["set_config"],
+                      state["catalog"], False, new, ast)
+
+
+def _projections(ast: exp.Expression) -> tuple:
+    """For a plain SELECT: each output column's source (alias, column) if it is a bare column."""
+    if not isinstance(ast, exp.Select):
+        return ()
+    out = []
+    for p in ast.expressions:
+        if isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star)):
+            out.append(("*", (p.table or None) if isinstance(p, exp.Column) else None, None))
+        elif isinstance(p, exp.Column):
+            out.append((p.name, p.table or None, p.name))
+        elif isinstance(p, exp.Alias) and isinstance(p.this, exp.Column):
+            out.append((p.alias, p.this.table or None, p.this.name))
+        else:
+            out.append((p.alias_or_name, None, None))
+    return tuple(out)
+
+
+translate_cached = lru_cache(maxsize=2048)(translate)
+
+
+def set_config_sql(t: Translated, params: list) -> tuple[str, list[tuple[str, str]]]:
+    """Evaluate ``set_config(name, value, is_local)`` calls; returns new SQL and the settings."""
+    changes = []
+
+    def value_of(e):
+        idx = param_index(e)
+        if idx is not None:
+            v = params[idx - 1]
+            return None if v is None else str(v)
+        if isinstance(e, exp.Literal):
+            return e.name
+        return None
+
+    def fix(node):
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "set_config":
+            name, value = (value_of(a) for a in node.expressions[:2])
+            if name is None:
+                raise FeatureNotSupported("set_config needs a constant setting name")
+            changes.append((name, value or ""))
+            return exp.Literal.string(value or "")
+        return node
+
+    return t.ast.copy().transform(fix).sql("duckdb"), changes
+
