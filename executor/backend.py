@@ -10,6 +10,7 @@ of named windows and derived streams when it restarts one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import socket
@@ -55,37 +56,46 @@ class Backend:
         self.graph = Graph()
         self.streams: dict = {}           # name -> StreamStats
         self.queries: dict = {}           # qid -> QueryStats
+        # Arrow payloads by kind byte (read where they lie); JSON ones by message class
+        self.data_handlers = {wire.DATA: self.on_data, wire.TABLE: self.on_table,
+                              wire.HISTORY: self.on_history}
         self.handlers = {
-            wire.PLAN: self.on_plan, wire.DATA: self.on_data, wire.WATERMARK: self.on_watermark,
-            wire.DROP: self.on_drop, wire.DROP_STREAM: self.on_drop_stream,
-            wire.STATS: self.on_stats, wire.SNAPSHOT: self.on_snapshot,
-            wire.RECOMPUTE: self.on_recompute,
-            wire.TABLE: self.on_table, wire.PROGRESS: self.on_progress,
-            wire.HISTORY: self.on_history,
+            wire.PlanQuery: self.on_plan, wire.Watermark: self.on_watermark,
+            wire.Drop: self.on_drop, wire.DropStream: self.on_drop_stream,
+            wire.Stats: self.on_stats, wire.Snapshot: self.on_snapshot,
+            wire.Recompute: self.on_recompute, wire.Progress: self.on_progress,
         }
         self.retained: dict = {}          # stream -> deque of recent batches (snapshots)
         self.history: dict = {}           # qid -> {stream: [tables]} to prime it with
         self.retain_rows = retain_rows
 
     def handle(self, kind: bytes, payload: bytes) -> None:
-        self.handlers[kind](payload)
+        on_data = self.data_handlers.get(kind)
+        if on_data is not None:
+            on_data(payload)
+        else:
+            self.dispatch(wire.decode(kind, payload))
+
+    def dispatch(self, msg: wire.Control) -> None:
+        self.handlers[type(msg)](msg)
+
+    def _answer(self, req: int, **fields) -> None:
+        self.send(wire.encode(wire.Answer(req=req, **fields)))
 
     # ------------------------------------------------------------------ control
-    def on_plan(self, payload: bytes) -> None:
-        msg = wire.parse_control(payload)
-        history = self.history.pop(msg["qid"], None)
+    def on_plan(self, msg: wire.PlanQuery) -> None:
+        history = self.history.pop(msg.qid, None)
         try:
-            plan = P.from_dict(msg["plan"])
-            self.graph.add(msg["qid"], plan, feeds=msg.get("feeds"), private=history is not None)
+            plan = P.from_dict(msg.plan)
+            self.graph.add(msg.qid, plan, feeds=msg.feeds, private=history is not None)
         except NotRunnable as e:
-            self.send(wire.control(wire.ANSWER, req=msg["req"], ok=False, error=str(e),
-                                   sqlstate="0A000"))
+            self._answer(msg.req, ok=False, error=str(e), sqlstate="0A000")
             return
-        self.queries[msg["qid"]] = QueryStats(time.time())
-        self.send(wire.control(wire.ANSWER, req=msg["req"], ok=True))
+        self.queries[msg.qid] = QueryStats(time.time())
+        self._answer(msg.req, ok=True)
         if history is not None:          # a window reaching into the past starts primed
-            self._emit(self.graph.prime(msg["qid"], {
-                name: pa.concat_tables(parts) for name, parts in history.items()}, msg["seam"]))
+            self._emit(self.graph.prime(msg.qid, {
+                name: pa.concat_tables(parts) for name, parts in history.items()}, msg.seam))
         self._emit({})                   # LIMIT 0 ends at once
 
     def on_history(self, payload: bytes) -> None:
@@ -96,19 +106,17 @@ class Backend:
         name, table = wire.parse_data(payload)
         self.graph.set_table(name, table)
 
-    def on_drop(self, payload: bytes) -> None:
-        qid = wire.parse_control(payload)["qid"]
-        self.graph.remove(qid)
-        self.queries.pop(qid, None)
+    def on_drop(self, msg: wire.Drop) -> None:
+        self.graph.remove(msg.qid)
+        self.queries.pop(msg.qid, None)
 
-    def on_drop_stream(self, payload: bytes) -> None:
-        name = wire.parse_control(payload)["stream"].lower()
+    def on_drop_stream(self, msg: wire.DropStream) -> None:
+        name = msg.stream.lower()
         self.streams.pop(name, None)
         for qid in [q.qid for q in self.graph.queries.values() if name in q.streams]:
             self._end(qid, f'stream "{name}" was dropped', "57014")
 
-    def on_stats(self, payload: bytes) -> None:
-        req = wire.parse_control(payload)["req"]
+    def on_stats(self, msg: wire.Stats) -> None:
         queries = [{"qid": qid, "rows_in": q.rows_in, "rows_out": q.rows_out,
                     "state": self.graph.state_size(qid),
                     "started": self.queries[qid].started,
@@ -116,8 +124,7 @@ class Backend:
                    for qid, q in self.graph.queries.items() if qid in self.queries]
         streams = [{"stream": name, "tuples": s.tuples, "watermark": s.watermark,
                     "rate": s.rate(), "late": s.late} for name, s in self.streams.items()]
-        self.send(wire.control(wire.ANSWER, req=req, ok=True, queries=queries,
-                               streams=streams))
+        self._answer(msg.req, ok=True, queries=queries, streams=streams)
 
     # ------------------------------------------------------------------ data
     def on_data(self, payload: bytes) -> None:
@@ -145,19 +152,20 @@ class Backend:
         while kept and total - kept[0].num_rows >= self.retain_rows:
             total -= kept.popleft().num_rows
 
-    def on_snapshot(self, payload: bytes) -> None:
+    def on_snapshot(self, msg: wire.Snapshot) -> None:
         """A one-time query evaluated at now over the retained tuples (an archived stream's
         tuples read from the archive, when the gateway sent them), in a graph of its own;
         ``relations`` are the named windows it reads, with their plans."""
-        msg = wire.parse_control(payload)
-        history = self.history.pop(msg["qid"], {})     # archived streams: read to the seam
+        history = self.history.pop(msg.qid, {})        # archived streams: read to the seam
 
         def run():
-            graph = Graph()
-            graph.table_data = self.graph.table_data
-            for i, (name, plan) in enumerate(msg.get("relations") or []):
+            with self._one_time_graph() as graph:
+                return evaluate(graph)
+
+        def evaluate(graph):
+            for i, (name, plan) in enumerate(msg.relations):
                 graph.add(f"rel{i}", P.from_dict(plan), feeds=name)
-            graph.add("q", P.from_dict(msg["plan"]))
+            graph.add("q", P.from_dict(msg.plan))
             reads = set()
             for q in graph.queries.values():
                 reads |= q.streams
@@ -170,49 +178,54 @@ class Backend:
 
         self._one_time(msg, run)
 
-    def on_recompute(self, payload: bytes) -> None:
+    def on_recompute(self, msg: wire.Recompute) -> None:
         """A query run over archived tuples (its history) as though none had been late: the
         rows that began by the seam and overlap the spans late tuples reach."""
-        msg = wire.parse_control(payload)
-        history = self.history.pop(msg["qid"], {})
+        history = self.history.pop(msg.qid, {})
 
         def run():
-            graph = Graph()
-            graph.table_data = self.graph.table_data
-            graph.add("q", P.from_dict(msg["plan"]))
-            batches = {name: [b for t in tables for b in t.to_batches()]
-                       for name, tables in history.items()}
-            spans = np.array(msg["spans"], dtype=np.int64).reshape(-1, 2)
-            return graph.replay("q", batches, msg["seam"], spans)
+            with self._one_time_graph() as graph:
+                graph.add("q", P.from_dict(msg.plan))
+                batches = {name: [b for t in tables for b in t.to_batches()]
+                           for name, tables in history.items()}
+                spans = np.array(msg.spans, dtype=np.int64).reshape(-1, 2)
+                return graph.replay("q", batches, msg.seam, spans)
 
         self._one_time(msg, run)
 
-    def _one_time(self, msg: dict, run) -> None:
+    @contextlib.contextmanager
+    def _one_time_graph(self):
+        """A graph of its own for a one-time query, on the running graph's DuckDB database
+        (a new database costs ~12 ms) and with its tables; its cursors close when done."""
+        graph = Graph(database=self.graph.database)
+        graph.table_data = self.graph.table_data
+        try:
+            yield graph
+        finally:
+            graph.close()
+
+    def _one_time(self, msg: wire.Snapshot | wire.Recompute, run) -> None:
         """Answer a one-time query: ``run()``'s rows (a table or None), then ANSWER; its
         failure ends only itself."""
         try:
             table = run()
         except NotRunnable as e:
-            self.send(wire.control(wire.ANSWER, req=msg["req"], ok=False, error=str(e),
-                                   sqlstate="0A000"))
+            self._answer(msg.req, ok=False, error=str(e), sqlstate="0A000")
             return
         except Exception as e:  # noqa: BLE001 - a failing one-time query ends only itself
-            self.send(wire.control(wire.ANSWER, req=msg["req"], ok=False,
-                                   error=f"{type(e).__name__}: {e}", sqlstate="XX000"))
+            self._answer(msg.req, ok=False, error=f"{type(e).__name__}: {e}", sqlstate="XX000")
             return
         if table is not None:
-            self.send(wire.rows(msg["qid"], table))
-        self.send(wire.control(wire.ANSWER, req=msg["req"], ok=True))
+            self.send(wire.rows(msg.qid, table))
+        self._answer(msg.req, ok=True)
 
-    def on_progress(self, payload: bytes) -> None:
-        msg = wire.parse_control(payload)
-        stats = self.streams.setdefault(msg["stream"].lower(), StreamStats())
-        stats.watermark = max(stats.watermark or msg["ts"], msg["ts"])
+    def on_progress(self, msg: wire.Progress | wire.Watermark) -> None:
+        stats = self.streams.setdefault(msg.stream.lower(), StreamStats())
+        stats.watermark = max(stats.watermark or msg.ts, msg.ts)
 
-    def on_watermark(self, payload: bytes) -> None:
-        self.on_progress(payload)
-        msg = wire.parse_control(payload)
-        self._emit(self.graph.watermark(msg["stream"], msg["ts"]))
+    def on_watermark(self, msg: wire.Watermark) -> None:
+        self.on_progress(msg)
+        self._emit(self.graph.watermark(msg.stream, msg.ts))
 
     def _emit(self, results: dict) -> None:
         now = time.time()
@@ -229,7 +242,7 @@ class Backend:
     def _end(self, qid, error: str | None = None, sqlstate: str | None = None) -> None:
         self.graph.remove(qid)
         self.queries.pop(qid, None)
-        self.send(wire.control(wire.ENDED, qid=qid, error=error, sqlstate=sqlstate))
+        self.send(wire.encode(wire.Ended(qid, error, sqlstate)))
 
 
 COALESCE_ROWS = 8192      # queued batches are joined while they hold fewer rows than this
@@ -255,17 +268,18 @@ def serve(sock: socket.socket) -> None:
 
 
 def _coalesced(frames: wire.Frames, payload: bytes) -> tuple[str, pa.Table, list]:
-    """A DATA frame and the DATA (and PROGRESS) frames of the same stream already queued
-    behind it, as one table: when the back end falls behind, small batches grow, so the cost
-    per batch (a DuckDB call per operator) is paid once for many. Batches already big are
-    left as they are (joining them would only copy their rows). Frames of other kinds or
-    streams stop it, so the order of everything else is kept."""
+    """A DATA frame and the DATA frames of the same stream already queued behind it, as one
+    table, with the PROGRESS messages of that stream among them: when the back end falls
+    behind, small batches grow, so the cost per batch (a DuckDB call per operator) is paid
+    once for many. Batches already big are left as they are (joining them would only copy
+    their rows). Frames of other kinds or streams stop it, so the order of everything else
+    is kept."""
     name, table = wire.parse_data(payload)
     tables, progress, rows = [table], [], table.num_rows
     while rows < COALESCE_ROWS and (nxt := frames.peek()) is not None:
         kind, body = nxt
-        if kind == wire.PROGRESS and wire.parse_control(body)["stream"] == name:
-            progress.append(body)
+        if kind == wire.PROGRESS and (msg := wire.decode(kind, body)).stream == name:
+            progress.append(msg)
         elif kind == wire.DATA and wire.data_stream(body) == name:
             more = wire.parse_data(body)[1]
             if more.schema != table.schema:              # the stream gained a column

@@ -1,22 +1,43 @@
-"""DuckDB over Arrow for the operators: each owns a cursor of the process's one in-memory
-database (set to PostgreSQL's integer division) and runs its SQL over a registered batch."""
+"""DuckDB over Arrow for the operators: a graph owns one in-memory database (``Database``, a
+cursor factory), each operator a cursor of it set to PostgreSQL's integer division, over which
+it runs its SQL on registered batches (``run``). ``quote`` spells every identifier of that SQL."""
 from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
 
 
-_database: duckdb.DuckDBPyConnection | None = None
+def quote(name: str) -> str:
+    """``name`` as a DuckDB identifier, whatever characters it holds.
+
+    >>> quote('S.price'), quote('a"b')
+    ('"S.price"', '"a""b"')
+    """
+    return '"' + name.replace('"', '""') + '"'
 
 
-def connect() -> duckdb.DuckDBPyConnection:
-    global _database
-    if _database is None:
-        _database = duckdb.connect()
-    con = _database.cursor()
+def configured(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     # the plan's SQL means what PostgreSQL means: int / int divides as integers
     con.execute("SET integer_division = true")
     return con
+
+
+class Database:
+    """Cursors of one in-memory database, made when the first is asked for (a graph that
+    needs no SQL costs no database). Calling it gives a new cursor; its taker closes it."""
+
+    def __init__(self):
+        self._db: duckdb.DuckDBPyConnection | None = None
+
+    def __call__(self) -> duckdb.DuckDBPyConnection:
+        if self._db is None:
+            self._db = duckdb.connect()
+        return configured(self._db.cursor())
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
 
 def run(con: duckdb.DuckDBPyConnection, name, data, sql: str) -> pa.Table:

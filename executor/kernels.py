@@ -204,7 +204,7 @@ def _sql(tree) -> str:
     """The tree as DuckDB SQL, for DuckDB to type its steps."""
     op, *args = tree
     if op == "col":
-        return '"' + args[0].replace('"', '""') + '"'
+        return duck.quote(args[0])
     if op == "str":
         return "'" + args[0].replace("'", "''") + "'"
     if op == "bool":

@@ -7,7 +7,8 @@ interval [valid_from, valid_to) in event-time microseconds; operators are σ fil
 Expressions are ``Expr``: DuckDB SQL text over the operator's input columns (quoted names),
 the columns it reads and its DuckDB result type, so the back end evaluates them on whole Arrow
 batches without a SQL parser of its own. ``to_dict``/``from_dict`` turn a plan into plain data
-(JSON-able) for the plan queue; ``explain`` prints the tree with the algebra's symbols.
+(JSON-able) for the plan queue; ``explain`` prints the tree with the algebra's symbols. The
+window kinds (``windows.py``) and how far back each reaches (``reach.py``) are re-exported here.
 """
 from __future__ import annotations
 
@@ -17,11 +18,18 @@ import json
 from dataclasses import dataclass
 from typing import Union
 
+from executor.duck import quote
 # User-defined aggregates a plan may name (loaded from the server's configuration in both
 # processes); the planner asks for their names and result types.
 from executor.udf import load as load_user_aggregates  # noqa: F401 - re-exported
 from executor.udf import names as user_aggregate_names  # noqa: F401 - re-exported
 from executor.udf import return_type as user_aggregate_type  # noqa: F401 - re-exported
+# ω's configurations, and how far back each reaches when a query starts (the gateway primes
+# a query from the archive by it)
+from executor.windows import (  # noqa: F401 - re-exported
+    FixedWindow, IntervalWindow, LoopWindow, NowWindow, RangeWindow, RowsWindow, SlideWindow,
+    UnboundedWindow, WindowKind)
+from executor.reach import reach, reaches_back  # noqa: F401 - re-exported
 
 # --------------------------------------------------------------------------- building blocks
 
@@ -46,73 +54,6 @@ class NamedExpr:
     name: str
     expr: Expr
 
-
-# --------------------------------------------------------------------------- windows (ω)
-
-
-@dataclass(frozen=True)
-class RangeWindow:
-    """[RANGE i]: te = ts + i. At instant t the window holds tuples with t - i < ts <= t."""
-    size_us: int
-
-
-@dataclass(frozen=True)
-class SlideWindow:
-    """[RANGE i SLIDE j]: the range window sampled at τ = start + k·j; the answer for
-    τ - i < ts <= τ is valid for [τ, τ + j) and wtime(*) is τ. ``start_us`` None means the
-    largest multiple of j before the query started (TelegraphCQ's rule)."""
-    size_us: int
-    slide_us: int
-    start_us: int | None = None
-
-
-@dataclass(frozen=True)
-class RowsWindow:
-    """[ROWS n] / [PARTITION BY keys ROWS n WHERE p]: te = ts of the n-th later tuple in the
-    same partition; ``where`` filters before windowing."""
-    rows: int
-    partition_by: tuple = ()      # tuple[Expr]
-    where: Expr | None = None
-
-
-@dataclass(frozen=True)
-class NowWindow:
-    """[NOW]: te = ts + 1 µs."""
-
-
-@dataclass(frozen=True)
-class UnboundedWindow:
-    """[UNBOUNDED] (also a stream without a window): te = ∞."""
-
-
-@dataclass(frozen=True)
-class FixedWindow:
-    """[BETWEEN t1 AND t2]: the tuples with t1 <= ts < t2, valid over [t1, t2)."""
-    low_us: int
-    high_us: int
-
-
-@dataclass(frozen=True)
-class IntervalWindow:
-    """A stream with an ENDTIMESTAMPCOLUMN keeps each tuple's own [ts, te)."""
-
-
-@dataclass(frozen=True)
-class LoopWindow:
-    """A StreaQueL loop: for (t = init; condition; t = next) { WindowIs(S, left, right) }.
-    Each expression is DuckDB SQL in the loop variable (a TIMESTAMP) and the names ``ST`` (the
-    query's start) and ``NOW`` (the current time), which the back end binds; numbers written
-    in the loop are seconds. Edges that do not mention the variable are landmarks."""
-    var: str
-    init: Expr
-    condition: Expr
-    next: Expr
-    left: Expr
-    right: Expr
-
-
-WindowKind = Union[RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
-                   FixedWindow, IntervalWindow, LoopWindow]
 
 # --------------------------------------------------------------------------- operators
 
@@ -314,7 +255,7 @@ def _window_text(w) -> str:
 
 
 def _names(exprs) -> str:
-    return ", ".join(f"{n.name} = {n.expr.sql}" if n.expr.sql != f'"{n.name}"' else n.name
+    return ", ".join(f"{n.name} = {n.expr.sql}" if n.expr.sql != quote(n.name) else n.name
                      for n in exprs)
 
 

@@ -11,11 +11,16 @@ SNAPSHOT or RECOMPUTE) · ``RECOMPUTE`` {req, qid, plan, seam, spans} (the query
 history as though no tuple was late: ``ROWS`` then ``ANSWER``).
 Back end → gateway: ``ROWS`` qid + batch · ``ENDED`` {qid, error?, sqlstate?} · ``ANSWER``
 {req, ok, error?, …}.
+
+Each JSON frame holds one frozen message (``PlanQuery``, ``Ended``, …, registered in ``MESSAGES``
+by kind byte); ``encode`` and ``decode`` are the only way between a message and its frame.
 """
 from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass
+from typing import ClassVar
 
 import pyarrow as pa
 
@@ -39,11 +44,135 @@ def frame(kind: bytes, payload: bytes) -> bytes:
     return _HEAD.pack(kind, len(payload)) + payload
 
 
+class FrameError(ValueError):
+    """A frame that holds no message of this protocol: a kind no message has, or a payload
+    that is not the JSON object of its message."""
+
+
+MESSAGES: dict = {}           # kind byte -> the class of the message its frames hold
+
+
+@dataclass(frozen=True)
+class Control:
+    """A message sent as JSON; each subclass registers itself under its kind byte."""
+    KIND: ClassVar[bytes]
+
+    def __init_subclass__(cls, kind: bytes, **kw):
+        super().__init_subclass__(**kw)
+        cls.KIND = kind
+        MESSAGES[kind] = cls
+
+
+@dataclass(frozen=True)
+class PlanQuery(Control, kind=PLAN):
+    """Run continuous query ``qid`` until DROP; ``feeds``: the named window or derived stream
+    its rows become; ``seam``: where the archived tuples sent before it give way to live ones."""
+    req: int
+    qid: int
+    plan: dict                      # executor.plan.to_dict
+    feeds: str | None = None
+    seam: int | None = None
+
+
+@dataclass(frozen=True)
+class Drop(Control, kind=DROP):
+    qid: int
+
+
+@dataclass(frozen=True)
+class DropStream(Control, kind=DROP_STREAM):
+    stream: str
+
+
+@dataclass(frozen=True)
+class Stats(Control, kind=STATS):
+    req: int
+
+
+@dataclass(frozen=True)
+class Snapshot(Control, kind=SNAPSHOT):
+    """A one-time query at now; ``relations``: [name, plan] of the named windows it reads,
+    dependencies first."""
+    req: int
+    qid: int
+    plan: dict
+    relations: list
+
+
+@dataclass(frozen=True)
+class Progress(Control, kind=PROGRESS):
+    stream: str
+    ts: int
+
+
+@dataclass(frozen=True)
+class Watermark(Control, kind=WATERMARK):
+    stream: str
+    ts: int
+
+
+@dataclass(frozen=True)
+class Recompute(Control, kind=RECOMPUTE):
+    """The query over its history up to ``seam``: its rows overlapping ``spans`` ([from, to)
+    µs pairs)."""
+    req: int
+    qid: int
+    plan: dict
+    seam: int
+    spans: list
+
+
+@dataclass(frozen=True)
+class Ended(Control, kind=ENDED):
+    qid: int
+    error: str | None = None
+    sqlstate: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer(Control, kind=ANSWER):
+    """The reply to the request ``req``; a STATS reply carries one dict per query and per
+    stream."""
+    req: int
+    ok: bool
+    error: str | None = None
+    sqlstate: str | None = None
+    queries: list | None = None
+    streams: list | None = None
+
+
+def encode(msg: Control) -> bytes:
+    """A message's frame: its kind byte, then its fields as a JSON object."""
+    # vars, not dataclasses.asdict: asdict would deep-copy a plan on every frame
+    return frame(msg.KIND, json.dumps(vars(msg), separators=(",", ":")).encode())
+
+
+def decode(kind: bytes, payload) -> Control:
+    """The message a control frame holds; ``FrameError`` if it holds none."""
+    cls = MESSAGES.get(kind)
+    if cls is None:
+        raise FrameError(f"no control message has frame kind {kind!r}")
+    try:
+        fields = json.loads(payload)
+    except ValueError as e:             # not JSON, or not UTF-8
+        raise FrameError(f"{cls.__name__} frame: malformed JSON: {e}") from e
+    if not isinstance(fields, dict):
+        raise FrameError(f"{cls.__name__} frame: a JSON {type(fields).__name__}, "
+                         "not an object")
+    try:
+        return cls(**fields)
+    except TypeError as e:              # a field missing, or one the message has not
+        raise FrameError(f"{cls.__name__} frame: {e}") from e
+
+
 def control(kind: bytes, **fields) -> bytes:
-    return frame(kind, json.dumps(fields, separators=(",", ":")).encode())
+    """The frame of the message of ``kind`` with these fields (``encode`` by kind byte)."""
+    return encode(MESSAGES[kind](**fields))
 
 
-def parse_control(payload: bytes) -> dict:
+def parse_control(payload) -> dict:
+    """A control payload's fields as a plain dict, for a look at one field without its kind;
+    the gateway and the back end read messages (``decode``)."""
     return json.loads(payload)
 
 

@@ -31,7 +31,6 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import duck
 from ..batches import INF, TE, TS, Watermark
 from .. import udf
 from ..udf import user_aggregate
@@ -209,11 +208,18 @@ class Aggregate(Operator):
         self.filled_until: int | None = None    # keyless: rows are produced for every instant
         self.types: dict = {}                   # Arrow type of each key and partial column
         self.merged = False                     # partials folded per batch by Arrow first
-        self.con = duck.connect()
+        self.input = self.final = None          # Projections over the cursor ``open`` takes
+
+    def open(self, context):
+        self.con = context.cursor()
+        node = self.node
         self.input = Projection([(k.name, k.expr) for k in node.keys] +
                                 [(p.name, p.arg) for p in node.partials], [TS, TE], self.con)
         self.final = Projection([(f.name, f.expr) for f in node.finals], [TS, TE], self.con,
                                 name="r")
+
+    def follow_loop(self, loop):
+        self.loop = loop            # one row per iteration of the StreaQueL loop
 
     # ------------------------------------------------------------------ input
     def on_batch(self, batch, port=0):
@@ -263,11 +269,11 @@ class Aggregate(Operator):
         return out.sort_by([(TS, "ascending"), (TE, "ascending")])
 
     def on_watermark(self, ts, port=0):
-        self.start(ts)
+        self.on_start(ts)
         return self._reorganise(ts, split=True)
 
-    def start(self, ts: int) -> None:
-        """The first instant this aggregate answers for (only a keyless one fills gaps)."""
+    def on_start(self, ts: int) -> None:
+        # the first instant this aggregate answers for (only a keyless one fills gaps)
         if self.filled_until is None and not self.keys:
             self.filled_until = ts
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 from .. import duck, kernels
 from .. import plan as P
 from ..batches import TE, TS
+from ..duck import quote
 from .base import Stateless
 
 
@@ -40,7 +41,9 @@ class Fast:
 class _DuckOp(Stateless):
     def __init__(self, sql: str):
         self.sql = sql
-        self.con = duck.connect()
+
+    def open(self, context):
+        self.con = context.cursor()
 
     def transform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         if batch.num_rows == 0:
@@ -52,8 +55,13 @@ class _DuckOp(Stateless):
 class Filter(_DuckOp):
     def __init__(self, node):
         super().__init__(f'SELECT * FROM b WHERE {node.predicate.sql}')
+        self.node = node
         self.predicate = node.predicate.sql
-        self.fast = Fast(node.predicate, self.con)
+        self.fast: Fast | None = None
+
+    def open(self, context):
+        super().open(context)
+        self.fast = Fast(self.node.predicate, self.con)
 
     def transform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         mask = self.fast.run(kernels.mask, batch) if batch.num_rows else None
@@ -72,11 +80,14 @@ class GroupedFilter:
     """TelegraphCQ's grouped filter: the σ's of many queries over one input evaluated together,
     so N queries with different constants cost one scan of each batch, not N: Arrow's kernels
     for the simple predicates, one DuckDB pass (one predicate column each) for the rest.
-    ``masks`` returns one boolean array per σ, in order."""
+    ``masks`` returns one boolean array per σ, in order; ``close`` closes the cursor."""
 
-    def __init__(self, filters: list):
+    def __init__(self, filters: list, con):
         self.filters = filters
-        self.con = duck.connect()
+        self.con = con
+
+    def close(self) -> None:
+        self.con.close()
 
     def masks(self, batch: pa.RecordBatch) -> list:
         out = [f.fast.run(kernels.mask, batch) for f in self.filters]
@@ -97,7 +108,7 @@ class Projection:
     def __init__(self, outputs: list, keep: list, con, name: str = "b"):
         self.con, self.name = con, name
         outputs = [(n, e if e is not None else _NULL) for n, e in outputs]
-        select = [f"{e.sql} AS {_quoted(n)}" for n, e in outputs] + [_quoted(k) for k in keep]
+        select = [f"{e.sql} AS {quote(n)}" for n, e in outputs] + [quote(k) for k in keep]
         self.sql = f"SELECT {', '.join(select)} FROM {name}"
         self.names = [n for n, _ in outputs] + list(keep)
         self.keep = list(keep)
@@ -132,8 +143,13 @@ class Projection:
 
 class Map(Stateless):
     def __init__(self, node):
-        self.projection = Projection([(o.name, o.expr) for o in node.outputs], [TS, TE],
-                                     duck.connect())
+        self.node = node
+        self.projection: Projection | None = None
+
+    def open(self, context):
+        self.con = context.cursor()
+        self.projection = Projection([(o.name, o.expr) for o in self.node.outputs], [TS, TE],
+                                     self.con)
 
     def transform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         if batch.num_rows == 0:
@@ -145,12 +161,8 @@ class Map(Stateless):
 _NULL = P.Expr("NULL", (), "", ("null",))
 
 
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _column_of(expr) -> str | None:
     """The input column ``expr`` is, when it is nothing but a column reference."""
-    if len(expr.columns) == 1 and expr.sql == '"' + expr.columns[0].replace('"', '""') + '"':
+    if len(expr.columns) == 1 and expr.sql == quote(expr.columns[0]):
         return expr.columns[0]
     return None

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from .. import duck
 from ..batches import TE, TS, Watermark
+from ..duck import quote
 from .base import Operator
 from .merge import Merger
 
@@ -30,8 +31,8 @@ def _condition(node) -> str:
     return " AND ".join(parts) if parts else "TRUE"
 
 
-def _quoted(names) -> str:
-    return ", ".join('"' + n.replace('"', '""') + '"' for n in names)
+def _column_list(names) -> str:
+    return ", ".join(map(quote, names))
 
 
 class StreamJoin(Operator):
@@ -44,13 +45,16 @@ class StreamJoin(Operator):
         # per side: stored chunks (columns + __ts_l/__te_l), each with its least and
         # greatest te, so purging looks at a chunk's rows only when it is partly expired
         self.stored: list = [[], []]
-        self.con = duck.connect()
         cond = _condition(node)
-        self.pair = (f"SELECT {_quoted(self.left_cols)}, {_quoted(self.right_cols)}, "
-                     f"greatest(__ts_l, __ts_r) AS {TS}, least(__te_l, __te_r) AS {TE} "
+        self.pair = (f"SELECT {_column_list(self.left_cols)}, "
+                     f"{_column_list(self.right_cols)}, greatest(__ts_l, __ts_r) AS {TS}, "
+                     f"least(__te_l, __te_r) AS {TE} "
                      "FROM {l} AS l JOIN {r} AS r ON (" + cond.replace("{", "{{")
                      .replace("}", "}}") + ") AND greatest(__ts_l, __ts_r) < "
                      "least(__te_l, __te_r)")
+
+    def open(self, context):
+        self.con = context.cursor()
 
     @staticmethod
     def _side(table: pa.Table, cols: list, suffix: str) -> pa.Table:
@@ -139,15 +143,22 @@ class TableJoin(Operator):
 
     def __init__(self, node, table_name: str, filters: list):
         self.table_name = table_name
+        self.tables = (table_name,)
         self.left_cols = [c.name for c in node.left.schema]
         self.right_cols = [c.name for c in node.right.schema]
         self.filters = filters
         self.table: pa.Table | None = None
-        self.con = duck.connect()
-        self.sql = (f"SELECT {_quoted(self.left_cols)}, {_quoted(self.right_cols)}, "
-                    f"{TS}, {TE} FROM l JOIN r ON {_condition(node)} ORDER BY {TS}, {TE}")
+        self.sql = (f"SELECT {_column_list(self.left_cols)}, "
+                    f"{_column_list(self.right_cols)}, {TS}, {TE} "
+                    f"FROM l JOIN r ON {_condition(node)} ORDER BY {TS}, {TE}")
 
-    def set_table(self, table: pa.Table) -> None:
+    def open(self, context):
+        self.con = context.cursor()
+        table = context.tables.get(self.table_name)
+        if table is not None:           # the table as it stands when the query starts
+            self.set_table(self.table_name, table)
+
+    def set_table(self, name: str, table: pa.Table) -> None:
         by_name = {n.lower(): n for n in table.schema.names}
         names = [by_name[c.split(".", 1)[1].lower()] for c in self.right_cols]
         t = table.select(names).rename_columns(self.right_cols)

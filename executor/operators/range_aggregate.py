@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from .. import plan as P
 from .. import duck
 from ..batches import INF, TE, TS, Watermark
+from ..duck import quote
 from .aggregate import Aggregate
 
 _WINDOWED = {"sum": "SUM({a})", "count": "COUNT({a})", "count_star": "COUNT(\"__arr\")",
@@ -54,21 +55,21 @@ class RangeAggregate(Aggregate):
         super().__init__(node)
         self.size = window.size_us
         self.tuples: pa.Table | None = None     # keys, args, ts: tuples still in some frame
-        self.open: dict = {}                    # key -> (start, values, count), still open
+        self.current: dict = {}                 # key -> (start, values, count), still open
         self.last_now = -INF                    # every point before this was dealt with
-        keys = ", ".join(f'"{k}"' for k in self.keys)
+        keys = ", ".join(map(quote, self.keys))
         part = f"PARTITION BY {keys} " if self.keys else ""
-        args = [f'"{p}"' for p in self.partials]
-        aggs = ", ".join(_WINDOWED[p.func].format(a=a) + f' OVER w AS "{p.name}"'
+        args = [quote(p) for p in self.partials]
+        aggs = ", ".join(_WINDOWED[p.func].format(a=a) + f" OVER w AS {quote(p.name)}"
                          for p, a in zip(node.partials, args))
-        nulls = ", ".join(f'NULL AS "{p}"' for p in self.partials)
-        cols = ", ".join([f'"{k}"' for k in self.keys] + args)
+        nulls = ", ".join(f"NULL AS {quote(p)}" for p in self.partials)
+        cols = ", ".join([quote(k) for k in self.keys] + args)
         key_sel = (keys + ", ") if self.keys else ""
         self.points_sql = f"""
             WITH pts AS (
-                SELECT {cols}, 1 AS "__arr", "{TS}" AS "__t" FROM t
+                SELECT {cols}, 1 AS "__arr", {quote(TS)} AS "__t" FROM t
                 UNION ALL
-                SELECT DISTINCT {key_sel}{nulls}, NULL AS "__arr", "{TS}" + {self.size}
+                SELECT DISTINCT {key_sel}{nulls}, NULL AS "__arr", {quote(TS)} + {self.size}
                     AS "__t" FROM t)
             SELECT * FROM (
                 SELECT DISTINCT {key_sel}"__t", {aggs}, COUNT("__arr") OVER w AS "__n"
@@ -100,7 +101,7 @@ class RangeAggregate(Aggregate):
             return self._release()
         # points before every group's open element, and before the last call, were dealt
         # with already
-        since = min([o[0] for o in self.open.values()] + [self.last_now])
+        since = min([o[0] for o in self.current.values()] + [self.last_now])
         table = duck.run(self.con, "t", self.tuples,
                          self.points_sql.replace("$since", str(since)))
         if not self.types:              # the partials' types are the window aggregates'
@@ -123,9 +124,9 @@ class RangeAggregate(Aggregate):
 
     def _group(self, key, times, values, counts, i, j, now, boundary) -> int | None:
         """Close the group's elements that end by ``now`` and return the start of the one
-        left open. The open element's value is kept (``self.open``): the point that began
+        left open. The open element's value is kept (``self.current``): the point that began
         it may be the expiry of a tuple since forgotten."""
-        prev = self.open.get(key)               # (start, values, count) of the open element
+        prev = self.current.get(key)            # (start, values, count) of the open element
         rows = []
         for k in range(i, j):
             c = times[k]
@@ -147,9 +148,9 @@ class RangeAggregate(Aggregate):
             prev = (now, prev[1], prev[2])
         self._coalesce(key, [(s, e, vals) for s, e, vals, n in rows if n or not self.keys])
         if prev is not None and (prev[2] or not self.keys):
-            self.open[key] = prev
+            self.current[key] = prev
             return prev[0]
-        self.open.pop(key, None)        # an empty window: no row until a new tuple comes
+        self.current.pop(key, None)        # an empty window: no row until a new tuple comes
         return None
 
     def _forget(self, open_starts: dict) -> None:
@@ -163,7 +164,7 @@ class RangeAggregate(Aggregate):
             pc.greater(self.tuples.column(TS), horizon))
 
     def _frontier(self) -> int:
-        return min(o[0] for o in self.open.values()) if self.open else INF
+        return min(o[0] for o in self.current.values()) if self.current else INF
 
     def state_size(self) -> int:
         return self.tuples.num_rows if self.tuples is not None else 0

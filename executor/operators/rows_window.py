@@ -25,11 +25,13 @@ class RowsWindow(Operator):
         self.n = window.rows
         self.keys = [e.sql for e in window.partition_by]
         self.where = window.where.sql if window.where is not None else None
-        self.con = duck.connect()
         self.held: pa.Table | None = None     # open tuples: input columns, __start, __ord
         self.ready: list = []                 # closed tuples waiting for earlier open ones
         self.columns: list | None = None      # the input's columns (without ts/te)
         self.seq = 0
+
+    def open(self, context):
+        self.con = context.cursor()
 
     def _sql(self) -> str:
         part = f"PARTITION BY {', '.join(self.keys)} " if self.keys else ""

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import plan as P
-from .. import duck
 from ..batches import TE, TS, Watermark
+from ..duck import quote
 from .base import Operator
 from .filter_map import Projection
 
@@ -46,17 +46,21 @@ class SlideAggregate(Operator):
         self.keys = [k.name for k in node.keys]
         self.partials = [p.name for p in node.partials]
         self.funcs = [p.func for p in node.partials]
-        self.open: dict = {}                    # τ -> [partials of its rows so far]
+        self.slides: dict = {}                  # τ -> [partials of its rows so far]
         self.empty: pa.Table | None = None      # no rows: keys, partials and TAU, typed
         self.started: int | None = None         # keyless: first slide to answer for
         self.emitted_until: int | None = None   # keyless: slides up to here are out
-        self.con = duck.connect()
+        self.input = self.final = None          # Projections over the cursor ``open`` takes
+
+    def open(self, context):
+        self.con = context.cursor()
+        node = self.node
         one = P.Expr("1", (), "INTEGER", ("int", "1"))
         self.input = Projection([(k.name, k.expr) for k in node.keys] +
                                 [(p.name, p.arg if p.arg is not None else one)
                                  for p in node.partials], [TS], self.con)
-        tau = P.Expr(f'"{TAU}"', (TAU,), "BIGINT", ("col", TAU))
-        end = P.Expr(f'"{TAU}" + {self.slide}', (TAU,), "BIGINT",
+        tau = P.Expr(quote(TAU), (TAU,), "BIGINT", ("col", TAU))
+        end = P.Expr(f'{quote(TAU)} + {self.slide}', (TAU,), "BIGINT",
                      ("add", ("col", TAU), ("int", str(self.slide))))
         self.final = Projection([(f.name, f.expr) for f in node.finals] +
                                 [(TS, tau), (TE, end)], [], self.con, name="r")
@@ -95,10 +99,10 @@ class SlideAggregate(Operator):
         taus, starts = np.unique(tau, return_index=True)
         for k, at in enumerate(taus.tolist()):
             end = int(starts[k + 1]) if k + 1 < len(taus) else len(tau)
-            parts = self.open.setdefault(at, [])
+            parts = self.slides.setdefault(at, [])
             parts.append(spread.slice(int(starts[k]), end - int(starts[k])))
             if len(parts) >= _COMPACT:                 # bounded: many batches, one slide
-                self.open[at] = [self._merged(parts)]
+                self.slides[at] = [self._merged(parts)]
         return self._emit(int(ts[-1]), inclusive=False)
 
     def _merged(self, parts: list) -> pa.Table:
@@ -119,12 +123,12 @@ class SlideAggregate(Operator):
 
     def _emit(self, now: int | None, *, inclusive: bool) -> list:
         """Rows of the slides final at ``now`` (τ < now), or of every slide at the end."""
-        done = sorted(at for at in self.open if now is None or at < now)
+        done = sorted(at for at in self.slides if now is None or at < now)
         if not done and (self.keys or self.started is None):
             return []
         finals = []
         for at in done:
-            merged = self._merged(self.open.pop(at))
+            merged = self._merged(self.slides.pop(at))
             finals.append(merged.append_column(TAU, pa.array(np.full(merged.num_rows, at))))
         ready = pa.concat_tables([self.empty, *finals], promote_options="permissive")
         if not self.keys:
@@ -158,7 +162,7 @@ class SlideAggregate(Operator):
             else filler
 
     def state_size(self) -> int:
-        return sum(t.num_rows for parts in self.open.values() for t in parts)
+        return sum(t.num_rows for parts in self.slides.values() for t in parts)
 
 
 def _strip(name: str, partials: list) -> str:

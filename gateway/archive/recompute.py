@@ -19,7 +19,7 @@ from executor import plan as P
 from executor.wire import INF
 
 from gateway.streams import queries as Q
-from gateway.clearinghouse.ingest import History
+from gateway.archive.priming import History
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows

@@ -7,19 +7,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import time
 from collections import deque
 
 import numpy as np
 import pyarrow as pa
 
+from gateway.clearinghouse.clock import SYSTEM, Clock
+
 KEEP = 10_000          # entries kept per stream and list
 LOG_EVERY = 10.0       # seconds between late-tuple log lines of one stream
 log = logging.getLogger("cqgate")
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 def _timestamp(us: int) -> dt.datetime:
@@ -27,18 +24,22 @@ def _timestamp(us: int) -> dt.datetime:
 
 
 class IngestLog:
-    def __init__(self):
+    def __init__(self, clock: Clock = SYSTEM):
+        self.clock = clock
         self.errors: dict = {}       # stream -> deque of error rows
         self.late: dict = {}         # stream -> deque of late-tuple rows
         self.shed: dict = {}         # stream -> {event-time second (µs): [policy, dropped, kept]}
         self._unlogged: dict = {}    # stream -> [late tuples not yet in the log, last line's time]
+
+    def _now(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.clock.now(), dt.timezone.utc)
 
     def _list(self, lists: dict, stream: str) -> deque:
         return lists.setdefault(stream.lower(), deque(maxlen=KEEP))
 
     def error(self, stream: str, origin: str, line: int, reason: str, text: str) -> None:
         self._list(self.errors, stream).append(
-            (stream.lower(), origin, line, reason, text[:200], _now()))
+            (stream.lower(), origin, line, reason, text[:200], self._now()))
 
     def late_tuples(self, stream: str, origin: str, table: pa.Table, ts: np.ndarray,
                     watermarks: np.ndarray) -> None:
@@ -48,7 +49,7 @@ class IngestLog:
         start = max(0, table.num_rows - KEEP)
         rows = table.slice(start).to_pylist()
         kept = self._list(self.late, stream)
-        arrived = _now()
+        arrived = self._now()
         for row, t, w in zip(rows, ts[start:], watermarks[start:]):
             kept.append((stream.lower(), _timestamp(t), _timestamp(w), arrived, origin,
                          json.dumps(row, default=str)))
@@ -58,7 +59,7 @@ class IngestLog:
         since the last line, so a source that is always late cannot flood the log."""
         pending = self._unlogged.setdefault(stream.lower(), [0, -LOG_EVERY])
         pending[0] += n
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - pending[1] >= LOG_EVERY:
             log.warning("stream %s: %d late tuple(s) not delivered (latest from %s, watermark %s); "
                         "see cq_late_tuples, or give the stream more slack", stream, pending[0],

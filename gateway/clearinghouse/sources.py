@@ -12,9 +12,9 @@ to a stream once attached with ALTER STREAM … ADD WRAPPER).
 Clean CSV chunks are parsed and typed by Arrow at once; otherwise lines are read one by one
 and typed by DuckDB (``TRY_CAST``), so a bad line (a value its column cannot hold, broken
 quoting, not JSON, a wrapper's exception) is counted, logged with its line number and reason
-(``cq_ingest_errors``) and skipped while the rest is kept. Rows go on to ``gateway/ingest.py``
-in arrival order. An unknown wrapper or stream, or a line over ``--max-line-bytes``, gets one
-``ERROR:`` line back and the connection closes.
+(``cq_ingest_errors``) and skipped while the rest is kept. Rows go on to
+``gateway/clearinghouse/ingest.py`` in arrival order. An unknown wrapper or stream, or a line
+over ``--max-line-bytes``, gets one ``ERROR:`` line back and the connection closes.
 """
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import csv as pacsv
 
-from gateway.clearinghouse.ingest import micros
+from gateway.clearinghouse.clock import Clock
+from gateway.clearinghouse.slack import micros
 from gateway.clearinghouse.source_stream import LineTooLong, SourceStream
 
 log = logging.getLogger("cqgate")
@@ -51,18 +52,21 @@ _ARROW_PARSES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string,
                  lambda t: pa.types.is_timestamp(t) and t.tz is None)
 
 
-def _arrival(typ: pa.DataType) -> pa.Scalar:
-    """Now, as a value of the event-time column's type."""
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+def _arrival(typ: pa.DataType, now_s: float) -> pa.Scalar:
+    """``now_s`` (wall clock), as a value of the event-time column's type."""
+    now = dt.datetime.fromtimestamp(now_s, dt.timezone.utc).replace(tzinfo=None)
     return pa.scalar(now, pa.timestamp("us")).cast(typ)
 
 
 class Source:
     """One connected source feeding one stream through one wrapper."""
 
-    def __init__(self, server, obj, wrapper: str, peer: str, user=None):
+    def __init__(self, server, obj, wrapper: str, peer: str, user=None,
+                 clock: Clock | None = None):
         self.server, self.obj, self.wrapper, self.peer = server, obj, wrapper, peer
         self.user = user                  # a user wrapper's (init, next, done), or None
+        # lines without an event time are stamped by the clock the clearinghouse reads
+        self.clock = clock if clock is not None else server.ingest.clock
         self.origin = f"source {peer}"
         self.con = server.store.db.cursor()
         self.line_no = 1
@@ -171,7 +175,7 @@ class Source:
         ts = typed.column(self.ts_index)
         if ts.null_count:                  # no event time given: stamped on arrival
             typed = typed.set_column(self.ts_index, self.names[self.ts_index],
-                                     pc.fill_null(ts, _arrival(ts.type)))
+                                     pc.fill_null(ts, _arrival(ts.type, self.clock.now())))
         return typed
 
     def _typed(self, raw: pa.Table, texts: list | None) -> pa.Table:

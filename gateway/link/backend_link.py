@@ -48,7 +48,7 @@ class BackendLink:
         self.proc: subprocess.Popen | None = None
         self.transport: asyncio.Transport | None = None   # reads the back end's frames
         self.out: Outbox | None = None      # frames to the back end
-        self.live: dict = {}              # qid -> LiveRows
+        self._live: dict = {}              # qid -> LiveRows
         self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
         self.answers: dict = {}           # req -> Future
         self.tables_in_use: dict = {}     # table name -> number of running queries reading it
@@ -58,6 +58,7 @@ class BackendLink:
         self._restart: asyncio.Task | None = None
         self._stopping = False
         self.restarts = 0
+        self.replies = {wire.Ended: self._on_ended, wire.Answer: self._on_answer}
 
     # ------------------------------------------------------------------ process
     async def start(self) -> None:
@@ -71,11 +72,8 @@ class BackendLink:
             [sys.executable, "-m", "executor.backend", "--fd", str(theirs.fileno())],
             pass_fds=[theirs.fileno()], env=env)
         theirs.close()
-        handlers = {wire.ROWS: self._on_rows, wire.ENDED: self._on_ended,
-                    wire.ANSWER: self._on_answer}
         self.transport, _ = await self.loop.create_unix_connection(
-            lambda: BackendFrames(lambda kind, payload: handlers[kind](payload),
-                                  self._lost), sock=ours)
+            lambda: BackendFrames(self._on_frame, self._lost), sock=ours)
         if self.out is not None:
             self.out.close()
         self.out = Outbox(ours, self.loop, HIGH_WATER)
@@ -108,11 +106,11 @@ class BackendLink:
         self.restarts += 1
         err = E.PgError("the back end stopped; this query was lost", sqlstate="57P02",
                         hint="Run the query again.")
-        for qid, live in list(self.live.items()):
+        for qid, live in list(self._live.items()):
             live.finish(err)
             self._release_tables(qid)
             self._log_stop(qid, "lost with the back end")
-        self.live.clear()
+        self._live.clear()
         for fut in self.answers.values():
             if not fut.done():
                 fut.set_exception(err)
@@ -120,38 +118,48 @@ class BackendLink:
         await self.start()
 
     # ------------------------------------------------------------------ replies
+    def _on_frame(self, kind: bytes, payload) -> None:
+        if kind == wire.ROWS:            # Arrow rows: read where they lie, never through JSON
+            self._on_rows(payload)
+        else:
+            msg = wire.decode(kind, payload)
+            self.replies[type(msg)](msg)
+
     def _on_rows(self, payload: bytes) -> None:
         qid, table = wire.parse_rows(payload)
-        live = self.live.get(qid)
+        live = self._live.get(qid)
         if live is not None:
             live.put(table)
 
-    def _on_ended(self, payload: bytes) -> None:
-        msg = wire.parse_control(payload)
+    def _on_ended(self, msg: wire.Ended) -> None:
         # a failed query stays listed (cq_queries shows why) until its cursor closes
-        live = self.live.get(msg["qid"]) if msg.get("error") else self.live.pop(msg["qid"], None)
-        self._release_tables(msg["qid"])
-        self._log_stop(msg["qid"], f"failed: {msg['error']}" if msg.get("error") else "ended")
+        live = self._live.get(msg.qid) if msg.error else self._live.pop(msg.qid, None)
+        self._release_tables(msg.qid)
+        self._log_stop(msg.qid, f"failed: {msg.error}" if msg.error else "ended")
         if live is None:
             return
         err = None
-        if msg.get("error"):
-            err = E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
-            live.failure = msg["error"]
+        if msg.error:
+            err = E.PgError(msg.error, sqlstate=msg.sqlstate or "XX000")
+            live.failure = msg.error
         live.finish(err)
 
-    def _on_answer(self, payload: bytes) -> None:
-        msg = wire.parse_control(payload)
-        fut = self.answers.pop(msg["req"], None)
+    def _on_answer(self, msg: wire.Answer) -> None:
+        fut = self.answers.pop(msg.req, None)
         if fut is not None and not fut.done():
             fut.set_result(msg)
 
-    async def _ask(self, kind: bytes, **fields) -> dict:
+    async def _ask(self, request: type, **fields) -> wire.Answer:
+        """Send a request (a message class with a ``req`` field) and wait for its ANSWER;
+        one that did not succeed raises its error."""
         req = next(self._ids)
         fut = self.loop.create_future()
         self.answers[req] = fut
-        self.out.write(wire.control(kind, req=req, **fields))
-        return await asyncio.wait_for(fut, timeout=60)
+        self.out.write(wire.encode(request(req=req, **fields)))
+        answer = await asyncio.wait_for(fut, timeout=60)
+        if not answer.ok:
+            raise E.PgError(answer.error, sqlstate=answer.sqlstate or "XX000")
+        return answer
 
     # ------------------------------------------------------------------ queries
     def new_qid(self) -> int:
@@ -159,9 +167,7 @@ class BackendLink:
 
     async def _register(self, qid: int, plan: P.Plan, feeds: str | None,
                         seam: int | None = None) -> None:
-        msg = await self._ask(wire.PLAN, qid=qid, plan=P.to_dict(plan), feeds=feeds, seam=seam)
-        if not msg["ok"]:
-            raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
+        await self._ask(wire.PlanQuery, qid=qid, plan=P.to_dict(plan), feeds=feeds, seam=seam)
 
     async def _start_query(self, qid: int, plan: P.Plan, feeds: str | None,
                            tables: dict | None, history: dict | None = None,
@@ -189,12 +195,12 @@ class BackendLink:
         qid = self.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self)
         live.streams = P.streams_read(plan.root)
-        self.live[qid] = live
+        self._live[qid] = live
         self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
         try:
             await self._start_query(qid, plan, None, tables, history, seam)
         except E.PgError:
-            self.live.pop(qid, None)
+            self._live.pop(qid, None)
             self.labels.pop(qid, None)
             raise
         return live
@@ -223,27 +229,26 @@ class BackendLink:
         """A one-time query at now over the back end's recent tuples; ``relations`` are
         (name, plan) of the named windows it reads, dependencies first; ``history``: the
         archived streams' tuples up to the seam, read instead of the recent ones."""
-        return await self._one_time(wire.SNAPSHOT, history, plan=P.to_dict(plan),
+        return await self._one_time(wire.Snapshot, history, plan=P.to_dict(plan),
                                     relations=[[n, P.to_dict(p)] for n, p in relations])
 
     async def recompute(self, plan: P.Plan, history: dict, seam: int,
                         spans: list) -> pa.Table | None:
         """The query over ``history`` (archived tuples up to ``seam``) as though no tuple had
         been late: its rows that began by the seam and overlap ``spans`` ([from, to) µs)."""
-        return await self._one_time(wire.RECOMPUTE, history, plan=P.to_dict(plan), seam=seam,
+        return await self._one_time(wire.Recompute, history, plan=P.to_dict(plan), seam=seam,
                                     spans=spans)
 
-    async def _one_time(self, kind: bytes, history: dict | None, **fields) -> pa.Table | None:
+    async def _one_time(self, request: type, history: dict | None,
+                        **fields) -> pa.Table | None:
         qid = self.new_qid()
         live = LiveRows([], None, qid, "", 0, "", self)
-        self.live[qid] = live
+        self._live[qid] = live
         try:
             await self._send_history(qid, history)
-            msg = await self._ask(kind, qid=qid, **fields)
+            await self._ask(request, qid=qid, **fields)
         finally:
-            self.live.pop(qid, None)
-        if not msg["ok"]:
-            raise E.PgError(msg["error"], sqlstate=msg.get("sqlstate") or "XX000")
+            self._live.pop(qid, None)
         return pa.concat_tables(live.pending) if live.pending else None
 
     async def _send_history(self, qid: int, history: dict | None) -> None:
@@ -252,13 +257,28 @@ class BackendLink:
                 self.out.write(wire.history(qid, stream, batch))
                 await self.out.drain()
 
+    def running(self) -> list:
+        """The result queues of the continuous queries running now (a copy: safe to
+        iterate while queries end)."""
+        return list(self._live.values())
+
+    def reading(self, names) -> list:
+        """The running queries that read any of the streams or named relations ``names``
+        (lower case)."""
+        names = set(names)
+        return [live for live in self.running() if live.streams & names and not live.ended]
+
+    def forget(self, qid: int) -> None:
+        """A query that already ended leaves the registry of running ones."""
+        self._live.pop(qid, None)
+
     def drop(self, qid: int) -> None:
         """End a query (safe from any thread)."""
         self.persistent.pop(qid, None)
-        self.live.pop(qid, None)
+        self._live.pop(qid, None)
         self._release_tables(qid)
         self._log_stop(qid, "stopped")
-        self._write_soon(wire.control(wire.DROP, qid=qid))
+        self._write_soon(wire.encode(wire.Drop(qid)))
 
     def _log_stop(self, qid: int, how: str) -> None:
         label = self.labels.pop(qid, None)
@@ -266,7 +286,7 @@ class BackendLink:
             log.info("query %s: %s", how, label)
 
     def drop_stream(self, name: str) -> None:
-        self._write_soon(wire.control(wire.DROP_STREAM, stream=name))
+        self._write_soon(wire.encode(wire.DropStream(name)))
 
     def _write_soon(self, data: bytes) -> None:
         if self.out is not None:
@@ -282,7 +302,7 @@ class BackendLink:
         if table.num_rows:
             self.out.write(wire.data_parts(stream, table))
         if latest is not None:
-            self.out.write(wire.control(wire.PROGRESS, stream=stream, ts=latest))
+            self.out.write(wire.encode(wire.Progress(stream, latest)))
         if wait or self.out.get_write_buffer_size() > SHED_LIMIT:
             await self.out.drain()
 
@@ -291,11 +311,14 @@ class BackendLink:
         return self.out is not None and self.out.get_write_buffer_size() > BEHIND
 
     async def watermark(self, stream: str, ts: int) -> None:
-        self.out.write(wire.control(wire.WATERMARK, stream=stream, ts=ts))
+        self.out.write(wire.encode(wire.Watermark(stream, ts)))
         await self.out.drain()
 
     async def stats(self) -> dict:
-        return await self._ask(wire.STATS)
+        """{"queries": [...], "streams": [...]}: one dict of counters per running query and
+        per stream the back end has seen."""
+        answer = await self._ask(wire.Stats)
+        return {"queries": answer.queries, "streams": answer.streams}
 
     def call(self, coro, timeout: float = 60):
         """Run ``coro`` on the server's loop from a worker thread and wait for it."""

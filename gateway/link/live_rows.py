@@ -1,14 +1,14 @@
 """A continuous query's result queue in the gateway: the back-end link puts Arrow batches in, in
 valid_from order; FETCH, portals and COPY take rows out, waiting with timeouts, cancels and
-statement_timeout."""
+statement_timeout, on an injected clock (the system's by default)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 
 import pyarrow as pa
 
+from gateway.clearinghouse.clock import SYSTEM, Clock
 from gateway.pgwire.errors import QueryCanceled
 
 
@@ -17,12 +17,13 @@ class LiveRows:
     and leave through ``take``; ``finish`` marks the end (LIMIT reached, DROP, an error)."""
 
     def __init__(self, fields: list, schema: pa.Schema | None, qid: int, sql: str, owner: int,
-                 name: str, link):
+                 name: str, link, clock: Clock = SYSTEM):
         self.fields, self.qid, self.sql, self.owner, self.name = fields, qid, sql, owner, name
         self.schema = schema
         self.link = link
+        self.clock = clock
         self.tag = "SELECT"
-        self.started = time.time()
+        self.started = clock.now()
         self.pending: deque = deque()
         self.n_pending = 0
         self.delivered = 0
@@ -53,7 +54,7 @@ class LiveRows:
             self.finish()
             self.link.drop(self.qid)
         else:
-            self.link.live.pop(self.qid, None)
+            self.link.forget(self.qid)
 
     # called by the connection and FETCH
     def take_notices(self) -> list:
@@ -66,28 +67,29 @@ class LiveRows:
         """Up to ``n`` rows: waits until ``n`` are there (``n`` None: at least one), the query
         ends, or ``timeout`` seconds pass (then returns what came, maybe nothing).
         ``notices``: also return (maybe with no rows) when a notice is waiting.
-        ``statement_deadline`` (time.monotonic): statement_timeout's end; reached first, it
-        ends the wait with 57014."""
-        ends = [d for d in (None if timeout is None else time.monotonic() + timeout,
+        ``statement_deadline`` (the clock's ``monotonic``): statement_timeout's end; reached
+        first, it ends the wait with 57014."""
+        clock = self.clock
+        ends = [d for d in (None if timeout is None else clock.monotonic() + timeout,
                             statement_deadline) if d is not None]
         deadline = min(ends) if ends else None
         want = 1 if n is None else n
         while self.n_pending < want and not self.ended and not (notices and self.notices):
             if cancel.is_set():
                 raise QueryCanceled("canceling statement due to user request")
-            left = None if deadline is None else deadline - time.monotonic()
+            left = None if deadline is None else deadline - clock.monotonic()
             if left is not None and left <= 0:
                 if deadline == statement_deadline:
                     raise QueryCanceled("canceling statement due to statement timeout")
                 break
             self._changed.clear()
-            waits = [asyncio.ensure_future(self._changed.wait()),
-                     asyncio.ensure_future(cancel.wait())]
-            if closed is not None:
-                waits.append(closed)
-            done, _ = await asyncio.wait(waits, timeout=left,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            for w in waits[:2]:
+            mine = [asyncio.ensure_future(self._changed.wait()),
+                    asyncio.ensure_future(cancel.wait())]
+            if left is not None:
+                mine.append(asyncio.ensure_future(clock.sleep(left)))
+            await asyncio.wait(mine + ([closed] if closed is not None else []),
+                               return_when=asyncio.FIRST_COMPLETED)
+            for w in mine:
                 w.cancel()
             if closed is not None and closed.done():
                 raise ConnectionResetError("the client disconnected")

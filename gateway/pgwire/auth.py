@@ -1,7 +1,6 @@
-"""Authentication exchanges: trust, cleartext password, md5 and SCRAM-SHA-256.
-
-Each method is a coroutine that talks through ``send``/``receive`` callables, so it can be driven
-by the connection shell or by a test without sockets.
+"""Authentication exchanges without I/O: trust, cleartext password, md5 and SCRAM-SHA-256, each a
+generator that yields the challenge bytes to send, is sent the client's next message, and
+returns the last bytes to send once the client is authenticated (or raises 28P01/28000/08P01).
 """
 from __future__ import annotations
 
@@ -11,11 +10,15 @@ import hmac
 import os
 import struct
 from dataclasses import dataclass, field
+from typing import Generator
 
 from gateway.pgwire import messages as M
 from gateway.pgwire.errors import InvalidPassword, InvalidAuthorization, ProtocolViolation
 
 METHODS = ("trust", "password", "md5", "scram-sha-256")
+
+# yields bytes to send, is sent the frontend message that answers them, returns the final bytes
+Exchange = Generator[bytes, object, bytes | None]
 
 
 @dataclass
@@ -44,28 +47,30 @@ def _fail(user: str) -> InvalidPassword:
     return InvalidPassword(f'password authentication failed for user "{user}"')
 
 
-async def _trust(user, users, send, receive):
+def _payload(msg, expected: str) -> bytes:
+    if not isinstance(msg, M.PasswordMessage):
+        raise ProtocolViolation(expected)
+    return msg.payload
+
+
+def _trust(user: str, users: Users) -> Exchange:
+    yield from ()
     return None
 
 
-async def _password(user, users, send, receive):
-    await send(M.authentication_cleartext())
-    msg = await receive()
-    if not isinstance(msg, M.PasswordMessage):
-        raise ProtocolViolation("expected password response")
-    given = msg.payload.rstrip(b"\0").decode("utf-8", "replace")
+def _password(user: str, users: Users) -> Exchange:
+    msg = yield M.authentication_cleartext()
+    given = _payload(msg, "expected password response").rstrip(b"\0").decode("utf-8", "replace")
     expected = users.passwords.get(user)
     if expected is None or not hmac.compare_digest(given, expected):
         raise _fail(user)
+    return None
 
 
-async def _md5(user, users, send, receive):
+def _md5(user: str, users: Users) -> Exchange:
     salt = os.urandom(4)
-    await send(M.authentication_md5(salt))
-    msg = await receive()
-    if not isinstance(msg, M.PasswordMessage):
-        raise ProtocolViolation("expected password response")
-    given = msg.payload.rstrip(b"\0").decode("ascii", "replace")
+    msg = yield M.authentication_md5(salt)
+    given = _payload(msg, "expected password response").rstrip(b"\0").decode("ascii", "replace")
     expected = users.passwords.get(user)
     if expected is None:
         raise _fail(user)
@@ -73,6 +78,7 @@ async def _md5(user, users, send, receive):
     want = "md5" + hashlib.md5(inner.encode() + salt).hexdigest()
     if not hmac.compare_digest(given, want):
         raise _fail(user)
+    return None
 
 
 def _hmac(key: bytes, msg: bytes) -> bytes:
@@ -89,24 +95,30 @@ def _attrs(msg: str) -> dict:
     return dict(part.split("=", 1) for part in msg.split(",") if "=" in part)
 
 
-async def _scram(user, users, send, receive):
+SCRAM = "SCRAM-SHA-256"
+
+
+def _client_first(data: bytes) -> tuple[str, str]:
+    """(gs2 header, client-first-message-bare) of a SASLInitialResponse."""
+    end = data.find(b"\0")
+    if end < 0 or data[:end].decode("ascii", "replace") != SCRAM:
+        raise InvalidAuthorization("unsupported SASL mechanism; use SCRAM-SHA-256")
+    try:
+        (n,) = struct.unpack_from("!i", data, end + 1)
+        client_first = data[end + 5:end + 5 + n].decode("utf-8")
+        if not client_first.startswith(("n,", "y,")):
+            raise InvalidAuthorization("SCRAM channel binding is not supported")
+        gs2_end = client_first.index(",", 2) + 1
+    except (struct.error, UnicodeDecodeError, ValueError):
+        raise ProtocolViolation("malformed SCRAM client-first message") from None
+    return client_first[:gs2_end], client_first[gs2_end:]
+
+
+def _scram(user: str, users: Users) -> Exchange:
     """SCRAM-SHA-256 without channel binding (RFC 5802, 7677). libpq sends an empty user name
     in the SCRAM messages: the startup packet's user is the one authenticated."""
-    mech_name = "SCRAM-SHA-256"
-    await send(M.authentication_sasl([mech_name]))
-    msg = await receive()
-    if not isinstance(msg, M.PasswordMessage):
-        raise ProtocolViolation("expected SASL response")
-    data = msg.payload
-    end = data.find(b"\0")
-    if end < 0 or data[:end].decode("ascii", "replace") != mech_name:
-        raise InvalidAuthorization("unsupported SASL mechanism; use SCRAM-SHA-256")
-    (n,) = struct.unpack_from("!i", data, end + 1)
-    client_first = data[end + 5:end + 5 + n].decode("utf-8")
-    if not client_first.startswith(("n,", "y,")):
-        raise InvalidAuthorization("SCRAM channel binding is not supported")
-    gs2_end = client_first.index(",", 2) + 1
-    gs2, first_bare = client_first[:gs2_end], client_first[gs2_end:]
+    msg = yield M.authentication_sasl([SCRAM])
+    gs2, first_bare = _client_first(_payload(msg, "expected SASL response"))
     client_nonce = _attrs(first_bare).get("r")
     if not client_nonce:
         raise ProtocolViolation("malformed SCRAM client-first message")
@@ -117,11 +129,11 @@ async def _scram(user, users, send, receive):
                                         salt, iterations)
     nonce = client_nonce + base64.b64encode(os.urandom(18)).decode()
     server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={iterations}"
-    await send(M.authentication_sasl_continue(server_first.encode()))
-    msg = await receive()
-    if not isinstance(msg, M.PasswordMessage):
-        raise ProtocolViolation("expected SASL response")
-    client_final = msg.payload.decode("utf-8")
+    msg = yield M.authentication_sasl_continue(server_first.encode())
+    try:
+        client_final = _payload(msg, "expected SASL response").decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolViolation("malformed SCRAM client-final message") from None
     attrs = _attrs(client_final)
     without_proof = client_final[:client_final.rfind(",p=")]
     if attrs.get("r") != nonce or attrs.get("c") != base64.b64encode(gs2.encode()).decode():
@@ -137,12 +149,13 @@ async def _scram(user, users, send, receive):
             not hmac.compare_digest(hashlib.sha256(client_key).digest(), stored_key):
         raise _fail(user)
     server_sig = base64.b64encode(_hmac(server_key, auth_message)).decode()
-    await send(M.authentication_sasl_final(f"v={server_sig}".encode()))
+    return M.authentication_sasl_final(f"v={server_sig}".encode())
 
 
 AUTHENTICATORS = {"trust": _trust, "password": _password, "md5": _md5,
                   "scram-sha-256": _scram}
 
 
-async def authenticate(method: str, user: str, users: Users, send, receive) -> None:
-    await AUTHENTICATORS[method](user, users, send, receive)
+def exchange(method: str, user: str, users: Users) -> Exchange:
+    """The exchange that authenticates ``user`` by ``method`` (one of METHODS)."""
+    return AUTHENTICATORS[method](user, users)

@@ -1,7 +1,8 @@
 """PostgreSQL v3 wire messages, sans I/O: a frontend-message parser fed with bytes and one small
 builder function per backend message (the length is filled in at the end).
 
-Nothing here touches a socket; the asyncio shell in ``gateway/server.py`` feeds and drains it.
+Nothing here touches a socket; the protocol core (``gateway/pgwire/protocol.py``) pulls
+messages from the parser one at a time, as its state allows.
 """
 from __future__ import annotations
 
@@ -264,24 +265,18 @@ def parse_startup(body: bytes):
 
 @dataclass
 class FrontendParser:
-    """Accumulates bytes and yields parsed messages; raises ProtocolViolation on garbage."""
+    """Accumulates bytes and hands out parsed messages one at a time, so that bytes behind a
+    message stay unread until the reader is ready for them; raises ProtocolViolation on
+    garbage when the garbage is reached."""
     max_message: int = 64 * 1024 * 1024
     startup: bool = True
     buf: bytearray = field(default_factory=bytearray)
 
-    def feed(self, data: bytes) -> list:
+    def push(self, data: bytes) -> None:
         self.buf += data
-        out = []
-        while True:
-            msg = self._next()
-            if msg is None:
-                return out
-            out.append(msg)
-            if isinstance(msg, (SSLRequest, GSSENCRequest)):
-                # The shell may swap the transport (TLS) before more bytes are read.
-                return out
 
-    def _next(self):
+    def next_message(self):
+        """The next complete message, or None until more bytes arrive."""
         buf = self.buf
         if self.startup:
             if len(buf) < 4:

@@ -1,6 +1,7 @@
-"""The asyncio shell around one client connection: reads bytes into the sans-I/O parser, runs
-the startup/auth exchange, dispatches each frontend message through a table, and writes the
-backend messages the session's results become. A bad connection ends only itself.
+"""The asyncio shell around one client connection: reads the socket into the sans-I/O protocol
+core (``gateway/pgwire/protocol.py``), starts TLS and opens the session when the core asks,
+runs each statement event through a table, and writes what the core queues. A bad connection
+ends only itself.
 """
 from __future__ import annotations
 
@@ -11,18 +12,19 @@ import ssl
 from collections import deque
 
 from gateway.sessions import settings as S
-from gateway.sessions.commands import CopyRequest
+from gateway.sessions.copy_command import CopyRequest
 from gateway.pgwire.copy_format import copy_header, copy_messages
 from gateway.pgwire import messages as M
 from gateway.pgwire import types as T
-from gateway.pgwire.auth import authenticate
-from gateway.pgwire.errors import PgError, ProtocolViolation, InvalidAuthorization, QueryCanceled, DuplicatePreparedStatement, DuplicateCursor, InvalidSqlStatementName, InvalidCursorName
+from gateway.pgwire.errors import (PgError, DuplicatePreparedStatement, DuplicateCursor,
+                                   InvalidSqlStatementName, InvalidCursorName, QueryCanceled)
+from gateway.pgwire.protocol import (Authenticated, CopyInFailed, Fatal, ServerProtocol,
+                                     StartTLS, State)
 from gateway.pgwire.results import Done, Rows
 from gateway.link.live_rows import LiveRows
 from gateway.pgwire.row_encoding import encode_rows, resolve_formats, row_description
 from gateway.sessions.portals import Portal, TxStatus
 from gateway.sessions.session import Session
-from gateway.streams.statements import is_query
 from gateway.sessions.lexer import split
 
 log = logging.getLogger("cqgate")
@@ -40,35 +42,56 @@ class Connection:
         self.server = server
         self.reader = reader
         self.writer = writer
-        self.parser = M.FrontendParser(max_message=server.config.max_message_bytes)
-        self.inbox: deque = deque()
-        self.out = bytearray()
+        cfg = server.config
+        self.core = ServerProtocol(cfg.auth, server.users,
+                                   tls_available=server.ssl_context is not None,
+                                   tls=writer.get_extra_info("sslcontext") is not None,
+                                   require_tls=cfg.require_tls,
+                                   max_message=cfg.max_message_bytes)
+        self.events: deque = deque()
         self.session: Session | None = None
-        self.skip_until_sync = False
         self._watcher: asyncio.Task | None = None
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
     # ------------------------------------------------------------------ I/O
-    async def receive(self):
-        while not self.inbox:
+    async def next_event(self):
+        """The core's next event, reading the socket when it has none. Before the session
+        exists every answer goes out before waiting, since the client waits for it."""
+        while not self.events:
+            self.events.extend(self.core.events())
+            if self.events:
+                break
+            await self._stop_watching()          # one reader at a time (COPY inside a FETCH)
+            if self.session is None:
+                await self.flush()
             data = await self.reader.read(65536)
             if not data:
                 raise Closed()
-            self.inbox.extend(self.parser.feed(data))
-        return self.inbox.popleft()
+            self.events.extend(self.core.receive_data(data))
+        event = self.events.popleft()
+        if isinstance(event, Fatal):
+            await self._flush_quietly()
+            raise Closed()
+        return event
 
     def send(self, data: bytes) -> None:
-        self.out += data
+        self.core.send(data)
 
     async def flush(self) -> None:
-        if self.out:
-            self.writer.write(bytes(self.out))
-            self.out.clear()
+        data = self.core.data_to_send()
+        if data:
+            self.writer.write(data)
         await self.writer.drain()
 
+    async def _flush_quietly(self) -> None:
+        try:
+            await self.flush()
+        except (ConnectionError, OSError):
+            pass
+
     async def maybe_flush(self) -> None:
-        if len(self.out) >= FLUSH_AT:
+        if self.core.buffered >= FLUSH_AT:
             await self.flush()
 
     def client_closed(self) -> asyncio.Task:
@@ -84,7 +107,8 @@ class Connection:
             data = await self.reader.read(65536)
             if not data:
                 return
-            self.inbox.extend(self.parser.feed(data))
+            # a statement is with the shell, so the core only keeps the bytes for later
+            self.events.extend(self.core.receive_data(data))
 
     async def _stop_watching(self) -> None:
         w, self._watcher = self._watcher, None
@@ -96,10 +120,6 @@ class Connection:
                 pass
         elif w is not None and w.exception() is None:
             raise Closed()     # the client went away while we waited
-
-    async def _send_now(self, data: bytes) -> None:
-        self.send(data)
-        await self.flush()
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> None:
@@ -119,12 +139,8 @@ class Connection:
             await self.cleanup()
 
     async def _fatal(self, e: PgError) -> None:
-        try:
-            self.send(M.error_response(e.sqlstate, e.message, severity="FATAL",
-                                       detail=e.detail, hint=e.hint))
-            await self.flush()
-        except (ConnectionError, OSError):
-            pass
+        self.core.fatal(e)
+        await self._flush_quietly()
 
     async def cleanup(self) -> None:
         if self.session is not None:
@@ -140,35 +156,25 @@ class Connection:
             pass
 
     async def startup(self) -> bool:
-        while True:
-            msg = await self.receive()
-            if isinstance(msg, M.SSLRequest):
-                if self.server.ssl_context is not None and \
-                        self.writer.get_extra_info("sslcontext") is None:
-                    await self._send_now(b"S")
-                    await self.writer.start_tls(self.server.ssl_context)
-                else:
-                    await self._send_now(b"N")
-                continue
-            if isinstance(msg, M.GSSENCRequest):
-                await self._send_now(b"N")
-                continue
-            if isinstance(msg, M.CancelRequest):
-                self.server.cancel(msg.pid, msg.secret)
+        """SSL/GSSENC answers and authentication happen in the core; this starts TLS, passes a
+        cancel on and opens the session. False: the connection has nothing more to do."""
+        while self.session is None:
+            event = await self.next_event()
+            await self.STARTUP[type(event)](self, event)
+            if self.core.state is State.CLOSED:
                 return False
-            if isinstance(msg, M.Startup):
-                return await self._start_session(msg.params)
-            raise ProtocolViolation("expected startup message")
+        return True
 
-    async def _start_session(self, params: dict) -> bool:
-        user = params.get("user")
-        if not user:
-            raise InvalidAuthorization("no PostgreSQL user name specified in startup packet")
-        cfg = self.server.config
-        if cfg.require_tls and self.writer.get_extra_info("sslcontext") is None:
-            raise InvalidAuthorization("this server accepts only TLS connections",
-                                       hint="Connect with sslmode=require.")
-        await authenticate(cfg.auth, user, self.server.users, self._send_now, self.receive)
+    async def _start_tls(self, event: StartTLS) -> None:
+        await self.flush()
+        await self.writer.start_tls(self.server.ssl_context)
+        self.core.tls_started()
+
+    async def _cancel(self, event: M.CancelRequest) -> None:
+        self.server.cancel(event.pid, event.secret)
+
+    async def _start_session(self, event: Authenticated) -> None:
+        user, params = event.user, event.params
         pid = self.server.next_pid()
         secret = random.getrandbits(31)
         loop = asyncio.get_running_loop()
@@ -179,66 +185,47 @@ class Connection:
         self.session.client_closed = self.client_closed
         self.session.pending_status.clear()
         self.server.sessions[pid] = self.session
-        self.send(M.authentication_ok())
-        for name in S.REPORTED:
-            self.send(M.parameter_status(name, self.session.settings.get(name, "")))
-        self.send(M.backend_key_data(pid, secret))
-        self.send(M.ready_for_query("I"))
+        self.core.session_started(pid, secret, [(name, self.session.settings.get(name, ""))
+                                                for name in S.REPORTED])
         await self.flush()
         log.info("client connected: pid=%d user=%s database=%s application=%s from %s", pid,
                  user, params.get("database") or user, params.get("application_name", ""),
                  self.peer)
-        return True
+
+    STARTUP = {StartTLS: _start_tls, M.CancelRequest: _cancel, Authenticated: _start_session}
 
     async def serve(self) -> None:
-        handlers = {
-            M.Query: self.on_query, M.Parse: self.on_parse, M.Bind: self.on_bind,
-            M.Describe: self.on_describe, M.Execute: self.on_execute, M.Close: self.on_close,
-            M.Sync: self.on_sync, M.Flush: self.on_flush,
-            M.CopyData: self._ignore, M.CopyDone: self._ignore, M.CopyFail: self._ignore,
-        }
         while True:
-            msg = await self.receive()
-            if isinstance(msg, M.Terminate):
+            event = await self.next_event()
+            if isinstance(event, M.Terminate):
                 return
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("pid=%d <- %r", self.session.pid, msg)
-            handler = handlers.get(type(msg))
-            if handler is None:
-                raise ProtocolViolation(f"unexpected message {type(msg).__name__}")
-            if self.skip_until_sync and not isinstance(msg, (M.Sync, M.Query)):
-                continue
+                log.debug("pid=%d <- %r", self.session.pid, event)
             try:
                 try:
-                    await handler(msg)
+                    await self.HANDLERS[type(event)](self, event)
                 finally:
                     await self._stop_watching()
             except PgError as e:
                 if e.severity == "FATAL":
                     raise
                 self.send_error(e)
-                if not isinstance(msg, M.Query):
-                    self.skip_until_sync = True
+                if not isinstance(event, M.Query):
                     await self.flush()    # asyncpg waits for the error after a Flush
             except (Closed, ConnectionError, OSError, asyncio.CancelledError):
                 raise
             except Exception as e:  # noqa: BLE001 - report a bug, keep the session
-                log.exception("internal error in %s", type(msg).__name__)
+                log.exception("internal error in %s", type(event).__name__)
                 self.send_error(PgError(f"internal error: {e}"))
-                if isinstance(msg, M.Query):
+                if isinstance(event, M.Query) and self.core.ready_owed:
                     self.ready()
                     await self.flush()
-                else:
-                    self.skip_until_sync = True
+            self.core.done()
             await self.maybe_flush()
-
-    async def _ignore(self, msg) -> None:
-        pass
 
     # ------------------------------------------------------------------ helpers
     def send_error(self, e: PgError) -> None:
-        self.send(M.error_response(e.sqlstate, e.message, position=e.position,
-                                   detail=e.detail, hint=e.hint))
+        self.core.fail(e)
         if self.session is not None:
             self.session.fail_transaction()
 
@@ -252,12 +239,11 @@ class Connection:
         s.pending_status.clear()
 
     def ready(self) -> None:
-        self.send(M.ready_for_query(self.session.status_letter()))
+        self.core.ready(self.session.status_letter())
 
     # ------------------------------------------------------------------ simple query
     async def on_query(self, msg: M.Query) -> None:
         s = self.session
-        self.skip_until_sync = False
         try:
             stmts = split(msg.sql)
         except PgError as e:
@@ -286,16 +272,18 @@ class Connection:
 
     async def emit(self, res, formats: tuple, max_rows: int, *, describe: bool,
                    portal: Portal | None = None) -> None:
+        emit = next(self.EMIT[t] for t in type(res).__mro__ if t in self.EMIT)
+        await emit(self, res, formats, max_rows, describe=describe, portal=portal)
+
+    async def _emit_copy(self, req: CopyRequest, formats, max_rows, *, describe, portal):
+        await self.COPY[req.direction](self, req)
+
+    async def _emit_done(self, res: Done, formats, max_rows, *, describe, portal):
+        self.send(M.command_complete(res.tag) if res.tag else M.empty_query_response())
+
+    async def _emit_rows(self, res: Rows, formats: tuple, max_rows: int, *, describe: bool,
+                         portal: Portal | None) -> None:
         s = self.session
-        if isinstance(res, CopyRequest):
-            await (self.copy_in(res) if res.direction == "in" else self.copy_out(res))
-            return
-        if isinstance(res, Done):
-            self.send(M.command_complete(res.tag) if res.tag else M.empty_query_response())
-            return
-        if isinstance(res, LiveRows):
-            await self.emit_live(res, formats, max_rows, describe=describe, own=portal is None)
-            return
         fmts = resolve_formats(formats, len(res.fields))
         if describe:
             self.send(row_description(res.fields, fmts))
@@ -315,16 +303,14 @@ class Connection:
             await self.maybe_flush()
             if s.canceled:
                 raise QueryCanceled("canceling statement due to user request")
-        if max_rows > 0 and res.remaining > 0:
-            self.send(M.portal_suspended())
-        else:
-            self.send(M.command_complete(s.rows_tag(res, sent)))
+        self.core.end_execute(s.rows_tag(res, sent), max_rows=max_rows, more=res.remaining > 0)
 
-    async def emit_live(self, live: LiveRows, formats: tuple, max_rows: int, *,
-                        describe: bool, own: bool) -> None:
+    async def _emit_live(self, live: LiveRows, formats: tuple, max_rows: int, *,
+                         describe: bool, portal: Portal | None) -> None:
         """Rows of a continuous query as they come: each arrival is sent (and flushed) at
         once. Stops at ``max_rows`` (PortalSuspended), at the query's end, on cancel (57014)
-        or when the client disconnects; ``own``: the query ends with this statement."""
+        or when the client disconnects; without a portal the query ends with this
+        statement."""
         s = self.session
         fmts = resolve_formats(formats, len(live.fields))
         if describe:
@@ -336,12 +322,11 @@ class Connection:
         try:
             sent = await self._send_live(live, encode, max_rows)
         finally:
-            if own:
+            if portal is None:
                 live.close()
-        if max_rows > 0 and not live.exhausted:
-            self.send(M.portal_suspended())
-        else:
-            self.send(M.command_complete(f"SELECT {sent}"))
+        self.core.end_execute(f"SELECT {sent}", max_rows=max_rows, more=not live.exhausted)
+
+    EMIT = {CopyRequest: _emit_copy, Done: _emit_done, Rows: _emit_rows, LiveRows: _emit_live}
 
     # ------------------------------------------------------------------ extended query
     async def on_parse(self, msg: M.Parse) -> None:
@@ -381,21 +366,13 @@ class Connection:
         portal = s.portals.get(msg.name)
         if portal is None:
             raise InvalidCursorName(f'portal "{msg.name}" does not exist')
-        if portal.result is None and self._returns_rows(portal):
+        if portal.result is None and portal.prepared.returns_rows:
             portal.result = await s.execute(portal.prepared, portal.params)
         if isinstance(portal.result, (Rows, LiveRows)):
             fmts = resolve_formats(portal.result_formats, len(portal.result.fields))
             self.send(row_description(portal.result.fields, fmts))
         else:
             self.send(M.no_data())
-
-    def _returns_rows(self, portal: Portal) -> bool:
-        p = portal.prepared
-        if p.command == "stream":
-            return is_query(p.translated.source)
-        if p.command is not None:
-            return p.command in ("fetch", "show")
-        return p.translated is not None and p.translated.returns_rows
 
     async def on_execute(self, msg: M.Execute) -> None:
         s = self.session
@@ -420,7 +397,6 @@ class Connection:
         self.send(M.close_complete())
 
     async def on_sync(self, msg: M.Sync) -> None:
-        self.skip_until_sync = False
         s = self.session
         if s.status == TxStatus.IDLE:
             s.drop_portals(keep_holdable=True)
@@ -431,29 +407,21 @@ class Connection:
     async def on_flush(self, msg: M.Flush) -> None:
         await self.flush()
 
+    HANDLERS = {
+        M.Query: on_query, M.Parse: on_parse, M.Bind: on_bind, M.Describe: on_describe,
+        M.Execute: on_execute, M.Close: on_close, M.Sync: on_sync, M.Flush: on_flush,
+    }
+
     # ------------------------------------------------------------------ COPY
     async def copy_in(self, req: CopyRequest) -> None:
         s = self.session
         cols = await s._call(s.copy_columns, req)
-        self.send(M.copy_in_response(len(cols)))
+        self.core.start_copy_in(len(cols))
         await self.flush()
-        chunks, failed = [], None
-        while True:
-            msg = await self.receive()
-            if isinstance(msg, M.CopyData):
-                chunks.append(msg.data)
-            elif isinstance(msg, M.CopyDone):
-                break
-            elif isinstance(msg, M.CopyFail):
-                failed = msg.message
-                break
-            elif isinstance(msg, (M.Flush, M.Sync)):
-                continue
-            else:
-                raise ProtocolViolation("unexpected message type during COPY from stdin")
-        if failed is not None:
-            raise QueryCanceled(f"COPY from stdin failed: {failed}")
-        n = await s._call(s.copy_load, req, cols, b"".join(chunks))
+        end = await self.next_event()           # the core collects the CopyData meanwhile
+        if isinstance(end, CopyInFailed):
+            raise end.error
+        n = await s._call(s.copy_load, req, cols, end.data)
         self.send(M.command_complete(f"COPY {n}"))
 
     async def copy_out(self, req: CopyRequest) -> None:
@@ -467,7 +435,7 @@ class Connection:
             return copy_messages(res.fields, table, s.tz, req.csv, req.delimiter, req.null,
                                  req.quote)
 
-        self.send(M.copy_out_response(len(res.fields)))
+        self.core.start_copy_out(len(res.fields))
         if req.csv and req.header:
             self.send(copy_header(res.fields, req.delimiter, req.quote))
         if isinstance(res, LiveRows):
@@ -480,8 +448,10 @@ class Connection:
             for i in range(0, n, ENCODE_BATCH):
                 self.send(await s._call(encode, res.table.slice(i, ENCODE_BATCH)))
                 await self.maybe_flush()
-        self.send(M.copy_done())
+        self.core.end_copy_out()
         self.send(M.command_complete(f"COPY {n}"))
+
+    COPY = {"in": copy_in, "out": copy_out}
 
     async def _encoded(self, encode, table):
         """``encode(table)``; a big table in a worker thread (Arrow lets go of the GIL), so

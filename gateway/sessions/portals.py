@@ -1,5 +1,5 @@
-"""A session's prepared statements and portals (SQL cursors are portals too, as in PostgreSQL),
-and its transaction status; a portal that goes away ends its continuous query at once."""
+"""A session's portals (SQL cursors are portals too, as in PostgreSQL) and its transaction
+status; a portal that goes away ends its continuous query at once."""
 from __future__ import annotations
 
 import enum
@@ -7,24 +7,13 @@ from dataclasses import dataclass
 
 from gateway.link.live_rows import LiveRows
 from gateway.pgwire.results import Done, Rows
-from gateway.sessions.lexer import Statement
-from gateway.tables import translate as TR
+from gateway.sessions.prepared import Prepared
 
 
 class TxStatus(enum.Enum):
     IDLE = "I"
     IN_BLOCK = "T"
     FAILED = "E"
-
-
-@dataclass
-class Prepared:
-    name: str
-    stmt: Statement | None       # None for an empty query
-    param_oids: list             # final, after inference
-    command: str | None = None   # session-command keyword, or None for DuckDB SQL
-    translated: TR.Translated | None = None
-    cursor: str | None = None    # the SQL cursor (DECLARE) that runs it, for the log
 
 
 @dataclass

@@ -21,7 +21,8 @@ from dialect.names import fold, quote
 
 from gateway.sessions import commands
 from gateway.sessions import settings as S
-from gateway.sessions.portals import Portals, Prepared, TxStatus
+from gateway.sessions.portals import Portals, TxStatus
+from gateway.sessions.prepared import Kind, Prepared
 from gateway.streams import inserts, queries, statements as stream_statements
 from gateway.pgwire import copy_format as C
 from gateway.tables import system_views
@@ -78,6 +79,8 @@ class Session:
         self.settings["session_authorization"] = self.user
         self.cancel_event = asyncio.Event()
         self.written_tables: set = set()      # tables written since the last refresh
+        self.plans: dict = {}                 # gateway/streams/queries.py: plan_query
+        self.result_types: dict = {}          # … and typed_fields
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -234,14 +237,14 @@ class Session:
         if len(stmts) > 1:
             raise E.SyntaxError_("cannot insert multiple commands into a prepared statement")
         if not stmts:
-            return Prepared(name, None, list(client_oids))
+            return Prepared(name, None, list(client_oids), Kind.EMPTY)
         return self.prepare_statement(name, stmts[0], client_oids)
 
     def prepare_statement(self, name: str, stmt: Statement, client_oids: tuple = ()) -> Prepared:
         cmd = commands.command_for(stmt.text)
         oids = list(client_oids) + [0] * max(0, stmt.max_param - len(client_oids))
         if cmd is not None:
-            return Prepared(name, stmt, oids, command=cmd)
+            return Prepared(name, stmt, oids, Kind.COMMAND, command=cmd)
         tr = self.translate(stmt)
         for idx, oid in tr.params.items():
             if 0 < idx <= len(oids) and not oids[idx - 1]:
@@ -249,8 +252,8 @@ class Session:
         oids = [o or 25 for o in oids]
         if tr.stream or any(self.server.streams.get(schema, name) is not None
                             for schema, name, _ in tr.tables):
-            return Prepared(name, stmt, oids, command="stream", translated=tr)
-        return Prepared(name, stmt, oids, translated=tr)
+            return Prepared(name, stmt, oids, Kind.STREAM, translated=tr)
+        return Prepared(name, stmt, oids, Kind.SQL, translated=tr)
 
     def translate(self, stmt: Statement) -> TR.Translated:
         try:
@@ -267,16 +270,24 @@ class Session:
 
     async def describe_statement(self, p: Prepared) -> list | None:
         """Fields of a prepared statement's result (None = no rows), without running it."""
-        if p.stmt is None:
+        return await self.DESCRIBE[p.kind](self, p)
+
+    async def _describe_stream(self, p: Prepared) -> list | None:
+        return await self._call(stream_statements.describe, self, p.translated.source)
+
+    async def _describe_command(self, p: Prepared) -> list | None:
+        return commands.describe_command(self, p)
+
+    async def _describe_table_sql(self, p: Prepared) -> list | None:
+        if not p.returns_rows:
             return None
-        if p.command == "stream":
-            return await self._call(stream_statements.describe, self, p.translated.source)
-        if p.command is not None:
-            return commands.describe_command(self, p)
-        tr = p.translated
-        if not tr.returns_rows:
-            return None
-        return await self._call(self._describe_sql, tr, p.param_oids)
+        return await self._call(self._describe_sql, p.translated, p.param_oids)
+
+    async def _describe_empty(self, p: Prepared) -> None:
+        return None
+
+    DESCRIBE = {Kind.EMPTY: _describe_empty, Kind.STREAM: _describe_stream,
+                Kind.COMMAND: _describe_command, Kind.SQL: _describe_table_sql}
 
     def _describe_sql(self, tr: TR.Translated, oids: list) -> list:
         ast = tr.ast.copy()
@@ -336,34 +347,37 @@ class Session:
             raise pg_error(e) from None
 
     async def _execute(self, p: Prepared, params: list) -> Rows | Done:
-        if p.stmt is None:
+        if p.kind is Kind.EMPTY:
             return Done("")
-        if self.status == TxStatus.FAILED and not self._allowed_when_failed(p):
+        if self.status == TxStatus.FAILED and not p.allowed_when_failed:
             raise E.InFailedTransaction(E.IN_FAILED_TRANSACTION_MESSAGE)
         self.canceled = False
         self.cancel_event.clear()
-        if p.command == "stream":
-            res = await self._call(stream_statements.run, self, p.translated.source, params)
-            if isinstance(res, queries.Planned):
-                def start(history=None, seam=None):
-                    return self.server.backend.open(res.plan, res.fields, res.schema,
-                                                    p.stmt.text, self.pid, p.cursor or p.name,
-                                                    res.tables, history, seam,
-                                                    label=f"cursor {p.cursor}" if p.cursor
-                                                    else "query")
-                if res.history:        # windows reaching into an archive start primed
-                    return await self.server.ingest.start_primed(list(res.history), start)
-                return await start()
+        return await self.RUN[p.kind](self, p, params)
+
+    async def _run_stream(self, p: Prepared, params: list):
+        res = await self._call(stream_statements.run, self, p.translated.source, params)
+        if not isinstance(res, queries.Planned):
             return res
-        if p.command is not None:
-            return await commands.run_command(self, p, params)
+
+        def start(history=None, seam=None):
+            return self.server.backend.open(res.plan, res.fields, res.schema, p.stmt.text,
+                                            self.pid, p.cursor or p.name, res.tables, history,
+                                            seam, label=f"cursor {p.cursor}" if p.cursor
+                                            else "query")
+        if res.history:        # windows reaching into an archive start primed
+            return await self.server.ingest.start_primed(list(res.history), start)
+        return await start()
+
+    async def _run_command(self, p: Prepared, params: list):
+        return await commands.run_command(self, p, params)
+
+    async def _run_table_sql(self, p: Prepared, params: list):
         if p.translated.catalog and system_views.wanted(p.stmt.text):
             await system_views.refresh(self)
         return await self._call(self._run_sql, p, params)
 
-    def _allowed_when_failed(self, p: Prepared) -> bool:
-        return p.command in ("rollback", "abort", "commit", "end") or (
-            p.command == "rollback_to")
+    RUN = {Kind.STREAM: _run_stream, Kind.COMMAND: _run_command, Kind.SQL: _run_table_sql}
 
     def _run_sql(self, p: Prepared, params: list) -> Rows | Done:
         tr = p.translated
@@ -473,12 +487,8 @@ class Session:
                 quote(c) for c in req.columns)
             sql = f"SELECT {cols} FROM {req.table}"
         p = self.prepare("", sql)
-        if p.command == "stream":
-            res = await self._execute(p, [])
-        elif p.translated is not None and p.translated.returns_rows:
-            res = await self._call(self._run_sql, p, [])
-        else:
-            res = None
+        res = await self._execute(p, []) if p.kind in (Kind.STREAM, Kind.SQL) and \
+            p.returns_rows else None
         if not isinstance(res, (Rows, LiveRows)):
             raise E.FeatureNotSupported("COPY (query) TO needs a query that returns rows")
         return res

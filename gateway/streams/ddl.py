@@ -19,7 +19,7 @@ from executor import plan as P
 
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
-from gateway.clearinghouse.ingest import micros
+from gateway.clearinghouse.slack import micros
 from gateway.streams.registry import BUILTIN_WRAPPERS, SessionCatalog, StreamObject
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
@@ -279,8 +279,7 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
 def _readers(session, objs: list) -> list:
     """The running cursors' queries that read any of ``objs``."""
     names = {o.relation().name.lower() for o in objs}
-    return [live for live in list(session.server.backend.live.values())
-            if live.streams & names and not live.ended]
+    return session.server.backend.reading(names)
 
 
 def _stop(session, obj: StreamObject) -> None:
@@ -352,7 +351,7 @@ def alter(session, tree: X.AlterStream, params) -> Done:
 def _tell_readers(session, obj: StreamObject, message: str) -> None:
     """A NOTICE at the next FETCH of every running query that reads ``obj``."""
     name = obj.relation().name.lower()
-    for live in list(session.server.backend.live.values()):
+    for live in session.server.backend.running():
         if name in live.streams:
             live.notices.append(("NOTICE", "00000", message))
 

@@ -3,6 +3,7 @@
 snapshot mode, or over the archive on Spark). EXPLAIN prints the temporal-algebra plan."""
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
@@ -14,13 +15,12 @@ from dialect import expressions as X
 from dialect.errors import PlanError
 from dialect.planner import explain, is_continuous, plan
 from executor import plan as P
-from executor.operators.loop_window import LoopWindow as LoopWindowOp
 
 from gateway.archive import past_queries as archive_query
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows
-from gateway.clearinghouse.ingest import History
+from gateway.archive.priming import History
 from gateway.streams.registry import SessionCatalog
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
@@ -37,13 +37,36 @@ def tables_of(session, p: P.Plan) -> dict:
 
 
 # ---------------------------------------------------------------------- queries
+PLANS_KEPT = 32     # plans a session keeps for statements it runs again
+
+
 def plan_query(session, tree) -> P.Plan:
+    """The statement's plan, made once: a statement described and then executed (or a
+    prepared one run again) reuses it while the catalog and the session's settings stay as
+    they were. A plan with a fixed window is made anew each time, since whether that window
+    lies wholly in the past (archive) depends on the instant it is planned."""
+    key = (tree.sql("cql"), session.server.store.catalog_version,
+           tuple(sorted(session.settings.items())))
+    kept = session.plans.get(key)
+    if kept is not None:
+        return kept
     catalog = SessionCatalog(session.server.streams, session)
     snapshot = session.settings.get("cq.mode", "continuous").lower() == "snapshot"
     try:
-        return plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot)
+        p = plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot)
     except PlanError as e:
         raise plan_error(e) from None
+    if not _has_fixed_window(p.root):
+        if len(session.plans) >= PLANS_KEPT:
+            session.plans.pop(next(iter(session.plans)))
+        session.plans[key] = p
+    return p
+
+
+def _has_fixed_window(node) -> bool:
+    if isinstance(node, P.Window) and isinstance(node.window, P.FixedWindow):
+        return True
+    return any(_has_fixed_window(c) for c in P.children(node))
 
 
 QUERY_PLAN = [Field("QUERY PLAN", 25)]
@@ -104,36 +127,22 @@ def continuous_query(session, tree, params) -> Planned | Rows:
     return Planned(p, fields, schema, tables_of(session, p), archive_reach(session, p))
 
 
-# how far back each window kind reaches from the instant a query starts: (reach, since).
-# [UNBOUNDED] (also a stream read without a window) starts with the query, as a TelegraphCQ
-# query does; a window written to reach back is primed from the archive.
-_REACH = {
-    P.RangeWindow: lambda w: (w.size_us, None),
-    P.SlideWindow: lambda w: (w.size_us + w.slide_us, None),
-    P.FixedWindow: lambda w: (None, w.low_us),
-}
-
-
-def _loop_edge(window: P.LoopWindow):
-    """seam -> the earliest instant a loop's windows reach when it starts at the seam."""
-    return lambda seam: LoopWindowOp(window).earliest(seam)
-
-
 def archive_reach(session, p: P.Plan) -> tuple:
-    """The archived streams whose past the plan's windows reach into."""
+    """The archived streams whose past the plan's windows reach into. [UNBOUNDED] (also a
+    stream read without a window) starts with the query, as a TelegraphCQ query does; a window
+    written to reach back is primed from the archive, from where ``P.reach`` says: a fixed
+    window's edge is known now, the others' once the seam (the query's start) is."""
     out, reg = [], session.server.streams
 
     def visit(node):
         if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan) \
-                and (type(node.window) in _REACH or isinstance(node.window, P.LoopWindow)):
+                and P.reaches_back(node.window):
             obj = reg.by_relation(node.input.stream, kinds=("stream",))
             if obj is not None and obj.archived:
-                reach, since = _REACH[type(node.window)](node.window) \
-                    if type(node.window) in _REACH else (None, None)
-                edge = _loop_edge(node.window) if isinstance(node.window, P.LoopWindow) \
-                    else None
+                since = P.reach(node.window, None)
+                edge = functools.partial(P.reach, node.window) if since is None else None
                 out.append(History(node.input.stream, obj.key, obj.timestamp_column,
-                                   obj.options.get("fragment"), reach, since, edge))
+                                   obj.options.get("fragment"), since_us=since, edge=edge))
         for c in P.children(node):
             visit(c)
 
@@ -204,7 +213,16 @@ def order_and_limit(session, table: pa.Table, tail: dict) -> pa.Table:
 
 def typed_fields(session, p: P.Plan) -> tuple[list, pa.Schema]:
     """The result's fields, with the plan's types spelled as DuckDB spells them, and the
-    Arrow schema rows are cast to before they are encoded."""
+    Arrow schema rows are cast to before they are encoded; settled once per plan."""
+    kept = session.result_types.get(tuple(p.output))
+    if kept is None:
+        kept = session.result_types[tuple(p.output)] = _settle_types(session, p)
+        if len(session.result_types) > PLANS_KEPT:
+            session.result_types.pop(next(iter(session.result_types)))
+    return kept
+
+
+def _settle_types(session, p: P.Plan) -> tuple[list, pa.Schema]:
     casts = ", ".join(f"CAST(NULL AS {c.type if c.type != 'UNKNOWN' else 'VARCHAR'}) AS c{i}"
                       for i, c in enumerate(p.output))
     try:

@@ -33,8 +33,8 @@ async def gather(server) -> dict:
     stats = await link.stats()
     counters = {q["qid"]: q for q in stats["queries"]}
     rows = []
-    for qid, live in list(link.live.items()):
-        c = counters.get(qid, {})
+    for live in link.running():
+        c = counters.get(live.qid, {})
         state = "failed" if live.failure else "waiting" if live.n_pending == 0 else "ready"
         rows.append((live.owner, live.name, "cursor", live.sql, state, _when(live.started),
                      c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),

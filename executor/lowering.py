@@ -1,0 +1,185 @@
+"""Lowering a plan into operators, one plan node at a time: δ and − are rewritten into other
+algebra first, a time window under an aggregate is fused with it, and each node says whether
+identical copies of it may share one operator (``share_key``). ``NotRunnable``: a plan shape
+the back end cannot run yet."""
+from __future__ import annotations
+
+from . import plan as P
+from .duck import quote
+from .operators import (aggregate, filter_map, join, loop_window, range_aggregate,
+                        rows_window, slide_aggregate, union, window)
+from .operators.limit import Limit
+from .operators.scan import RelationScan, Scan
+
+
+class NotRunnable(Exception):
+    """A plan shape the back end cannot run yet."""
+
+
+# ---------------------------------------------------------------------- rewrites
+def _col(name: str, typ: str) -> P.Expr:
+    return P.Expr(quote(name), (name,), typ, ("col", name))
+
+
+def distinct_as_aggregate(node: P.Distinct) -> P.Aggregate:
+    """δ at each instant is a GROUP BY of every column: a row is there while any copy is."""
+    keys = tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
+    return P.Aggregate(node.input, keys, (P.Partial("__n", "count_star"),),
+                       tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema),
+                       node.schema)
+
+
+def difference_as_aggregate(node: P.Difference):
+    """EXCEPT at each instant: the rows of the left input that the right one lacks, as a
+    GROUP BY of every column over both inputs, each row marked with its side."""
+    names = [c.name for c in node.schema]
+
+    def marked(child, side: int):
+        outs = tuple(P.NamedExpr(n, _col(rc.name, rc.type))
+                     for n, rc in zip(names, child.schema))
+        outs += (P.NamedExpr("__left", P.Expr(str(int(side == 0)), (), "INTEGER")),
+                 P.NamedExpr("__right", P.Expr(str(int(side == 1)), (), "INTEGER")))
+        return P.Map(child, outs, node.schema + (P.Column("__left", "INTEGER"),
+                                                 P.Column("__right", "INTEGER")))
+
+    both = P.Union_((marked(node.left, 0), marked(node.right, 1)),
+                    node.schema + (P.Column("__left", "INTEGER"),
+                                   P.Column("__right", "INTEGER")))
+    keys = tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
+    agg = P.Aggregate(both, keys, (P.Partial("__l", "sum", _col("__left", "INTEGER")),
+                                   P.Partial("__r", "sum", _col("__right", "INTEGER"))),
+                      tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
+                      + (P.NamedExpr("__keep", P.Expr('"__l" > 0 AND coalesce("__r", 0) = 0',
+                                                      ("__l", "__r"), "BOOLEAN")),),
+                      node.schema + (P.Column("__keep", "BOOLEAN"),))
+    kept = P.Filter(agg, _col("__keep", "BOOLEAN"), agg.schema)
+    return P.Map(kept, tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema),
+                 node.schema)
+
+
+# Algebra that runs as a combination of other operators.
+_REWRITES = {P.Distinct: distinct_as_aggregate, P.Difference: difference_as_aggregate}
+
+
+def rewritten(node):
+    """``node`` as algebra that has operators of its own."""
+    while type(node) in _REWRITES:
+        node = _REWRITES[type(node)](node)
+    return node
+
+
+# ---------------------------------------------------------------------- sharing
+# Scans, windows, σ and μ: identical ones over the same stream share one vertex (one scan,
+# one window state) whatever number of queries read them. A count window's state is the
+# stream's last n tuples, the same for every reader; a loop's iterations start with the first
+# tuple its query sees, so each query keeps its own.
+_SHAREABLE = {
+    P.StreamScan: lambda n: True,
+    P.WindowRelationScan: lambda n: True,
+    P.Window: lambda n: type(n.window) is not P.LoopWindow,
+    P.Filter: lambda n: True,
+    P.Map: lambda n: True,
+}
+
+
+def _shareable(node) -> bool:
+    ok = _SHAREABLE.get(type(node))
+    return ok is not None and ok(node) and all(_shareable(c) for c in P.children(node))
+
+
+def share_key(node, qid) -> str | None:
+    """The key under which identical copies of ``node`` share one operator (None: its own)."""
+    if _shareable(node):
+        return P.to_json(node)
+    if type(node) is P.Aggregate:
+        # the same aggregate twice in one query (q5: the counts and their maximum) runs
+        # once; across queries it is not shared, as each query's first windows hold only
+        # what came after it started
+        return f"{qid!r}:{P.to_json(node)}"
+    return None
+
+
+# ---------------------------------------------------------------------- operators
+def _slide_of(node) -> P.SlideWindow | None:
+    while node is not None:
+        if isinstance(node, P.Window):
+            return node.window if isinstance(node.window, P.SlideWindow) else None
+        kids = P.children(node)
+        node = kids[0] if len(kids) == 1 else None
+    return None
+
+
+_WINDOWS = {P.RowsWindow: rows_window.RowsWindow, P.LoopWindow: loop_window.LoopWindow}
+
+
+def _window(node: P.Window):
+    build = _WINDOWS.get(type(node.window))
+    if build is not None:
+        return build(node.window)
+    if not window.supports(node.window):
+        raise NotRunnable(f"{type(node.window).__name__} windows do not run in the back end "
+                          "yet")
+    return window.TimeWindow(node.window)
+
+
+def _aggregate(node: P.Aggregate):
+    slide = _slide_of(node.input)
+    return aggregate.Aggregate(node, slide_us=slide.slide_us if slide else None,
+                               slide_start_us=(slide.start_us or 0) if slide else 0)
+
+
+def _table_side(node) -> tuple:
+    """(table name, filters) of a stream–table join's table side: a table scan, perhaps
+    under filters pushed down onto it."""
+    filters = []
+    while isinstance(node, P.Filter):
+        filters.append(node.predicate.sql)
+        node = node.input
+    if not isinstance(node, P.TableScan):
+        raise NotRunnable("a stream–table join whose table side is not a plain table does not "
+                          "run in the back end yet")
+    return node.table.lower(), filters
+
+
+def _join(node: P.Join) -> tuple:
+    if node.kind == "stream-table":
+        return join.TableJoin(node, *_table_side(node.right)), (node.left,)
+    return join.StreamJoin(node), P.children(node)
+
+
+def _each(build):
+    """A builder whose operator reads the node's own inputs."""
+    return lambda node: (build(node), P.children(node))
+
+
+_BUILDERS = {
+    P.StreamScan: _each(Scan),
+    P.WindowRelationScan: _each(RelationScan),
+    P.Window: _each(_window),
+    P.Filter: _each(filter_map.Filter),
+    P.Map: _each(filter_map.Map),
+    P.Union_: _each(union.Union),
+    P.Aggregate: _each(_aggregate),
+    P.Limit: _each(Limit),
+    P.Join: _join,
+}
+
+# a time window under an aggregate runs with it as one vectorised operator, when the
+# aggregate's functions allow: window kind -> (fused operator, whether it can run the node)
+_FUSED = {
+    P.SlideWindow: (slide_aggregate.SlideAggregate, slide_aggregate.supports),
+    P.RangeWindow: (range_aggregate.RangeAggregate, range_aggregate.supports),
+}
+
+
+def lower(node) -> tuple:
+    """(operator, inputs): the operator that runs plan node ``node`` (already ``rewritten``)
+    and the plan nodes whose rows reach its ports, in port order."""
+    if type(node) is P.Aggregate and type(node.input) is P.Window:
+        fused, supports = _FUSED.get(type(node.input.window), (None, None))
+        if fused is not None and supports(node):
+            return fused(node, node.input.window), (node.input.input,)
+    build = _BUILDERS.get(type(node))
+    if build is None:
+        raise NotRunnable(f"{type(node).__name__.strip('_')} does not run in the back end yet")
+    return build(node)

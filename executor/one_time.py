@@ -1,0 +1,88 @@
+"""The one-time modes of a running graph: priming a new query with archived history up to its
+seam, a snapshot (a query run over given batches, its rows valid at one instant), and a replay
+(a query run over archived batches as though none had been late, for recomputing)."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .batches import INF, TE, TS
+from .results import client_batch, timestamps
+from .running_graph import RunningGraph, below
+
+
+def prime(graph: RunningGraph, qid, history: dict, seam: int) -> dict:
+    """Feed privately built query ``qid`` the archived tuples its windows reach back to
+    ({stream: table in event-time order}), as though it had run all along; of what that
+    gives, only rows still valid at ``seam`` (the instant live data takes over) go out,
+    except in a loop, which starts at the seam (ST) and answers for every iteration."""
+    out: dict = {}
+    graph.open_query(qid, seam)          # ST is when the query started, not its first tuple
+    vertices = [v for v in below(graph.queries[qid].sink) if v.op is not None]
+    loops = any(v.op.iterates for v in vertices)
+    for v in vertices:
+        if v.op.source in history:
+            for batch in history[v.op.source].to_batches():
+                for first in v.op.on_batch(batch):
+                    graph.announce_start(v, pc.min(first.column(TS)).as_py())
+                    graph.deliver(v, [first], out)
+    # a loop says which stretch of time it answers for; other windows answer from now
+    rows = [b if loops else b.filter(pc.greater(b.column(TE), seam))
+            for b in out.get(qid, [])]
+    return graph.client({qid: rows} if rows else {})
+
+
+def snapshot(graph: RunningGraph, qid, batches: dict, at: int | None) -> pa.Table | None:
+    """Query ``qid`` run over ``batches`` ({stream: [batch]}, each in event-time order)
+    to the end: its rows valid at instant ``at`` (default: the latest tuple's time)."""
+    out: dict = {}
+    latest = [graph.feed(name, b, out) for name, group in batches.items() for b in group]
+    latest = [t for t in latest if t is not None]
+    last = at if at is not None else (max(latest) if latest else None)
+    for other in list(graph.queries.values()):     # relations first: they were added first
+        graph.flush(other.sink, out)
+    q = graph.queries[qid]
+    rows = [b for b in out.get(qid, []) if b.num_rows]
+    if not rows or last is None:
+        return None
+    table = pa.Table.from_batches(rows)
+    table = table.filter(pc.and_(pc.less_equal(table.column(TS), last),
+                                 pc.greater(table.column(TE), last)))
+    return pa.Table.from_batches([client_batch(q.plan, q.out_names, b)
+                                  for b in table.to_batches()])
+
+
+def replay(graph: RunningGraph, qid, batches: dict, seam: int,
+           spans: np.ndarray) -> pa.Table | None:
+    """Query ``qid`` run over ``batches`` ({stream: [batch]}, each in event-time order)
+    to the end, as though every tuple had come in time: its rows that began by ``seam``
+    and overlap one of ``spans`` (an (n, 2) array of [from, to) µs, sorted, disjoint),
+    a row still holding at the seam open-ended; with valid_from / valid_to always."""
+    out: dict = {}
+    for name, group in batches.items():
+        for b in group:
+            graph.feed(name, b, out)
+    q = graph.queries[qid]
+    graph.flush(q.sink, out)
+    rows = [b for b in out.get(qid, []) if b.num_rows]
+    if not rows or not len(spans):
+        return None
+    table = pa.Table.from_batches(rows).combine_chunks()
+    ts = table.column(TS).to_numpy(zero_copy_only=False)
+    te = table.column(TE).to_numpy(zero_copy_only=False)
+    first = np.searchsorted(spans[:, 1], ts, side="right")    # first span ending after ts
+    hit = (first < len(spans)) & (ts <= seam)
+    hit &= spans[np.minimum(first, len(spans) - 1), 0] < te
+    table = table.filter(pa.array(hit))
+    te = np.where(te[hit] > seam, INF, te[hit])
+    table = table.set_column(table.schema.get_field_index(TE), TE, pa.array(te, pa.int64()))
+    table = table.sort_by([(TS, "ascending")])
+    out_batches = []
+    for b in table.to_batches():
+        c = client_batch(q.plan, q.out_names, b)
+        for name, src in (("valid_from", TS), ("valid_to", TE)):
+            if name not in c.schema.names:
+                c = c.append_column(name, timestamps(b.column(src)))
+        out_batches.append(c)
+    return pa.Table.from_batches(out_batches) if out_batches else None

@@ -1,0 +1,365 @@
+"""The running graph: every continuous query in one graph of operators. Queries reading a
+stream share its scan, identical per-tuple operators (scan, time window, σ, μ) run once, and
+each query ends in its own sink; batches and watermarks are routed up from the scans, and what
+reaches a sink leaves with the client's columns. ``push``/``watermark`` return {query id:
+[result batches]}. The graph owns the DuckDB database its operators take cursors of."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import lowering
+from . import plan as P
+from .batches import TS, Watermark
+from .context import OperatorContext, wall_clock
+from .duck import Database
+from .operators.filter_map import GroupedFilter
+from .results import client_batch
+
+
+class _Vertex:
+    """One operator in the shared graph. ``parents`` are (vertex, port) edges; a query's sink
+    is a vertex without an operator whose ``sinks`` say which queries read it."""
+    __slots__ = ("op", "parents", "children", "key", "sinks", "grouped")
+
+    def __init__(self, op, key=None):
+        self.op, self.key = op, key
+        self.parents: list = []
+        self.children: list = []
+        self.sinks: list = []
+        self.grouped = None         # the GroupedFilter of the σ's reading this vertex
+
+
+class _Query:
+    __slots__ = ("qid", "plan", "sink", "out_names", "rows_in", "rows_out", "feeds", "streams",
+                 "unopened")
+
+    def __init__(self, qid, plan, feeds=None):
+        self.qid, self.plan, self.feeds = qid, plan, feeds
+        self.streams: set = set()
+        self.out_names = [c.name for c in plan.root.schema]
+        self.rows_in = self.rows_out = 0
+        self.unopened: list = []    # vertices of a private query, opened when it is primed
+
+
+def below(sink: _Vertex) -> list:
+    """Every vertex below ``sink`` (and ``sink``), children before parents."""
+    order, seen = [], set()
+
+    def visit(v):
+        if id(v) in seen:
+            return
+        seen.add(id(v))
+        for c in v.children:
+            visit(c)
+        order.append(v)
+
+    visit(sink)
+    return order
+
+
+def _loop_below(v: _Vertex):
+    """The loop window an operator reads through a chain of one-input operators, if any."""
+    while len(v.children) == 1:
+        v = v.children[0]
+        if v.op.iterates:
+            return v.op
+    return None
+
+
+def _step(op, m, port: int) -> list:
+    """Message ``m`` (a batch or a watermark) into ``op``'s ``port``."""
+    return op.on_watermark(m.ts, port) if isinstance(m, Watermark) else op.on_batch(m, port)
+
+
+class RunningGraph:
+    """Every running query in one graph (see the module's docstring). ``clock``: µs, for the
+    operators' context; ``database``: one to borrow (a one-time query's graph may use the
+    running graph's, which costs no new database), else the graph makes its own."""
+
+    def __init__(self, clock=wall_clock, database: Database | None = None):
+        self.database = database if database is not None else Database()
+        self._owns_database = database is None
+        self.context = OperatorContext(cursor=self.database, clock=clock)
+        self.scans: dict = {}           # stream name (lower) -> [vertex]
+        self.shared: dict = {}          # canonical subtree -> vertex
+        self.queries: dict = {}         # query id -> _Query
+        self.failures: dict = {}        # query id -> error, for queries an operator failed
+        self.tables: dict = {}          # table name (lower) -> [operators reading it]
+        self._private = False           # building a query that shares nothing
+        self._qid = None                # the query being built
+        self._new: list = []            # the vertices built for it
+
+    @property
+    def table_data(self) -> dict:
+        """Table name (lower) -> its latest contents, as stream–table joins read them."""
+        return self.context.tables
+
+    @table_data.setter
+    def table_data(self, tables: dict) -> None:
+        # a one-time query's graph reads the running graph's tables
+        self.context = replace(self.context, tables=tables)
+
+    # ------------------------------------------------------------------ building
+    def add(self, qid, plan: P.Plan, feeds: str | None = None, private: bool = False) -> None:
+        """Run ``plan`` as query ``qid``; with ``feeds``, its results are also the tuples of
+        the relation of that name (a named window or derived stream) other queries read.
+        ``private``: share no vertex; the query is about to be primed with history
+        (``open_query``), which opens its operators with the seam as ST."""
+        q = _Query(qid, plan, feeds.lower() if feeds else None)
+        sink = _Vertex(None)
+        sink.sinks.append(qid)
+        q.sink = sink
+        self._private, self._qid, self._new = private, qid, []
+        try:
+            self._build(plan.root, sink, 0)
+        except lowering.NotRunnable:
+            self._release(sink)
+            raise
+        finally:
+            self._private = False
+        self.queries[qid] = q
+        q.streams = self._reads(sink)
+        if private:
+            q.unopened = self._new
+        else:
+            for v in self._new:
+                self._open(v, self.context)
+        self._new = []
+
+    def open_query(self, qid, st: int) -> None:
+        """Open the operators of privately built query ``qid``, which starts at ``st``."""
+        q = self.queries[qid]
+        context = replace(self.context, st=st)
+        for v in q.unopened:
+            self._open(v, context)
+        q.unopened = []
+
+    def _open(self, v: _Vertex, context: OperatorContext) -> None:
+        v.op.open(context)
+        for name in v.op.tables:
+            self.tables.setdefault(name, []).append(v.op)
+
+    def _build(self, node, parent: _Vertex, port: int) -> _Vertex:
+        node = lowering.rewritten(node)
+        key = None if self._private else lowering.share_key(node, self._qid)
+        v = self.shared.get(key) if key is not None else None
+        if v is not None:
+            self._link(v, parent, port)
+            return v
+        op, kids = lowering.lower(node)
+        v = _Vertex(op, key)
+        self._link(v, parent, port)
+        self._new.append(v)
+        if key is not None:
+            self.shared[key] = v
+        if op.source is not None:
+            self.scans.setdefault(op.source, []).append(v)
+        for i, child in enumerate(kids):
+            self._build(child, v, i)
+        loop = _loop_below(v)
+        if loop is not None:
+            op.follow_loop(loop)        # one row per iteration of a StreaQueL loop
+        return v
+
+    @staticmethod
+    def _link(child: _Vertex, parent: _Vertex, port: int) -> None:
+        child.parents.append((parent, port))
+        parent.children.append(child)
+
+    def remove(self, qid) -> None:
+        """End a query and free its state at once; shared vertices go with their last reader."""
+        q = self.queries.pop(qid, None)
+        if q is not None:
+            self._release(q.sink)
+
+    def close(self) -> None:
+        """End every query (each operator closes) and close the database if it is its own."""
+        for qid in list(self.queries):
+            self.remove(qid)
+        if self._owns_database:
+            self.database.close()
+
+    def _release(self, v: _Vertex) -> None:
+        for child in v.children:
+            child.parents = [(p, port) for p, port in child.parents if p is not v]
+            if not child.parents:
+                self._drop(child)
+        v.children = []
+
+    def set_table(self, name: str, table: pa.Table) -> None:
+        """A table's contents changed: stream–table joins use them from now on."""
+        self.table_data[name.lower()] = table
+        for op in self.tables.get(name.lower(), ()):
+            op.set_table(name.lower(), table)
+
+    def _drop(self, v: _Vertex) -> None:
+        for name in v.op.tables:
+            readers = self.tables.get(name, [])
+            if v.op in readers:
+                readers.remove(v.op)
+        v.op.close()
+        self._regroup(v, None)
+        if v.key is not None:
+            self.shared.pop(v.key, None)
+        for name, lst in list(self.scans.items()):
+            if v in lst:
+                lst.remove(v)
+                if not lst:
+                    del self.scans[name]
+        self._release(v)
+
+    @staticmethod
+    def _reads(sink: _Vertex) -> set:
+        names, stack, seen = set(), [sink], set()
+        while stack:
+            v = stack.pop()
+            if id(v) not in seen:
+                seen.add(id(v))
+                if v.op is not None and v.op.source is not None:
+                    names.add(v.op.source)
+                stack.extend(v.children)
+        return names
+
+    # the name the graph's tests walk a query's vertices by
+    _all = staticmethod(below)
+
+    # ------------------------------------------------------------------ routing
+    def deliver(self, v: _Vertex, messages: list, out: dict) -> None:
+        """``v``'s output ``messages`` to the operators and sinks above it, and on up."""
+        if not messages:
+            return
+        for qid in v.sinks:
+            out.setdefault(qid, []).extend(m for m in messages if not isinstance(m, Watermark))
+            feeds = self.queries[qid].feeds if qid in self.queries else None
+            for scan in self.scans.get(feeds, ()) if feeds else ():
+                self.deliver(scan, [x for m in messages for x in _step(scan.op, m, 0)], out)
+        masks = self._grouped_masks(v, messages)
+        for parent, port in v.parents:
+            op = parent.op
+            if op is None:
+                self.deliver(parent, messages, out)
+                continue
+            nxt = []
+            try:
+                for k, m in enumerate(messages):
+                    if isinstance(m, Watermark):
+                        nxt.extend(op.on_watermark(m.ts, port))
+                    elif masks is not None and op in masks[k]:
+                        nxt.extend(op.on_mask(m, masks[k][op]))
+                    else:
+                        nxt.extend(op.on_batch(m, port))
+            except Exception as e:  # noqa: BLE001 - an operator's error ends its queries only
+                self._fail(parent, f"{type(e).__name__}: {e}")
+                continue
+            self.deliver(parent, nxt, out)
+
+    def _grouped_masks(self, v: _Vertex, messages: list) -> list | None:
+        """For each message, {σ: its mask} when several σ's read ``v`` (one DuckDB pass for
+        them all); None when fewer than two do. If the grouped pass fails (one predicate's
+        error), each σ runs on its own, so the error ends only its own queries."""
+        filters = [p.op for p, _ in v.parents if p.op is not None and p.op.predicate is not None]
+        if len(filters) < 2:
+            self._regroup(v, None)
+            return None
+        if v.grouped is None or v.grouped.filters != filters:
+            self._regroup(v, filters)
+        masks = []
+        for m in messages:
+            if isinstance(m, Watermark) or m.num_rows == 0:
+                masks.append({})
+                continue
+            try:
+                masks.append(dict(zip(filters, v.grouped.masks(m))))
+            except Exception:  # noqa: BLE001 - found again, per σ, by on_batch
+                masks.append({})
+        return masks
+
+    def _regroup(self, v: _Vertex, filters: list | None) -> None:
+        """The σ's reading ``v`` changed: a grouped filter for ``filters`` (None: none)."""
+        if v.grouped is not None:
+            v.grouped.close()
+        v.grouped = GroupedFilter(filters, self.context.cursor()) if filters else None
+
+    def _fail(self, v: _Vertex, error: str) -> None:
+        for qid in v.sinks:
+            self.failures.setdefault(qid, error)
+        for parent, _ in v.parents:
+            self._fail(parent, error)
+
+    def take_failures(self) -> dict:
+        out, self.failures = self.failures, {}
+        return out
+
+    def finished(self) -> list:
+        """Queries that can produce nothing more (their LIMIT is reached)."""
+        return [qid for qid, q in self.queries.items()
+                if q.sink.children and q.sink.children[0].op.exhausted()]
+
+    def announce_start(self, v: _Vertex, ts: int) -> None:
+        """An aggregate without GROUP BY answers at every instant from when the streams it
+        reads begin (COUNT(*) = 0 over an empty window): tell the operators above a scan
+        when that scan's first tuple came."""
+        for parent, _ in v.parents:
+            if parent.op is not None:
+                parent.op.on_start(ts)
+            self.announce_start(parent, ts)
+
+    def flush(self, sink: _Vertex, out: dict) -> None:
+        """The input has ended: every operator below ``sink`` gives up what it holds."""
+        for v in below(sink):
+            if v.op is not None:
+                self.deliver(v, v.op.on_end(), out)
+
+    def feed(self, stream: str, batch: pa.RecordBatch, out: dict) -> int | None:
+        """A stream's batch into every scan of it; returns its latest ts (µs), if any."""
+        latest = None
+        for v in list(self.scans.get(stream.lower(), ())):
+            for first in v.op.on_batch(batch):
+                lo, hi = pc.min_max(first.column(TS)).values()
+                self.announce_start(v, lo.as_py())
+                latest = hi.as_py() if latest is None else max(latest, hi.as_py())
+                self.deliver(v, [first], out)
+        return latest
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> dict:
+        out: dict = {}
+        self.feed(stream, batch, out)
+        return self.client(out, batch.num_rows, stream)
+
+    def watermark(self, stream: str, ts: int) -> dict:
+        out: dict = {}
+        for v in list(self.scans.get(stream.lower(), ())):
+            self.deliver(v, v.op.on_watermark(ts), out)
+        return self.client(out)
+
+    def end(self, qid) -> list:
+        """Flush what query ``qid`` still holds (its input has ended)."""
+        out: dict = {}
+        self.flush(self.queries[qid].sink, out)
+        return self.client({qid: out.get(qid, [])}).get(qid, [])
+
+    def state_size(self, qid) -> int:
+        """Rows held by the operators query ``qid`` reads (shared ones included)."""
+        return sum(v.op.state_size() for v in below(self.queries[qid].sink)
+                   if v.op is not None)
+
+    # ------------------------------------------------------------------ output
+    def client(self, out: dict, rows_in: int = 0, stream: str | None = None) -> dict:
+        """Result batches with the client's columns, pseudo-columns as timestamps."""
+        result = {}
+        if stream is not None:
+            for q in self.queries.values():
+                if stream.lower() in q.streams:
+                    q.rows_in += rows_in
+        for qid, batches in out.items():
+            q = self.queries.get(qid)
+            if q is None:
+                continue
+            client = [client_batch(q.plan, q.out_names, b) for b in batches if b.num_rows]
+            q.rows_out += sum(b.num_rows for b in client)
+            if client:
+                result[qid] = client
+        return result

@@ -1,0 +1,56 @@
+"""Priming from the archive: a query whose windows reach into archived streams' past is started
+with each stream's history up to its seam (the watermark: what the back end has been given,
+late tuples too), so live data after the seam follow it. The caller keeps stream data still."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from gateway.clearinghouse.slack import NO_TIME, micros
+
+
+@dataclass(frozen=True)
+class History:
+    """An archived stream whose past a new query's windows reach into: the tuples newer than
+    ``reach_us`` before the seam (``None``: all of them), or, for a fixed window, from
+    ``since_us`` on, or, for a loop, from its first window's start when it starts at the
+    seam (``edge``)."""
+    stream: str                # relation name, as the back end knows it
+    key: str                   # schema.name, as the archive knows it
+    ts_column: str
+    fragment: str | None
+    reach_us: int | None = None
+    since_us: int | None = None
+    edge: object = None        # seam -> the earliest instant needed (a loop's first window)
+
+    def after(self, seam: int | None) -> int | None:
+        """The newest event time before the tuples needed (None: all of them)."""
+        if self.edge is not None:
+            first = self.edge(seam) if seam is not None else None
+            return None if first is None else first - 1
+        if self.since_us is not None:
+            return self.since_us - 1
+        if self.reach_us is None or seam is None:
+            return None
+        return seam - self.reach_us
+
+
+async def start_primed(archive, pool, seam_of, histories: list, start):
+    """Read each stream's history up to its seam (``seam_of(stream)``: its watermark, or None)
+    and ``await start(history, seam)``, which registers the query; the seam passed is the
+    newest of the streams' (``NO_TIME`` when no stream has history)."""
+    loop = asyncio.get_running_loop()
+    history, seams = {}, []
+    for stream in {h.stream.lower() for h in histories}:
+        mine = [h for h in histories if h.stream.lower() == stream]
+        seam = seam_of(stream)
+        afters = [h.after(seam) for h in mine]       # the widest reach of them all
+        after = None if None in afters else min(afters)
+        h = mine[0]
+        table = await loop.run_in_executor(pool, archive.read, h.key, h.ts_column, after,
+                                           seam, h.fragment)
+        if table is not None:
+            history[stream] = table
+            top = int(micros(table.column(h.ts_column).combine_chunks())[-1])
+            seams.append(seam if seam is not None else top)
+    return await start(history, max(seams) if seams else NO_TIME)

@@ -1,0 +1,91 @@
+"""Transaction control the session answers itself: BEGIN, COMMIT / END, ROLLBACK / ABORT,
+SAVEPOINT, RELEASE and ROLLBACK TO SAVEPOINT (DuckDB has no nested transactions)."""
+from __future__ import annotations
+
+import re
+
+
+from dialect.names import fold
+
+from gateway.pgwire import errors as E
+from gateway.pgwire.results import Done
+from gateway.sessions.portals import TxStatus
+
+from gateway.sessions.command_text import statement_body, warn
+
+
+# ---------------------------------------------------------------------- transaction control
+async def begin(session, p, params):
+    if session.status != TxStatus.IDLE:
+        warn(session, "25001", "there is already a transaction in progress")
+        return Done("BEGIN")
+    await session._call(session.begin)
+    return Done("BEGIN")
+
+
+async def commit(session, p, params):
+    if session.status == TxStatus.IDLE:
+        warn(session, "25P01", "there is no transaction in progress")
+        return Done("COMMIT")
+    return Done(await session._call(session.end_transaction, True))
+
+
+async def rollback(session, p, params):
+    if session.status == TxStatus.IDLE:
+        warn(session, "25P01", "there is no transaction in progress")
+        return Done("ROLLBACK")
+    await session._call(session.end_transaction, False)
+    return Done("ROLLBACK")
+
+
+def _need_block(session, what: str) -> None:
+    if session.status == TxStatus.IDLE:
+        raise E.NoActiveTransaction(f"{what} can only be used in transaction blocks")
+
+
+async def savepoint(session, p, params):
+    _need_block(session, "SAVEPOINT")
+    name = fold(re.sub(r"^savepoint\s+", "", statement_body(p), flags=re.I))
+    session.savepoints.append((name, session.writes_in_tx))
+    return Done("SAVEPOINT")
+
+
+def _find_savepoint(session, name: str) -> int:
+    for i in range(len(session.savepoints) - 1, -1, -1):
+        if session.savepoints[i][0] == name:
+            return i
+    raise E.InvalidSavepoint(f'savepoint "{name}" does not exist')
+
+
+async def release(session, p, params):
+    _need_block(session, "RELEASE SAVEPOINT")
+    name = fold(re.sub(r"^release\s+(savepoint\s+)?", "", statement_body(p), flags=re.I))
+    del session.savepoints[_find_savepoint(session, name):]
+    return Done("RELEASE")
+
+
+async def rollback_to(session, p, params):
+    """DuckDB has no nested transactions: a savepoint can be restored only while the transaction
+    has written nothing, by restarting it (reads see a fresh snapshot)."""
+    _need_block(session, "ROLLBACK TO SAVEPOINT")
+    name = fold(re.sub(r"^rollback\s+(work\s+|transaction\s+)?to\s+(savepoint\s+)?", "",
+                        statement_body(p), flags=re.I))
+    i = _find_savepoint(session, name)
+    if session.writes_in_tx:
+        raise E.FeatureNotSupported(
+            "ROLLBACK TO SAVEPOINT after writes is not supported by cqgate",
+            hint="ROLLBACK the whole transaction and run it again.")
+    del session.savepoints[i + 1:]
+    kept = list(session.savepoints)
+
+    def restart():
+        try:
+            session.con.execute("ROLLBACK")
+        except Exception:  # noqa: BLE001 - the DuckDB transaction may already be gone
+            pass
+        session.con.execute("BEGIN TRANSACTION")
+
+    await session._call(restart)
+    session.status = TxStatus.IN_BLOCK
+    session.savepoints[:] = kept
+    return Done("ROLLBACK")
