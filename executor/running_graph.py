@@ -223,9 +223,6 @@ class RunningGraph:
                 stack.extend(v.children)
         return names
 
-    # the name the graph's tests walk a query's vertices by
-    _all = staticmethod(below)
-
     # ------------------------------------------------------------------ routing
     def deliver(self, v: _Vertex, messages: list, out: dict) -> None:
         """``v``'s output ``messages`` to the operators and sinks above it, and on up."""

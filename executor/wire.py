@@ -165,17 +165,6 @@ def decode(kind: bytes, payload) -> Control:
         raise FrameError(f"{cls.__name__} frame: {e}") from e
 
 
-def control(kind: bytes, **fields) -> bytes:
-    """The frame of the message of ``kind`` with these fields (``encode`` by kind byte)."""
-    return encode(MESSAGES[kind](**fields))
-
-
-def parse_control(payload) -> dict:
-    """A control payload's fields as a plain dict, for a look at one field without its kind;
-    the gateway and the back end read messages (``decode``)."""
-    return json.loads(payload)
-
-
 def read_ipc(data) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 

@@ -1,4 +1,4 @@
-"""The shared query graph (executor/graph.py) driven directly: identical per-tuple operators
+"""The shared query graph (executor/running_graph.py) driven directly: identical per-tuple operators
 are built once for all the queries that read them, a query's removal frees exactly its own
 state, a failing operator ends only the queries above it, LIMIT ends a query, and a named
 relation's results feed the queries that read it."""
@@ -9,6 +9,7 @@ import dialect  # noqa: F401
 from dialect.planner import MemoryCatalog, Relation, plan
 from executor import plan as P
 from executor.graph import Graph
+from executor.running_graph import below
 
 S = 1_000_000
 CATALOG = MemoryCatalog().add(Relation("s", "stream", (("k", "INT"), ("v", "INT"),
@@ -58,7 +59,7 @@ def test_an_aggregate_twice_in_one_query_runs_once():
     g.add(2, _plan(counts))
 
     def aggregates(qid):
-        return {id(v) for v in g._all(g.queries[qid].sink) if "Aggregate" in type(v.op).__name__}
+        return {id(v) for v in below(g.queries[qid].sink) if "Aggregate" in type(v.op).__name__}
     assert len(aggregates(1)) == 2                 # the shared count, and MAX over it
     assert not aggregates(1) & aggregates(2)
     out = g.push("s", _batch([(1, 1, 1), (1, 1, 2), (2, 1, 3), (3, 1, 9)]))
@@ -154,7 +155,7 @@ def test_queued_batches_of_a_stream_are_taken_as_one():
     a, b = socket.socketpair()
     try:
         a.sendall(wire.data("s", _batch([(1, 1, 1)])) +
-                  wire.control(wire.PROGRESS, stream="s", ts=1 * S) +
+                  wire.encode(wire.Progress("s", 1 * S)) +
                   wire.data("s", _batch([(2, 2, 2), (3, 3, 3)])) +
                   wire.data("t", _batch([(4, 4, 4)])) +
                   wire.data("s", _batch([(5, 5, 5)])))

@@ -20,6 +20,7 @@ from executor import plan as P
 from executor.batches import INF, TE, TS, Watermark
 from executor.context import OperatorContext
 from executor.graph import Graph
+from executor.running_graph import below
 from executor.loops import NotLive
 from executor.operators import (aggregate, filter_map, join, loop_window, range_aggregate,
                                 rows_window, slide_aggregate, window)
@@ -365,7 +366,7 @@ def test_a_private_query_opens_when_primed_with_the_seam_as_st():
     loop = ("SELECT valid_from, valid_to, COUNT(*) FROM s "
             "for (t = ST; t < ST + 50; t += 10) { WindowIs(s, t - 4, t) }")
     g.add("p", _plan(loop), private=True)
-    ops = [v.op for v in g._all(g.queries["p"].sink) if v.op is not None]
+    ops = [v.op for v in below(g.queries["p"].sink) if v.op is not None]
     assert all(op.con is None for op in ops)                      # not open yet
     history = _stream([(1, 1, 97 * S), (1, 1, 107 * S), (1, 1, 118 * S)])
     primed = g.prime("p", {"s": pa.Table.from_batches([history])}, 100 * S)

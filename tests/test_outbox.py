@@ -1,4 +1,4 @@
-"""The gateway's outbox to the back end (gateway/outbox.py): frames written from the loop and
+"""The gateway's outbox to the back end (gateway/link/outbox.py): frames written from the loop and
 from other threads arrive whole and in each writer's order, Arrow buffers go out uncopied,
 ``drain`` holds a writer while the reader is behind and lets it go once the reader catches up,
 and a reader that is gone never leaves a writer waiting."""
@@ -32,10 +32,10 @@ def test_frames_arrive_whole_and_in_order_from_any_thread():
         batch = pa.record_batch({"x": pa.array(range(50_000))})
         for k in range(20):
             out.write(wire.data_parts("s", batch))
-            out.write(wire.control(wire.PROGRESS, stream="s", ts=k))
+            out.write(wire.encode(wire.Progress("s", k)))
             await out.drain()
         others = [threading.Thread(target=lambda n=n: [
-            out.write(wire.control(wire.DROP, qid=n * 100 + i)) for i in range(50)])
+            out.write(wire.encode(wire.Drop(n * 100 + i))) for i in range(50)])
             for n in range(3)]
         for t in others:
             t.start()
@@ -49,11 +49,11 @@ def test_frames_arrive_whole_and_in_order_from_any_thread():
 
     got = asyncio.run(asyncio.wait_for(main(), 30))
     data = [f for f in got if f[0] == wire.DATA]
-    progress = [wire.parse_control(p)["ts"] for k, p in got if k == wire.PROGRESS]
+    progress = [wire.decode(k, p).ts for k, p in got if k == wire.PROGRESS]
     assert len(data) == 20 and progress == list(range(20))
     assert all(wire.parse_data(p)[1].column("x").to_pylist() == list(range(50_000))
                for _, p in data)
-    drops = [wire.parse_control(p)["qid"] for k, p in got if k == wire.DROP]
+    drops = [wire.decode(k, p).qid for k, p in got if k == wire.DROP]
     for n in range(3):                         # each thread's frames in its own order
         assert [q for q in drops if q // 100 == n] == [n * 100 + i for i in range(50)]
 

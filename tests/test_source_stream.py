@@ -1,4 +1,4 @@
-"""A source connection's reader (gateway/source_stream.py) over a real socket: the head line,
+"""A source connection's reader (gateway/clearinghouse/source_stream.py) over a real socket: the head line,
 then whole lines however the sender cut its writes, the last line without its newline, a line
 over the limit, and a reader that pauses the socket while too much waits unread."""
 import asyncio

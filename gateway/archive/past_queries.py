@@ -80,8 +80,8 @@ class PastRows(LiveRows):
     progress lines become NOTICEs. Read like a continuous query's rows (forward only);
     closing it early cancels the Spark jobs."""
 
-    def __init__(self, fields: list, schema: pa.Schema):
-        super().__init__(fields, schema, 0, "", 0, "", None)
+    def __init__(self, fields: list, schema: pa.Schema, clock):
+        super().__init__(fields, schema, 0, "", 0, "", None, clock)
         self.job = None
 
     def note(self, message: str) -> None:
@@ -108,7 +108,7 @@ def run(session, tree: exp.Expression, fields: list, schema: pa.Schema) -> PastR
     when it has one, otherwise as Spark's partitions finish)."""
     from pyspark.errors import PySparkException
     loop = session.server.backend.loop
-    rows = PastRows(fields, schema)
+    rows = PastRows(fields, schema, session.server.clock)
     holds = contextlib.ExitStack()
     sql, views = spark_sql(session, tree, holds)
 

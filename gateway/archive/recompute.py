@@ -18,11 +18,11 @@ import pyarrow as pa
 from executor import plan as P
 from executor.wire import INF
 
-from gateway.streams import queries as Q
 from gateway.archive.priming import History
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows
+from gateway.streams import queries as Q
 
 # per window kind: where a tuple at ``t`` stops mattering, and how far back from the
 # earliest late tuple the archive must be read for the window's state there

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from gateway.archive import priming
 from gateway.clearinghouse import heartbeats, shedding, slack
-from gateway.clearinghouse.clock import SYSTEM, Clock
+from gateway.clock import SYSTEM, Clock
 from gateway.clearinghouse.ingest_log import IngestLog
 from gateway.clearinghouse.slack import StreamProgress, micros
 
@@ -17,7 +17,7 @@ from gateway.clearinghouse.slack import StreamProgress, micros
 class Ingest:
     def __init__(self, link, archive=None, pool=None, clock: Clock = SYSTEM):
         self.link = link
-        self.archive = archive            # gateway/archive.py, for TYPE ARCHIVED streams
+        self.archive = archive            # gateway/archive/storage.py: TYPE ARCHIVED streams
         self.pool = pool                  # threads for the archive's file writes
         self.clock = clock
         self.log = IngestLog(clock)

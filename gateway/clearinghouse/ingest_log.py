@@ -12,7 +12,7 @@ from collections import deque
 import numpy as np
 import pyarrow as pa
 
-from gateway.clearinghouse.clock import SYSTEM, Clock
+from gateway.clock import SYSTEM, Clock
 
 KEEP = 10_000          # entries kept per stream and list
 LOG_EVERY = 10.0       # seconds between late-tuple log lines of one stream

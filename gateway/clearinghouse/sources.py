@@ -35,7 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import csv as pacsv
 
-from gateway.clearinghouse.clock import Clock
 from gateway.clearinghouse.slack import micros
 from gateway.clearinghouse.source_stream import LineTooLong, SourceStream
 
@@ -61,12 +60,10 @@ def _arrival(typ: pa.DataType, now_s: float) -> pa.Scalar:
 class Source:
     """One connected source feeding one stream through one wrapper."""
 
-    def __init__(self, server, obj, wrapper: str, peer: str, user=None,
-                 clock: Clock | None = None):
+    def __init__(self, server, obj, wrapper: str, peer: str, user=None):
         self.server, self.obj, self.wrapper, self.peer = server, obj, wrapper, peer
         self.user = user                  # a user wrapper's (init, next, done), or None
-        # lines without an event time are stamped by the clock the clearinghouse reads
-        self.clock = clock if clock is not None else server.ingest.clock
+        self.clock = server.clock         # stamps lines that carry no event time
         self.origin = f"source {peer}"
         self.con = server.store.db.cursor()
         self.line_no = 1

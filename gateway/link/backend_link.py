@@ -21,6 +21,7 @@ import pyarrow as pa
 from executor import plan as P
 from executor import wire
 
+from gateway.clock import SYSTEM, Clock
 from gateway.link.frames import BackendFrames
 from gateway.link.outbox import Outbox
 from gateway.pgwire import errors as E
@@ -42,8 +43,9 @@ def _instant(us: int | None) -> str:
 
 
 class BackendLink:
-    def __init__(self, aggregates: str | None = None):
+    def __init__(self, aggregates: str | None = None, clock: Clock = SYSTEM):
         self.aggregates = aggregates        # user aggregate specs, loaded by the back end too
+        self.clock = clock                  # the time result queues wait by
         self.loop: asyncio.AbstractEventLoop | None = None
         self.proc: subprocess.Popen | None = None
         self.transport: asyncio.Transport | None = None   # reads the back end's frames
@@ -193,7 +195,7 @@ class BackendLink:
         windows reach back to, and where live data takes over; ``label``: how the log names
         it (a cursor, or a plain query)."""
         qid = self.new_qid()
-        live = LiveRows(fields, schema, qid, sql, owner, name, self)
+        live = LiveRows(fields, schema, qid, sql, owner, name, self, self.clock)
         live.streams = P.streams_read(plan.root)
         self._live[qid] = live
         self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
@@ -242,7 +244,7 @@ class BackendLink:
     async def _one_time(self, request: type, history: dict | None,
                         **fields) -> pa.Table | None:
         qid = self.new_qid()
-        live = LiveRows([], None, qid, "", 0, "", self)
+        live = LiveRows([], None, qid, "", 0, "", self, self.clock)
         self._live[qid] = live
         try:
             await self._send_history(qid, history)

@@ -8,7 +8,7 @@ from collections import deque
 
 import pyarrow as pa
 
-from gateway.clearinghouse.clock import SYSTEM, Clock
+from gateway.clock import SYSTEM, Clock
 from gateway.pgwire.errors import QueryCanceled
 
 

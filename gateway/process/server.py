@@ -12,29 +12,31 @@ from concurrent.futures import ThreadPoolExecutor
 
 from executor import plan as P
 
-from gateway.clearinghouse import sources
-from gateway.archive.storage import Archive
-from gateway.link.backend_link import BackendLink
-from gateway.process.config import Config
 from gateway.archive.spark import Spark
+from gateway.archive.storage import Archive
+from gateway.clearinghouse import sources
+from gateway.clearinghouse.ingest import Ingest
+from gateway.clearinghouse.source_stream import SourceStream
+from gateway.clock import SYSTEM, Clock
+from gateway.link.backend_link import BackendLink
+from gateway.pgwire.auth import METHODS, Users
+from gateway.process.config import Config
 from gateway.sessions.connection import Connection
 from gateway.sessions.session import Session
 from gateway.streams import ddl
-from gateway.clearinghouse.ingest import Ingest
-from gateway.pgwire.auth import Users, METHODS
-from gateway.clearinghouse.source_stream import SourceStream
-from gateway.tables.store import Store
 from gateway.streams.registry import StreamRegistry
+from gateway.tables.store import Store
 
 log = logging.getLogger("cqgate")
 COMPACT_EVERY_S = 5.0      # how often archived streams' small files are merged
 
 
 class Server:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, clock: Clock = SYSTEM):
         if config.auth not in METHODS:
             raise ValueError(f"unknown auth method {config.auth!r}; use one of {METHODS}")
         self.config = config
+        self.clock = clock                  # the time every part of the gateway reads
         self.store = Store(config.data_dir)
         self.streams = StreamRegistry(self.store)
         self.users = Users.load(config.users_file, config.users)
@@ -42,10 +44,10 @@ class Server:
                                        thread_name_prefix="cqgate-duckdb")
         self.sessions: dict = {}
         P.load_user_aggregates(config.aggregates)          # fails at start, not at the first query
-        self.backend = BackendLink(config.aggregates)
+        self.backend = BackendLink(config.aggregates, clock)
         self.archive = Archive(config.data_dir)
         self.spark = Spark(config.spark_master, config.data_dir)
-        self.ingest = Ingest(self.backend, self.archive, self.pool)
+        self.ingest = Ingest(self.backend, self.archive, self.pool, clock)
         # user wrappers (CREATE WRAPPER) are imported only from these folders
         self.wrapper_dirs = [os.path.join(config.data_dir, "wrappers")] + \
             [d for d in (config.wrapper_path or "").split(os.pathsep) if d]

@@ -13,18 +13,16 @@ import pyarrow as pa
 
 from dialect.names import fold
 
-from gateway.sessions import settings as S
+from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done, Field, Rows
-from gateway.link.live_rows import LiveRows
-from gateway.sessions.portals import TxStatus
-from gateway.sessions.lexer import strip_leading_comments
-
+from gateway.sessions import settings as S
 from gateway.sessions.command_text import statement_body
 from gateway.sessions.copy_command import copy_statement
 from gateway.sessions.cursors import FETCH_PATTERN, close_cursor, declare, fetch
+from gateway.sessions.lexer import strip_leading_comments
+from gateway.sessions.portals import TxStatus
 from gateway.sessions.transactions import begin, commit, release, rollback, rollback_to, savepoint
-
 
 # (keyword name, pattern on the statement text with leading comments stripped)
 CLASSIFY = [

@@ -5,15 +5,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-
 from dialect.names import fold
 
 from gateway.pgwire import errors as E
-
 from gateway.sessions.command_text import NAME, statement_body
 
 
-# ---------------------------------------------------------------------- COPY
 @dataclass
 class CopyRequest:
     """A COPY the connection carries out (it owns the CopyData stream)."""

@@ -10,17 +10,14 @@ from dialect.errors import PlanError
 from dialect.intervals import interval_us
 from dialect.names import fold
 
+from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done, Rows
-from gateway.link.live_rows import LiveRows
+from gateway.sessions.command_text import NAME, statement_body
+from gateway.sessions.lexer import Statement, strip_leading_comments
 from gateway.sessions.portals import Portal, TxStatus
 from gateway.sessions.prepared import Kind
-from gateway.sessions.lexer import Statement, strip_leading_comments
 
-from gateway.sessions.command_text import NAME, statement_body
-
-
-# ---------------------------------------------------------------------- cursors
 _DECLARE = re.compile(
     rf"^declare\s+(?P<name>{NAME})\s+(?:binary\s+)?(?:(?:asensitive|insensitive)\s+)?"
     rf"(?:(?:no\s+)?scroll\s+)?cursor\s+(?:(?P<hold>with|without)\s+hold\s+)?for\s+",

@@ -1,7 +1,7 @@
 """One client session: settings, transaction state, prepared statements and portals (SQL cursors
 are portals too, as in PostgreSQL), and running a statement on DuckDB or as a session command.
 
-The connection shell (``gateway/connection.py``) turns protocol messages into calls here and
+The connection shell (``gateway/sessions/connection.py``) turns protocol messages into calls here and
 results into bytes; nothing here touches a socket. DuckDB calls run in worker threads.
 """
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from dataclasses import dataclass, field
 
 import duckdb
@@ -19,19 +18,20 @@ from dialect.errors import PlanError
 from dialect.intervals import interval_us
 from dialect.names import fold, quote
 
-from gateway.sessions import commands
-from gateway.sessions import settings as S
-from gateway.sessions.portals import Portals, TxStatus
-from gateway.sessions.prepared import Kind, Prepared
-from gateway.streams import inserts, queries, statements as stream_statements
+from gateway.link.live_rows import LiveRows
 from gateway.pgwire import copy_format as C
-from gateway.tables import system_views
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Done, Field, Rows
-from gateway.link.live_rows import LiveRows
-from gateway.tables import translate as TR
+from gateway.sessions import commands
+from gateway.sessions import settings as S
 from gateway.sessions.lexer import Statement, split
+from gateway.sessions.portals import Portals, TxStatus
+from gateway.sessions.prepared import Kind, Prepared
+from gateway.streams import inserts, queries
+from gateway.streams import statements as stream_statements
+from gateway.tables import system_views
+from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
 
 log = logging.getLogger("cqgate")
@@ -128,9 +128,10 @@ class Session:
         self.con.close()
 
     def statement_deadline(self) -> float | None:
-        """When (time.monotonic) statement_timeout ends the running statement; None: never."""
+        """When (the server clock's monotonic time) statement_timeout ends the running
+        statement; None: never. Result queues wait by the same clock."""
         us = interval_us(self.settings.get("statement_timeout", "0ms"))
-        return time.monotonic() + us / 1e6 if us > 0 else None
+        return self.server.clock.monotonic() + us / 1e6 if us > 0 else None
 
     # ------------------------------------------------------------------ settings
     def set_setting(self, name: str, value: str, *, local: bool = False) -> None:
@@ -369,15 +370,13 @@ class Session:
             return await self.server.ingest.start_primed(list(res.history), start)
         return await start()
 
-    async def _run_command(self, p: Prepared, params: list):
-        return await commands.run_command(self, p, params)
-
     async def _run_table_sql(self, p: Prepared, params: list):
         if p.translated.catalog and system_views.wanted(p.stmt.text):
             await system_views.refresh(self)
         return await self._call(self._run_sql, p, params)
 
-    RUN = {Kind.STREAM: _run_stream, Kind.COMMAND: _run_command, Kind.SQL: _run_table_sql}
+    RUN = {Kind.STREAM: _run_stream, Kind.COMMAND: commands.run_command,
+           Kind.SQL: _run_table_sql}
 
     def _run_sql(self, p: Prepared, params: list) -> Rows | Done:
         tr = p.translated

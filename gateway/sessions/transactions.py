@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import re
 
-
 from dialect.names import fold
 
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
+from gateway.sessions.command_text import statement_body, warn
 from gateway.sessions.portals import TxStatus
 
-from gateway.sessions.command_text import statement_body, warn
 
-
-# ---------------------------------------------------------------------- transaction control
 async def begin(session, p, params):
     if session.status != TxStatus.IDLE:
         warn(session, "25001", "there is already a transaction in progress")

@@ -17,15 +17,13 @@ from dialect.names import folded
 from dialect.planner import plan
 from executor import plan as P
 
+from gateway.clearinghouse.slack import micros
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
-from gateway.clearinghouse.slack import micros
+from gateway.streams.queries import archive_reach, plan_error, tables_of
 from gateway.streams.registry import BUILTIN_WRAPPERS, SessionCatalog, StreamObject
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
-
-from gateway.streams.queries import archive_reach, plan_error, tables_of
-
 
 # WITH (...) options a stream accepts, each with a check of its value
 STREAM_OPTIONS = {

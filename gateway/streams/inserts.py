@@ -2,11 +2,9 @@
 declares them, and delivered through the clearinghouse; UPDATE and DELETE are refused."""
 from __future__ import annotations
 
-
 import duckdb
 import pyarrow as pa
 from sqlglot import exp
-
 
 from dialect.names import quote
 
@@ -17,7 +15,6 @@ from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
 
 
-# ---------------------------------------------------------------------- stream data
 def _target(session, tree) -> tuple[StreamObject, list]:
     """The stream an INSERT writes to, and the columns it names (all when none)."""
     target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this

@@ -17,10 +17,10 @@ from dialect.planner import explain, is_continuous, plan
 from executor import plan as P
 
 from gateway.archive import past_queries as archive_query
+from gateway.archive.priming import History
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows
-from gateway.archive.priming import History
 from gateway.streams.registry import SessionCatalog
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error

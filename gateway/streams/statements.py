@@ -11,12 +11,11 @@ from sqlglot import exp
 from dialect import expressions as X
 
 from gateway.archive import recompute
-from gateway.tables import translate as TR
-
 from gateway.streams.ddl import alter, create_stream, create_window, create_wrapper, drop
 from gateway.streams.inserts import insert, refuse_change
-from gateway.streams.queries import QUERY_PLAN, continuous_query, explain_statement, plan_query, result_fields
-
+from gateway.streams.queries import (QUERY_PLAN, continuous_query, explain_statement, plan_query,
+                                     result_fields)
+from gateway.tables import translate as TR
 
 HANDLERS = {
     X.CreateStream: create_stream,

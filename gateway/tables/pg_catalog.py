@@ -5,7 +5,7 @@ functions (always current, transaction-consistent), static tables for types and 
 tables with the right columns for features cqgate does not have (policies, publications,
 inheritance), and macros for the pg_* functions. ``cq_relations``/``cq_columns`` hold relations
 that are not DuckDB tables (streams and windows, added by later layers) so they list alongside.
-The SQL translator (``gateway/sql/translate.py``) points catalog names at this database.
+The SQL translator (``gateway/tables/translate.py``) points catalog names at this database.
 """
 from __future__ import annotations
 
