@@ -8,7 +8,8 @@ Expressions are ``Expr``: DuckDB SQL text over the operator's input columns (quo
 the columns it reads and its DuckDB result type, so the back end evaluates them on whole Arrow
 batches without a SQL parser of its own. ``to_dict``/``from_dict`` turn a plan into plain data
 (JSON-able) for the plan queue; ``explain`` prints the tree with the algebra's symbols. The
-window kinds (``windows.py``) and how far back each reaches (``reach.py``) are re-exported here.
+window kinds (``windows/``) and how far back each reaches (``windows/reach.py``) are re-exported
+here.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from executor.udf import return_type as user_aggregate_type  # noqa: F401 - re-e
 from executor.windows import (  # noqa: F401 - re-exported
     FixedWindow, IntervalWindow, LoopWindow, NowWindow, RangeWindow, RowsWindow, SlideWindow,
     UnboundedWindow, WindowKind)
-from executor.reach import reach, reaches_back  # noqa: F401 - re-exported
+from executor.windows.reach import reach, reaches_back  # noqa: F401 - re-exported
 
 # --------------------------------------------------------------------------- building blocks
 

@@ -1,6 +1,6 @@
-"""The shared query graph (executor/running_graph.py) driven directly: identical per-tuple operators
-are built once for all the queries that read them, a query's removal frees exactly its own
-state, a failing operator ends only the queries above it, LIMIT ends a query, and a named
+"""The shared query graph (executor/graph/running_graph.py) driven directly: identical per-tuple
+operators are built once for all the queries that read them, a query's removal frees exactly its
+own state, a failing operator ends only the queries above it, LIMIT ends a query, and a named
 relation's results feed the queries that read it."""
 import pyarrow as pa
 import sqlglot
@@ -9,7 +9,7 @@ import dialect  # noqa: F401
 from dialect.planner import MemoryCatalog, Relation, plan
 from executor import plan as P
 from executor.graph import Graph
-from executor.running_graph import below
+from executor.graph.running_graph import below
 
 S = 1_000_000
 CATALOG = MemoryCatalog().add(Relation("s", "stream", (("k", "INT"), ("v", "INT"),

@@ -20,8 +20,8 @@ from executor import plan as P
 from executor.batches import INF, TE, TS, Watermark
 from executor.context import OperatorContext
 from executor.graph import Graph
-from executor.running_graph import below
-from executor.loops import NotLive
+from executor.graph.running_graph import below
+from executor.windows.loops import NotLive
 from executor.operators import (aggregate, filter_map, join, loop_window, range_aggregate,
                                 rows_window, slide_aggregate, window)
 

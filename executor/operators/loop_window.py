@@ -6,7 +6,7 @@ the end of the last one.
 
 ``ST`` (the query's start) is the event time of the first tuple the query sees, and ``NOW``
 is the same instant: a loop over live data starts with the data. The iterations are computed
-once (``loops.py``), then each batch is placed with two binary searches (``left`` and
+once (``windows/loops.py``), then each batch is placed with two binary searches (``left`` and
 ``right`` must not move back in time).
 
 A loop over an archived stream starts primed: ST is then the instant the query started (the
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..batches import TS, with_interval
-from ..loops import iterations
+from ..windows.loops import iterations
 from .base import Stateless
 
 

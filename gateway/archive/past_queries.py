@@ -35,7 +35,7 @@ def _text(us: int) -> str:
 def _stream(session, ref: X.StreamRef):
     t = ref.this
     schema = (t.db or "public") if isinstance(t, exp.Table) else "public"
-    obj = session.server.streams.get(schema, t.name, kinds=("stream",))
+    obj = session.services.streams.get(schema, t.name, kinds=("stream",))
     if obj is None:
         raise E.FeatureNotSupported(f'"{t.name}" is not a stream: only a stream has an archive')
     if not obj.archived:
@@ -50,7 +50,7 @@ def spark_sql(session, tree: exp.Expression, holds: contextlib.ExitStack) -> tup
     still (no compaction) from when they are listed until the query is done."""
     tree = tree.copy()
     views, lows, highs = {}, [], []
-    archive = session.server.archive
+    archive = session.services.archive
     for ref in list(tree.find_all(X.StreamRef)):
         w = window_of(ref.args["window"], None, timestamp_us)
         obj = _stream(session, ref)
@@ -107,8 +107,8 @@ def run(session, tree: exp.Expression, fields: list, schema: pa.Schema) -> PastR
     """Start the query on Spark; its rows arrive in the returned queue (in ORDER BY order
     when it has one, otherwise as Spark's partitions finish)."""
     from pyspark.errors import PySparkException
-    loop = session.server.backend.loop
-    rows = PastRows(fields, schema, session.server.clock)
+    loop = session.services.backend.loop
+    rows = PastRows(fields, schema, session.services.clock)
     holds = contextlib.ExitStack()
     sql, views = spark_sql(session, tree, holds)
 
@@ -121,7 +121,7 @@ def run(session, tree: exp.Expression, fields: list, schema: pa.Schema) -> PastR
         loop.call_soon_threadsafe(rows.finish, None if error is None else _spark_error(error))
 
     try:
-        rows.job = session.server.spark.start(
+        rows.job = session.services.spark.start(
             sql, views, ordered=tree.args.get("order") is not None,
             every=interval_us(session.settings.get("cq.progress_interval", "1s")) / 1e6,
             on_batch=batch, on_progress=lambda m: loop.call_soon_threadsafe(rows.note, m),

@@ -83,7 +83,7 @@ def _streams(session, p: P.Plan) -> list:
     """(window, stream, catalog object) of each stream the query reads, all archived."""
     out = []
     for window, stream in _windows(p.root, []):
-        obj = session.server.streams.by_relation(stream, kinds=("stream",))
+        obj = session.services.streams.by_relation(stream, kinds=("stream",))
         if obj is None or not obj.archived:
             raise E.PgError(f'stream "{stream}" is not archived, so late tuples cannot be '
                             "recomputed", sqlstate="55000",
@@ -103,7 +103,7 @@ def run(session, tree) -> Rows:
     read = _streams(session, p)
     spans = []
     for window, stream, _ in read:
-        late = session.server.ingest.log.late_times(stream)
+        late = session.services.ingest.log.late_times(stream)
         ends = np.asarray(_REACH.get(type(window), _FOREVER)[0](window, late), np.int64)
         spans.append(np.stack([late, ends], axis=1)[ends > late])
     spans = np.concatenate(spans) if spans else np.empty((0, 2), np.int64)
@@ -116,11 +116,11 @@ def run(session, tree) -> Rows:
     history = [History(stream, obj.key, obj.timestamp_column, obj.options.get("fragment"),
                        since_us=_REACH.get(type(window), _FOREVER)[1](window, earliest))
                for window, stream, obj in read]
-    link = session.server.backend
+    link = session.services.backend
 
     def replay(primed, seam):
         return link.recompute(p, primed, seam, merged.tolist())
 
-    table = link.call(session.server.ingest.start_primed(history, replay))
+    table = link.call(session.services.ingest.start_primed(history, replay))
     table = schema.empty_table() if table is None else table.cast(schema)
     return Rows(out_fields, Q.order_and_limit(session, table, tail), "SELECT")

@@ -14,12 +14,14 @@ import os
 import socket
 import sys
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 
 from sqlglot import exp
 
 log = logging.getLogger("cqgate")
+_SETTLE_S = 2.0       # how long the last progress line waits for the tracker to hear the end
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,13 @@ class Progress:
         return (sum(v[0] for v in known), len(stages), sum(v[1] for v in known),
                 sum(v[2] for v in known))
 
+    def settled(self) -> bool:
+        """Whether the tracker has heard every job of the group end: it learns from Spark's
+        listener bus, a moment after the job's results are in."""
+        tracker = self.sc.statusTracker()
+        infos = [tracker.getJobInfo(i) for i in tracker.getJobIdsForGroup(self.group)]
+        return all(j is None or j.status in ("SUCCEEDED", "FAILED") for j in infos)
+
 
 class Job:
     """A query running on Spark in a thread of its own: ``on_batch`` gets each Arrow batch
@@ -243,6 +252,9 @@ class Job:
                 self.on_progress(_progress_line(*now))
                 said = now
         if said is not None or not self.every:
+            waited = time.monotonic() + _SETTLE_S
+            while not progress.settled() and time.monotonic() < waited:
+                time.sleep(0.02)
             final = progress.read()
             if final[1] and final != said:
                 self.on_progress(_progress_line(*final))

@@ -37,6 +37,7 @@ from pyarrow import csv as pacsv
 
 from gateway.clearinghouse.slack import micros
 from gateway.clearinghouse.source_stream import LineTooLong, SourceStream
+from gateway.services import Services
 
 log = logging.getLogger("cqgate")
 CHUNK = 1 << 20                 # bytes read before a chunk of lines is parsed
@@ -60,12 +61,13 @@ def _arrival(typ: pa.DataType, now_s: float) -> pa.Scalar:
 class Source:
     """One connected source feeding one stream through one wrapper."""
 
-    def __init__(self, server, obj, wrapper: str, peer: str, user=None):
-        self.server, self.obj, self.wrapper, self.peer = server, obj, wrapper, peer
+    def __init__(self, services: Services, obj, wrapper: str, peer: str, user=None):
+        self.obj, self.wrapper, self.peer = obj, wrapper, peer
+        self.ingest = services.ingest     # where its tuples go
         self.user = user                  # a user wrapper's (init, next, done), or None
-        self.clock = server.clock         # stamps lines that carry no event time
+        self.clock = services.clock       # stamps lines that carry no event time
         self.origin = f"source {peer}"
-        self.con = server.store.db.cursor()
+        self.con = services.store.db.cursor()
         self.line_no = 1
         self.bad = 0
         self.accepted = 0
@@ -204,8 +206,8 @@ class Source:
     def _bad(self, line: int, reason: str, text: str = "") -> None:
         self.bad += 1
         stream = self.obj.relation().name
-        self.server.ingest.progress(stream).bad += 1
-        self.server.ingest.log.error(stream, self.origin, line, reason, text)
+        self.ingest.progress(stream).bad += 1
+        self.ingest.log.error(stream, self.origin, line, reason, text)
         log.warning("source %s, stream %s, line %d: %s; line skipped", self.peer, self.obj.name,
                     line, reason)
 
@@ -217,8 +219,8 @@ class Source:
         except duckdb.Error:
             self._bad(self.line_no, "punctuation without a timestamp", PUNCTUATE + text)
             return
-        await self.server.ingest.advance(self.obj.relation().name,
-                                         int(micros(value.combine_chunks())[0]))
+        await self.ingest.advance(self.obj.relation().name,
+                                  int(micros(value.combine_chunks())[0]))
 
     async def feed_bytes(self, data: bytes) -> None:
         """Whole lines: Arrow parses clean CSV at once; anything else goes line by line."""
@@ -241,12 +243,12 @@ class Source:
 
     async def _push(self, table: pa.Table | None) -> None:
         if table is not None and table.num_rows:
-            n, _ = await self.server.ingest.push(self.obj.relation().name,
-                                                 self.obj.timestamp_column, table,
-                                                 self.obj.options, self.origin,
-                                                 one_by_one=True,
-                                                 archive=self.obj.key if self.obj.archived
-                                                 else None)
+            n, _ = await self.ingest.push(self.obj.relation().name,
+                                          self.obj.timestamp_column, table,
+                                          self.obj.options, self.origin,
+                                          one_by_one=True,
+                                          archive=self.obj.key if self.obj.archived
+                                          else None)
             self.accepted += n
 
     async def feed(self, lines: list) -> None:
@@ -362,38 +364,38 @@ def load_wrapper(options: dict, dirs: list) -> tuple:
     return tuple(out)
 
 
-def _wrapper_for(server, obj, name: str) -> tuple[str, tuple | None]:
+def _wrapper_for(services: Services, obj, name: str) -> tuple[str, tuple | None]:
     """(kind, user functions) of the wrapper a source names; user wrappers must be attached
     to the stream (ALTER STREAM s ADD WRAPPER w)."""
     kind = WRAPPERS.get(name)
     if kind is not None:
         return kind, None
-    defined = server.streams.get("public", name, kinds=("wrapper",))
+    defined = services.streams.get("public", name, kinds=("wrapper",))
     if defined is None:
         raise _BadLine(f'unknown wrapper "{name}"')
     if name not in obj.options.get("wrappers", []):
         raise _BadLine(f'wrapper "{name}" is not attached to stream "{obj.name}" '
                        f"(ALTER STREAM {obj.name} ADD WRAPPER {name})")
     try:
-        return "user", load_wrapper(defined.options, server.wrapper_dirs)
+        return "user", load_wrapper(defined.options, services.wrapper_dirs)
     except (ImportError, AttributeError) as e:
         raise _BadLine(f'wrapper "{name}" cannot be loaded: {e}') from None
 
 
-def _source(server, head: str, peer: str) -> Source:
+def _source(services: Services, head: str, peer: str) -> Source:
     """The source a first line ``<wrapper>,<stream>`` asks for, or _BadLine saying why not."""
     wrapper, _, target = head.partition(",")
     wrapper = wrapper.strip().lower()
     schema, _, name = target.strip().rpartition(".")
-    obj = server.streams.get(schema or None, name, kinds=("stream",)) if name else None
+    obj = services.streams.get(schema or None, name, kinds=("stream",)) if name else None
     if obj is None:
-        if wrapper not in WRAPPERS and server.streams.get("public", wrapper,
-                                                          kinds=("wrapper",)) is None:
+        if wrapper not in WRAPPERS and services.streams.get("public", wrapper,
+                                                            kinds=("wrapper",)) is None:
             raise _BadLine(f'unknown wrapper "{wrapper}"')
         raise _BadLine(f'stream "{target.strip()}" does not exist')
-    kind, user = _wrapper_for(server, obj, wrapper)
+    kind, user = _wrapper_for(services, obj, wrapper)
     try:
-        return Source(server, obj, kind, peer, user)
+        return Source(services, obj, kind, peer, user)
     except Exception as e:                # noqa: BLE001 — a user init's failure
         raise _BadLine(f'wrapper "{wrapper}" failed to start: {type(e).__name__}: {e}') \
             from None
@@ -413,13 +415,13 @@ def _first_long_line(buf: bytes, limit: int) -> int:
     return int(starts[long[0]]) if len(long) else -1
 
 
-async def handle(server, stream: SourceStream) -> None:
+async def handle(services: Services, stream: SourceStream) -> None:
     peer = stream.peer()
-    limit = server.config.max_line_bytes
+    limit = services.config.max_line_bytes
     source = None
     try:
         head = (await stream.readline(limit)).decode("utf-8", "replace").strip()
-        source = _source(server, head, peer)
+        source = _source(services, head, peer)
         log.info("source %s feeds stream %s with %s", peer, source.obj.name,
                  head.partition(",")[0].strip())
         while True:
@@ -427,7 +429,7 @@ async def handle(server, stream: SourceStream) -> None:
                 data = await stream.read_lines(CHUNK, limit)
             except LineTooLong:
                 raise _BadLine(f"a line is longer than the limit ({limit} bytes)") from None
-            if server.streams.objects.get(source.obj.key) is not source.obj:
+            if services.streams.objects.get(source.obj.key) is not source.obj:
                 raise _BadLine(f'stream "{source.obj.name}" was dropped')
             if not data:
                 break

@@ -21,6 +21,7 @@ from gateway.clock import SYSTEM, Clock
 from gateway.link.backend_link import BackendLink
 from gateway.pgwire.auth import METHODS, Users
 from gateway.process.config import Config
+from gateway.services import Services
 from gateway.sessions.connection import Connection
 from gateway.sessions.session import Session
 from gateway.streams import ddl
@@ -35,22 +36,23 @@ class Server:
     def __init__(self, config: Config, clock: Clock = SYSTEM):
         if config.auth not in METHODS:
             raise ValueError(f"unknown auth method {config.auth!r}; use one of {METHODS}")
-        self.config = config
-        self.clock = clock                  # the time every part of the gateway reads
-        self.store = Store(config.data_dir)
-        self.streams = StreamRegistry(self.store)
+        store = Store(config.data_dir)
+        streams = StreamRegistry(store)
         self.users = Users.load(config.users_file, config.users)
-        self.pool = ThreadPoolExecutor(max_workers=config.workers,
-                                       thread_name_prefix="cqgate-duckdb")
-        self.sessions: dict = {}
+        pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="cqgate-duckdb")
         P.load_user_aggregates(config.aggregates)          # fails at start, not at the first query
-        self.backend = BackendLink(config.aggregates, clock)
-        self.archive = Archive(config.data_dir)
-        self.spark = Spark(config.spark_master, config.data_dir)
-        self.ingest = Ingest(self.backend, self.archive, self.pool, clock)
-        # user wrappers (CREATE WRAPPER) are imported only from these folders
-        self.wrapper_dirs = [os.path.join(config.data_dir, "wrappers")] + \
-            [d for d in (config.wrapper_path or "").split(os.pathsep) if d]
+        backend = BackendLink(config.aggregates, clock)
+        archive = Archive(config.data_dir)
+        spark = Spark(config.spark_master, config.data_dir)
+        # what sessions, sources and system views may use; the rest of this object is the process
+        self.services = Services(
+            config=config, clock=clock, store=store, streams=streams, pool=pool,
+            backend=backend, archive=archive, spark=spark,
+            ingest=Ingest(backend, archive, pool, clock),
+            # user wrappers (CREATE WRAPPER) are imported only from these folders
+            wrapper_dirs=[os.path.join(config.data_dir, "wrappers")]
+            + [d for d in (config.wrapper_path or "").split(os.pathsep) if d],
+            sessions={})
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.ssl_context = None
         if config.tls_cert and config.tls_key:
@@ -68,14 +70,15 @@ class Server:
         """Start the queries of the named windows and derived streams kept in the catalog,
         archived streams first going on from their archives' newest tuples (so windows that
         reach back start primed)."""
-        for obj in list(self.streams.objects.values()):
+        svc = self.services
+        for obj in list(svc.streams.objects.values()):
             if obj.kind == "stream" and obj.archived:
-                top = self.archive.latest(obj.key, obj.timestamp_column)
+                top = svc.archive.latest(obj.key, obj.timestamp_column)
                 if top is not None:
-                    self.ingest.resume(obj.relation().name, top)
-        session = Session(self, 0, 0)
+                    svc.ingest.resume(obj.relation().name, top)
+        session = Session(svc, 0, 0)
         try:
-            kept = sorted((o for o in self.streams.objects.values()
+            kept = sorted((o for o in svc.streams.objects.values()
                            if o.kind in ("window", "derived")), key=lambda o: o.oid)
             for obj in kept:
                 try:
@@ -89,7 +92,7 @@ class Server:
         return next(self._pids)
 
     def cancel(self, pid: int, secret: int) -> None:
-        s = self.sessions.get(pid)
+        s = self.services.sessions.get(pid)
         if s is not None and s.secret == secret:
             log.info("cancel request for pid=%d", pid)
             s.cancel()
@@ -105,31 +108,32 @@ class Server:
             self._tasks.discard(task)
 
     async def start(self) -> int:
-        await self.backend.start()
-        await asyncio.get_running_loop().run_in_executor(self.pool, self._keep_relations)
-        self._heartbeats = asyncio.create_task(self.ingest.heartbeats())
+        svc, config = self.services, self.services.config
+        await svc.backend.start()
+        await asyncio.get_running_loop().run_in_executor(svc.pool, self._keep_relations)
+        self._heartbeats = asyncio.create_task(svc.ingest.heartbeats())
         self._compactor = asyncio.create_task(self._compact())
-        if self.config.spark_warm:
-            self.pool.submit(self.spark.session)
-        self._server = await asyncio.start_server(self._client, self.config.host,
-                                                  self.config.port, limit=1 << 20)
-        high = 2 * max(self.config.max_line_bytes + 1, sources.CHUNK)
+        if config.spark_warm:
+            svc.pool.submit(svc.spark.session)
+        self._server = await asyncio.start_server(self._client, config.host,
+                                                  config.port, limit=1 << 20)
+        high = 2 * max(config.max_line_bytes + 1, sources.CHUNK)
         self._sources = await asyncio.get_running_loop().create_server(
-            lambda: SourceStream(lambda stream: sources.handle(self, stream), high,
+            lambda: SourceStream(lambda stream: sources.handle(svc, stream), high,
                                  self._source_tasks),
-            self.config.host, self.config.ingest_port)
+            config.host, config.ingest_port)
         self.ingest_port = self._sources.sockets[0].getsockname()[1]
         return self._server.sockets[0].getsockname()[1]
 
     async def _compact(self) -> None:
         """Forever: merge archived streams' small files (in a worker thread)."""
-        loop = asyncio.get_running_loop()
+        loop, svc = asyncio.get_running_loop(), self.services
         while True:
             await asyncio.sleep(COMPACT_EVERY_S)
-            for obj in list(self.streams.objects.values()):
+            for obj in list(svc.streams.objects.values()):
                 if obj.kind == "stream" and obj.archived:
                     try:
-                        await loop.run_in_executor(self.pool, self.archive.compact, obj.key)
+                        await loop.run_in_executor(svc.pool, svc.archive.compact, obj.key)
                     except OSError as e:
                         log.warning("compacting the archive of %s failed: %s", obj.name, e)
 
@@ -146,10 +150,11 @@ class Server:
         if self._heartbeats is not None:
             self._heartbeats.cancel()
             self._compactor.cancel()
-        await self.backend.stop()
-        await asyncio.get_running_loop().run_in_executor(self.pool, self.spark.stop)
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.store.close()
+        svc = self.services
+        await svc.backend.stop()
+        await asyncio.get_running_loop().run_in_executor(svc.pool, svc.spark.stop)
+        svc.pool.shutdown(wait=True, cancel_futures=True)
+        svc.store.close()
 
 
 async def serve(config: Config, ready=print) -> None:

@@ -11,8 +11,9 @@ import random
 import ssl
 from collections import deque
 
+from gateway.sessions import copy_data
 from gateway.sessions import settings as S
-from gateway.sessions.copy_command import CopyRequest
+from gateway.sessions.command_syntax import CopyRequest
 from gateway.pgwire.copy_format import copy_header, copy_messages
 from gateway.pgwire import messages as M
 from gateway.pgwire import types as T
@@ -39,10 +40,11 @@ class Closed(Exception):
 
 class Connection:
     def __init__(self, server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.server = server
+        self.server = server              # the process: TLS, roles, pids, cancel
+        self.services = server.services   # what the session is given
         self.reader = reader
         self.writer = writer
-        cfg = server.config
+        cfg = self.services.config
         self.core = ServerProtocol(cfg.auth, server.users,
                                    tls_available=server.ssl_context is not None,
                                    tls=writer.get_extra_info("sslcontext") is not None,
@@ -144,12 +146,12 @@ class Connection:
 
     async def cleanup(self) -> None:
         if self.session is not None:
-            self.server.sessions.pop(self.session.pid, None)
+            self.services.sessions.pop(self.session.pid, None)
             log.info("client disconnected: pid=%d user=%s", self.session.pid, self.session.user)
             s = self.session
             self.session = None
             s.portals.clear()          # ends this client's continuous queries now
-            await asyncio.get_running_loop().run_in_executor(self.server.pool, s.close)
+            await asyncio.get_running_loop().run_in_executor(self.services.pool, s.close)
         try:
             self.writer.close()
         except (ConnectionError, OSError, RuntimeError):
@@ -179,12 +181,12 @@ class Connection:
         secret = random.getrandbits(31)
         loop = asyncio.get_running_loop()
         self.session = await loop.run_in_executor(
-            self.server.pool, lambda: Session(self.server, pid, secret, user=user,
-                                              database=params.get("database") or user))
+            self.services.pool, lambda: Session(self.services, pid, secret, user=user,
+                                                database=params.get("database") or user))
         self.session.apply_startup_options(params)
         self.session.client_closed = self.client_closed
         self.session.pending_status.clear()
-        self.server.sessions[pid] = self.session
+        self.services.sessions[pid] = self.session
         self.core.session_started(pid, secret, [(name, self.session.settings.get(name, ""))
                                                 for name in S.REPORTED])
         await self.flush()
@@ -415,13 +417,13 @@ class Connection:
     # ------------------------------------------------------------------ COPY
     async def copy_in(self, req: CopyRequest) -> None:
         s = self.session
-        cols = await s._call(s.copy_columns, req)
+        cols = await s._call(copy_data.columns, s, req)
         self.core.start_copy_in(len(cols))
         await self.flush()
         end = await self.next_event()           # the core collects the CopyData meanwhile
         if isinstance(end, CopyInFailed):
             raise end.error
-        n = await s._call(s.copy_load, req, cols, end.data)
+        n = await s._call(copy_data.load, s, req, cols, end.data)
         self.send(M.command_complete(f"COPY {n}"))
 
     async def copy_out(self, req: CopyRequest) -> None:
@@ -429,7 +431,7 @@ class Connection:
         they come, until its LIMIT, an error, a cancel or the client's going (as
         Materialize's COPY (SUBSCRIBE …) TO STDOUT)."""
         s = self.session
-        res = await s.copy_source(req)
+        res = await copy_data.source(s, req)
 
         def encode(table):
             return copy_messages(res.fields, table, s.tz, req.csv, req.delimiter, req.null,
@@ -459,7 +461,8 @@ class Connection:
         once (the hand-over would only add latency)."""
         if table.num_rows < THREAD_ROWS:
             return encode(table)
-        return await asyncio.get_running_loop().run_in_executor(self.server.pool, encode, table)
+        return await asyncio.get_running_loop().run_in_executor(self.services.pool, encode,
+                                                                table)
 
     async def _send_live(self, live: LiveRows, encode, max_rows: int = 0) -> int:
         """A continuous query's rows, made messages by ``encode``, sent and flushed as they

@@ -2,46 +2,29 @@
 rows forward only, waiting until they exist or a timeout passes); CLOSE ends it."""
 from __future__ import annotations
 
-import re
-
 import pyarrow as pa
 
 from dialect.errors import PlanError
 from dialect.intervals import interval_us
-from dialect.names import fold
 
 from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done, Rows
-from gateway.sessions.command_text import NAME, statement_body
-from gateway.sessions.lexer import Statement, strip_leading_comments
 from gateway.sessions.portals import Portal, TxStatus
 from gateway.sessions.prepared import Kind
 
-_DECLARE = re.compile(
-    rf"^declare\s+(?P<name>{NAME})\s+(?:binary\s+)?(?:(?:asensitive|insensitive)\s+)?"
-    rf"(?:(?:no\s+)?scroll\s+)?cursor\s+(?:(?P<hold>with|without)\s+hold\s+)?for\s+",
-    re.I | re.S)
-
 
 async def declare(session, p, params):
-    text = strip_leading_comments(p.stmt.text)
-    lead = len(p.stmt.text) - len(text)
-    m = _DECLARE.match(text)
-    if not m:
-        raise E.SyntaxError_("syntax error in DECLARE", position=p.stmt.offset + lead + 1)
-    name = fold(m.group("name"))
-    holdable = (m.group("hold") or "").lower() == "with"
+    cmd = p.command
+    name, holdable, query = cmd.name, cmd.hold, cmd.query
     if session.status == TxStatus.IDLE and not holdable:
         raise E.NoActiveTransaction("DECLARE CURSOR can only be used in transaction blocks")
     if name in session.portals:
         raise E.DuplicateCursor(f'cursor "{name}" already exists')
-    query = Statement(text[m.end():], p.stmt.offset + lead + m.end(), p.stmt.max_param)
-    inner = session.prepare_statement("", query) if strip_leading_comments(query.text) \
-        else None
+    inner = None if query is None else session.prepare_statement("", query)
     if inner is None or inner.kind is Kind.COMMAND or not inner.returns_rows:
-        raise E.SyntaxError_("DECLARE CURSOR needs a query that returns rows",
-                             position=query.offset + 1)
+        at = p.stmt.offset + len(p.stmt.text.rstrip()) if query is None else query.offset
+        raise E.SyntaxError_("DECLARE CURSOR needs a query that returns rows", position=at + 1)
     inner.cursor = name
     result = await session.execute(inner, params)
     if isinstance(result, LiveRows):
@@ -51,33 +34,19 @@ async def declare(session, p, params):
     return Done("DECLARE CURSOR")
 
 
-FETCH_PATTERN = re.compile(
-    rf"^(?P<verb>fetch|move)\s+(?:(?P<dir>next|prior|first|last|all|forward|backward|"
-    rf"absolute|relative)\s*)?(?P<count>[+-]?\d+|all)?\s*(?:(?:from|in)\s+)?(?P<name>{NAME})"
-    r"(?:\s+with\s*\(\s*timeout\s*=\s*(?P<timeout>'[^']*'|[\d.]+)\s*\))?\s*$",
-    re.I | re.S)
-
-
-def _fetch_cursor(session, p):
-    m = FETCH_PATTERN.match(statement_body(p))
-    if not m:
-        raise E.SyntaxError_(f"syntax error in {statement_body(p).split()[0].upper()}",
-                             position=p.stmt.offset + 1)
-    name = fold(m.group("name"))
-    portal = session.portals.get(name)
+def _fetch_cursor(session, cmd):
+    portal = session.portals.get(cmd.cursor)
     if portal is None or not isinstance(portal.result, (Rows, LiveRows)):
-        raise E.InvalidCursorName(f'cursor "{name}" does not exist')
-    if m.group("timeout") and not isinstance(portal.result, LiveRows):
+        raise E.InvalidCursorName(f'cursor "{cmd.cursor}" does not exist')
+    if cmd.timeout is not None and not isinstance(portal.result, LiveRows):
         raise E.FeatureNotSupported("WITH (timeout) applies to cursors over continuous "
                                     "queries")
-    return m, portal
+    return portal
 
 
-def _fetch_indices(rows: Rows, direction: str, count: str | None) -> list:
+def _fetch_indices(rows: Rows, d: str, c: str) -> list:
     """Row indices a FETCH/MOVE returns, moving ``rows.pos`` (the next row to return)."""
     n_total = rows.table.num_rows
-    d = (direction or "").lower()
-    c = (count or "").lower()
     if d in ("first", "last", "absolute"):
         k = 1 if d == "first" else n_total if d == "last" else int(c or 1)
         k = k if k >= 0 else n_total + k + 1
@@ -106,53 +75,51 @@ def _fetch_indices(rows: Rows, direction: str, count: str | None) -> list:
     return idx
 
 
-def _timeout(m) -> float | None:
-    raw = m.group("timeout")
+def _timeout(raw: str | None) -> float | None:
     if raw is None:
         return None
     try:
-        return interval_us(raw.strip("'")) / 1e6
+        return interval_us(raw) / 1e6
     except PlanError:
-        raise E.InvalidParameterValue(f"invalid timeout {raw}",
+        raise E.InvalidParameterValue(f"invalid timeout '{raw}'",
                                       hint="Write an interval such as '1s' or '500ms'.") \
             from None
 
 
-async def _fetch_live(session, m, live: LiveRows):
+async def _fetch_live(session, cmd, live: LiveRows):
     """FETCH from a continuous query: forward only; blocks until ``count`` rows exist (ALL:
     until at least one), the query ends, or the timeout passes."""
-    d, c = (m.group("dir") or "").lower(), (m.group("count") or "").lower()
+    d, c = cmd.direction, cmd.count
     if d in ("prior", "first", "last", "absolute", "relative", "backward") or c.startswith("-"):
         raise E.PgError("cursor can only scan forward", sqlstate="55000",
                         hint="A continuous query's rows arrive once, in valid_from order.")
     n = None if "all" in (d, c) else int(c) if c else 1
-    table = await live.take(n, _timeout(m), session.cancel_event, session.client_closed(),
+    table = await live.take(n, _timeout(cmd.timeout), session.cancel_event, session.client_closed(),
                             statement_deadline=session.statement_deadline())
     session.notices.extend(live.take_notices())
-    if m.group("verb").lower() == "move":
+    if cmd.move:
         return Done(f"MOVE {table.num_rows}")
     return Rows(live.fields, table, "FETCH")
 
 
 async def fetch(session, p, params):
-    m, portal = _fetch_cursor(session, p)
-    rows = portal.result
+    cmd = p.command
+    rows = _fetch_cursor(session, cmd).result
     if isinstance(rows, LiveRows):
-        return await _fetch_live(session, m, rows)
-    idx = _fetch_indices(rows, m.group("dir"), m.group("count"))
-    if m.group("verb").lower() == "move":
+        return await _fetch_live(session, cmd, rows)
+    idx = _fetch_indices(rows, cmd.direction, cmd.count)
+    if cmd.move:
         return Done(f"MOVE {len(idx)}")
     table = rows.table.take(pa.array(idx, type=pa.int64())) if idx else rows.table.slice(0, 0)
     return Rows(rows.fields, table, "FETCH")
 
 
 async def close_cursor(session, p, params):
-    name = re.sub(r"^close\s+", "", statement_body(p), flags=re.I).strip()
-    if name.lower() == "all":
+    key = p.command.name
+    if key is None:
         for k in [k for k, v in session.portals.items() if v.sql_cursor]:
             del session.portals[k]
         return Done("CLOSE CURSOR ALL")
-    key = fold(name)
     if key not in session.portals:
         raise E.InvalidCursorName(f'cursor "{key}" does not exist')
     del session.portals[key]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from gateway.sessions.command_syntax import Command
 from gateway.sessions.lexer import Statement
 from gateway.streams.statements import is_query
 from gateway.tables import translate as TR
@@ -19,13 +20,9 @@ class Kind(enum.Enum):
     SQL = "sql"              # SQL on tables and the catalog, run by DuckDB
 
 
-ROW_COMMANDS = frozenset({"fetch", "show"})
-# what a failed transaction still accepts (ROLLBACK, and COMMIT, which then rolls back)
-FAILED_TX_COMMANDS = frozenset({"commit", "rollback", "rollback_to"})
-
 _RETURNS_ROWS = {
     Kind.EMPTY: lambda p: False,
-    Kind.COMMAND: lambda p: p.command in ROW_COMMANDS,
+    Kind.COMMAND: lambda p: p.command.returns_rows,
     Kind.STREAM: lambda p: is_query(p.translated.source),
     Kind.SQL: lambda p: p.translated.returns_rows,
 }
@@ -37,7 +34,7 @@ class Prepared:
     stmt: Statement | None       # None for an empty query
     param_oids: list             # final, after inference
     kind: Kind = Kind.SQL
-    command: str | None = None   # the session command's keyword (Kind.COMMAND)
+    command: Command | None = None   # the session command, read (Kind.COMMAND)
     translated: TR.Translated | None = None
     cursor: str | None = None    # the SQL cursor (DECLARE) that runs it, for the log
 
@@ -48,4 +45,4 @@ class Prepared:
 
     @property
     def allowed_when_failed(self) -> bool:
-        return self.kind is Kind.COMMAND and self.command in FAILED_TX_COMMANDS
+        return self.kind is Kind.COMMAND and self.command.allowed_when_failed

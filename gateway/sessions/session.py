@@ -12,23 +12,22 @@ import re
 from dataclasses import dataclass, field
 
 import duckdb
-from sqlglot import exp
 
 from dialect.errors import PlanError
 from dialect.intervals import interval_us
-from dialect.names import fold, quote
 
-from gateway.link.live_rows import LiveRows
-from gateway.pgwire import copy_format as C
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
-from gateway.pgwire.results import Done, Field, Rows
+from gateway.pgwire.results import Done, Rows
+from gateway.services import Services
 from gateway.sessions import commands
 from gateway.sessions import settings as S
+from gateway.sessions.columns import ColumnInfo, table_key
+from gateway.sessions.command_syntax import read_command
 from gateway.sessions.lexer import Statement, split
 from gateway.sessions.portals import Portals, TxStatus
 from gateway.sessions.prepared import Kind, Prepared
-from gateway.streams import inserts, queries
+from gateway.streams import queries
 from gateway.streams import statements as stream_statements
 from gateway.tables import system_views
 from gateway.tables import translate as TR
@@ -56,7 +55,7 @@ def _interval_setting(name: str, value: str, bare_unit: str = "s") -> str:
 
 @dataclass
 class Session:
-    server: object                # gateway.process.server.Server
+    services: Services
     pid: int
     secret: int
     user: str = "cq"
@@ -73,9 +72,8 @@ class Session:
     client_closed: object = None     # () -> task that ends when the client disconnects
 
     def __post_init__(self):
-        self.con = self.server.store.connect()
-        self._col_cache: dict = {}
-        self._col_cache_version = -1
+        self.con = self.services.store.connect()
+        self.columns = ColumnInfo(self.con, self.services.store, self.services.streams)
         self.settings["session_authorization"] = self.user
         self.cancel_event = asyncio.Event()
         self.written_tables: set = set()      # tables written since the last refresh
@@ -108,7 +106,7 @@ class Session:
 
     async def _call(self, fn, *args):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.server.pool, fn, *args)
+        return await loop.run_in_executor(self.services.pool, fn, *args)
 
     def cancel(self) -> None:
         self.canceled = True
@@ -131,7 +129,7 @@ class Session:
         """When (the server clock's monotonic time) statement_timeout ends the running
         statement; None: never. Result queues wait by the same clock."""
         us = interval_us(self.settings.get("statement_timeout", "0ms"))
-        return self.server.clock.monotonic() + us / 1e6 if us > 0 else None
+        return self.services.clock.monotonic() + us / 1e6 if us > 0 else None
 
     # ------------------------------------------------------------------ settings
     def set_setting(self, name: str, value: str, *, local: bool = False) -> None:
@@ -167,71 +165,6 @@ class Session:
         for m in re.finditer(r"(?:-c\s*|--)([A-Za-z0-9_.]+)=((?:\\ |[^ ])*)", opts):
             self.set_setting(m.group(1).replace("-", "_"), m.group(2).replace("\\ ", " "))
 
-    # ------------------------------------------------------------------ catalog lookups
-    def _columns(self, schema: str | None, table: str) -> list:
-        """[(name, duckdb type)] of a user table or view, cached per catalog version."""
-        if self._col_cache_version != self.server.store.catalog_version:
-            self._col_cache.clear()
-            self._col_cache_version = self.server.store.catalog_version
-        key = (schema, table.lower())
-        if key not in self._col_cache:
-            rows = self.con.execute(
-                "SELECT c.column_name, c.data_type, t.table_oid, c.column_index "
-                "FROM duckdb_columns() c LEFT JOIN duckdb_tables() t "
-                "ON t.database_name = c.database_name AND t.schema_name = c.schema_name "
-                "AND t.table_name = c.table_name "
-                "WHERE c.database_name = ? AND lower(c.table_name) = ? "
-                "AND (c.schema_name = ? OR (? IS NULL AND c.schema_name = 'public')) "
-                "ORDER BY c.column_index",
-                [self.server.store.name, table.lower(), schema, schema]).fetchall()
-            if not rows:          # a stream, window or derived stream: its declared columns
-                obj = self.server.streams.get(schema, table, kinds=("stream", "window",
-                                                                    "derived"))
-                rows = [(c[0], c[1], None, i) for i, c in enumerate(obj.columns)] if obj else []
-            self._col_cache[key] = rows
-        return self._col_cache[key]
-
-    def _column_type(self, tables, alias, col) -> int:
-        candidates = [t for t in tables if alias is None or (t[2] or "").lower() == alias.lower()]
-        for schema, name, _alias in candidates:
-            cols = self._columns(schema, name)
-            if isinstance(col, int):
-                if col < len(cols):
-                    return T.duck_to_pg(cols[col][1]).oid
-                continue
-            for cname, ctype, *_ in cols:
-                if cname.lower() == col.lower():
-                    return T.duck_to_pg(ctype).oid
-        return 0
-
-    def _origins(self, t: TR.Translated, names: list) -> list:
-        """(table oid, attnum) for each output column that is a plain column of a table."""
-        out = [(0, 0)] * len(names)
-        if not t.projections or not t.tables or t.catalog:
-            return out
-        expanded = []
-        for name, alias, col in t.projections:
-            if name == "*":
-                tabs = [x for x in t.tables if alias is None or (x[2] or "").lower() == alias.lower()]
-                if len(tabs) != 1 and alias is None and len(t.tables) != 1:
-                    return out
-                for c in self._columns(tabs[0][0], tabs[0][1]) if tabs else []:
-                    expanded.append((c[2] or 0, c[3]))
-            elif col is not None:
-                tabs = [x for x in t.tables if alias is None or (x[2] or "").lower() == alias.lower()]
-                found = (0, 0)
-                for schema, tname, _ in tabs:
-                    for c in self._columns(schema, tname):
-                        if c[0].lower() == col.lower():
-                            found = (c[2] or 0, c[3])
-                            break
-                    if found != (0, 0):
-                        break
-                expanded.append(found)
-            else:
-                expanded.append((0, 0))
-        return expanded if len(expanded) == len(names) else out
-
     # ------------------------------------------------------------------ prepare / describe
     def prepare(self, name: str, sql: str, client_oids: tuple = ()) -> Prepared:
         stmts = split(sql)
@@ -242,7 +175,7 @@ class Session:
         return self.prepare_statement(name, stmts[0], client_oids)
 
     def prepare_statement(self, name: str, stmt: Statement, client_oids: tuple = ()) -> Prepared:
-        cmd = commands.command_for(stmt.text)
+        cmd = read_command(stmt)
         oids = list(client_oids) + [0] * max(0, stmt.max_param - len(client_oids))
         if cmd is not None:
             return Prepared(name, stmt, oids, Kind.COMMAND, command=cmd)
@@ -251,7 +184,7 @@ class Session:
             if 0 < idx <= len(oids) and not oids[idx - 1]:
                 oids[idx - 1] = oid
         oids = [o or 25 for o in oids]
-        if tr.stream or any(self.server.streams.get(schema, name) is not None
+        if tr.stream or any(self.services.streams.get(schema, name) is not None
                             for schema, name, _ in tr.tables):
             return Prepared(name, stmt, oids, Kind.STREAM, translated=tr)
         return Prepared(name, stmt, oids, Kind.SQL, translated=tr)
@@ -265,7 +198,7 @@ class Session:
             raise
         if stmt.max_param:
             params = TR.infer_params(tr.source,
-                                     lambda a, c: self._column_type(tr.tables, a, c))
+                                     lambda a, c: self.columns.type_oid(tr.tables, a, c))
             tr = TR.Translated(**{**tr.__dict__, "params": params})
         return tr
 
@@ -282,46 +215,14 @@ class Session:
     async def _describe_table_sql(self, p: Prepared) -> list | None:
         if not p.returns_rows:
             return None
-        return await self._call(self._describe_sql, p.translated, p.param_oids)
+        return await self._call(self.columns.describe, p.translated, p.param_oids,
+                                self.bind_session_values)
 
     async def _describe_empty(self, p: Prepared) -> None:
         return None
 
     DESCRIBE = {Kind.EMPTY: _describe_empty, Kind.STREAM: _describe_stream,
                 Kind.COMMAND: _describe_command, Kind.SQL: _describe_table_sql}
-
-    def _describe_sql(self, tr: TR.Translated, oids: list) -> list:
-        ast = tr.ast.copy()
-
-        def null_param(node):
-            if isinstance(node, exp.Anonymous) and node.name.lower() == "set_config":
-                return exp.Literal.string("")
-            idx = TR.param_index(node)
-            if idx is not None:
-                t = T.BY_OID.get(oids[idx - 1] if idx <= len(oids) else 25)
-                return exp.Cast(this=exp.Null(), to=exp.DataType.build(
-                    t.duckdb if t else "VARCHAR", dialect="duckdb"))
-            return node
-
-        ast = ast.transform(null_param)
-        if isinstance(ast, (exp.Insert, exp.Update, exp.Delete)):
-            target = ast.this.this if isinstance(ast.this, exp.Schema) else ast.this
-            ret = ast.args["returning"].expressions
-            ast = exp.select(*ret).from_(target.copy()).limit(0)
-        try:
-            rel = self.con.sql(self.bind_session_values(ast.sql("duckdb")))
-            names, types = rel.columns, [str(x) for x in rel.types]
-        except duckdb.Error as e:
-            raise pg_error(e) from None
-        return self._fields(tr, names, types)
-
-    def _fields(self, tr: TR.Translated | None, names: list, types: list) -> list:
-        origins = self._origins(tr, names) if tr is not None else [(0, 0)] * len(names)
-        out = []
-        for name, ty, (toid, attnum) in zip(names, types, origins):
-            pg = T.duck_to_pg(ty)
-            out.append(Field(name, pg.oid, T.duck_typmod(ty), toid, attnum))
-        return out
 
     # ------------------------------------------------------------------ execution
     async def execute(self, p: Prepared, params: list) -> Rows | Done:
@@ -334,7 +235,7 @@ class Session:
     async def _tables_changed(self) -> None:
         """Committed writes to tables that running stream–table joins read: the back end
         gets their new contents, which hold from its current watermark on."""
-        link = self.server.backend
+        link = self.services.backend
         names = [n for n in self.written_tables if n in link.tables_in_use]
         self.written_tables.clear()
         for name in names:
@@ -362,12 +263,12 @@ class Session:
             return res
 
         def start(history=None, seam=None):
-            return self.server.backend.open(res.plan, res.fields, res.schema, p.stmt.text,
-                                            self.pid, p.cursor or p.name, res.tables, history,
-                                            seam, label=f"cursor {p.cursor}" if p.cursor
-                                            else "query")
+            return self.services.backend.open(res.plan, res.fields, res.schema, p.stmt.text,
+                                              self.pid, p.cursor or p.name, res.tables, history,
+                                              seam, label=f"cursor {p.cursor}" if p.cursor
+                                              else "query")
         if res.history:        # windows reaching into an archive start primed
-            return await self.server.ingest.start_primed(list(res.history), start)
+            return await self.services.ingest.start_primed(list(res.history), start)
         return await start()
 
     async def _run_table_sql(self, p: Prepared, params: list):
@@ -394,7 +295,7 @@ class Session:
                 table = rel.to_arrow_table()
                 if tr.tag != "SELECT":
                     self._note_write(tr)
-                return Rows(self._fields(tr, names, types), table, tr.tag)
+                return Rows(self.columns.fields(tr, names, types), table, tr.tag)
             cur = self.con.execute(sql, args) if args else self.con.execute(sql)
             return Done(self._dml_tag(tr, cur))
         except duckdb.Error as e:
@@ -407,9 +308,9 @@ class Session:
         if self.status == TxStatus.IN_BLOCK:
             self.writes_in_tx = True
         if tr.tag in ("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE TABLE"):
-            self.written_tables.update(_table_key(s, n) for s, n, _ in tr.tables)
+            self.written_tables.update(table_key(s, n) for s, n, _ in tr.tables)
         if tr.tag.startswith(("CREATE", "DROP", "ALTER", "COMMENT")):
-            self.server.store.bump()
+            self.services.store.bump()
 
     def _dml_tag(self, tr: TR.Translated, cur) -> str:
         self._note_write(tr)
@@ -426,71 +327,6 @@ class Session:
         if rows.tag == "INSERT":
             return f"INSERT 0 {n}"
         return f"{rows.tag} {n}"
-
-    # ------------------------------------------------------------------ COPY
-    def copy_columns(self, req) -> list:
-        """[(name, duckdb type)] of the COPY target, in the order the data carries them."""
-        schema, _, table = req.table.rpartition(".")
-        stream = self._copy_stream(req)
-        cols = [(c[0], c[1], None, None) for c in stream.columns] if stream is not None else \
-            self._columns(fold(schema) if schema else None, fold(table))
-        if not cols:
-            raise E.UndefinedTable(f'relation "{fold(table)}" does not exist')
-        if req.columns is None:
-            return [(c[0], c[1]) for c in cols]
-        by_name = {c[0].lower(): c for c in cols}
-        missing = [c for c in req.columns if c.lower() not in by_name]
-        if missing:
-            raise E.UndefinedColumn(f'column "{missing[0]}" of relation "{fold(table)}" '
-                                    "does not exist")
-        return [(by_name[c.lower()][0], by_name[c.lower()][1]) for c in req.columns]
-
-    def _copy_stream(self, req):
-        schema, _, table = req.table.rpartition(".")
-        return self.server.streams.get(fold(schema) if schema else None, fold(table),
-                                       kinds=("stream",))
-
-    def copy_load(self, req, cols: list, data: bytes) -> int:
-        if req.csv:
-            table = C.parse_csv(data, len(cols), req.delimiter, req.null, req.quote, req.escape,
-                                req.header)
-        else:
-            table = C.parse_text(data, len(cols), req.delimiter, req.null)
-        names = ", ".join(quote(c[0]) for c in cols)
-        casts = ", ".join(f'CAST(c{i} AS {c[1]})' for i, c in enumerate(cols))
-        self.con.register("cq_copy_in", table)
-        stream = self._copy_stream(req)
-        try:
-            if stream is not None:
-                sql = inserts.stream_rows_sql(stream, [c[0] for c in cols], "SELECT * FROM cq_copy_in")
-                return inserts.deliver(self, stream, self.con.sql(sql).to_arrow_table(), "COPY")
-            self.con.execute(f"INSERT INTO {req.table} ({names}) SELECT {casts} FROM cq_copy_in")
-        except duckdb.Error as e:
-            raise pg_error(e) from None
-        finally:
-            self.con.unregister("cq_copy_in")
-        if self.status == TxStatus.IN_BLOCK:
-            self.writes_in_tx = True
-        schema, _, name = req.table.rpartition(".")
-        self.written_tables.add(_table_key(schema.strip('"') or None, name.strip('"')))
-        return table.num_rows
-
-    async def copy_source(self, req) -> Rows | LiveRows:
-        """The rows COPY … TO STDOUT sends: a table's or a one-time query's, or, for a query
-        over streams, a continuous query's as they come (in cq.mode = snapshot: its rows at
-        now), just as the same SELECT would give them."""
-        if req.query:
-            sql = req.query
-        else:
-            cols = "*" if req.columns is None else ", ".join(
-                quote(c) for c in req.columns)
-            sql = f"SELECT {cols} FROM {req.table}"
-        p = self.prepare("", sql)
-        res = await self._execute(p, []) if p.kind in (Kind.STREAM, Kind.SQL) and \
-            p.returns_rows else None
-        if not isinstance(res, (Rows, LiveRows)):
-            raise E.FeatureNotSupported("COPY (query) TO needs a query that returns rows")
-        return res
 
     # ------------------------------------------------------------------ transactions
     def begin(self) -> None:
@@ -527,12 +363,6 @@ class Session:
 
     def status_letter(self) -> str:
         return self.status.value
-
-
-def _table_key(schema: str | None, name: str) -> str:
-    """A table as stream–table joins name it: ``name``, or ``schema.name`` outside public."""
-    schema = (schema or "public").lower()
-    return name.lower() if schema == "public" else f"{schema}.{name.lower()}"
 
 
 def _locate(err: E.PgError, stmt: Statement) -> E.PgError:

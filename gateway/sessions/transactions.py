@@ -2,14 +2,13 @@
 SAVEPOINT, RELEASE and ROLLBACK TO SAVEPOINT (DuckDB has no nested transactions)."""
 from __future__ import annotations
 
-import re
-
-from dialect.names import fold
-
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
-from gateway.sessions.command_text import statement_body, warn
 from gateway.sessions.portals import TxStatus
+
+
+def warn(session, sqlstate: str, message: str) -> None:
+    session.notices.append(("WARNING", sqlstate, message))
 
 
 async def begin(session, p, params):
@@ -42,8 +41,7 @@ def _need_block(session, what: str) -> None:
 
 async def savepoint(session, p, params):
     _need_block(session, "SAVEPOINT")
-    name = fold(re.sub(r"^savepoint\s+", "", statement_body(p), flags=re.I))
-    session.savepoints.append((name, session.writes_in_tx))
+    session.savepoints.append((p.command.name, session.writes_in_tx))
     return Done("SAVEPOINT")
 
 
@@ -56,8 +54,7 @@ def _find_savepoint(session, name: str) -> int:
 
 async def release(session, p, params):
     _need_block(session, "RELEASE SAVEPOINT")
-    name = fold(re.sub(r"^release\s+(savepoint\s+)?", "", statement_body(p), flags=re.I))
-    del session.savepoints[_find_savepoint(session, name):]
+    del session.savepoints[_find_savepoint(session, p.command.savepoint):]
     return Done("RELEASE")
 
 
@@ -65,9 +62,7 @@ async def rollback_to(session, p, params):
     """DuckDB has no nested transactions: a savepoint can be restored only while the transaction
     has written nothing, by restarting it (reads see a fresh snapshot)."""
     _need_block(session, "ROLLBACK TO SAVEPOINT")
-    name = fold(re.sub(r"^rollback\s+(work\s+|transaction\s+)?to\s+(savepoint\s+)?", "",
-                        statement_body(p), flags=re.I))
-    i = _find_savepoint(session, name)
+    i = _find_savepoint(session, p.command.savepoint)
     if session.writes_in_tx:
         raise E.FeatureNotSupported(
             "ROLLBACK TO SAVEPOINT after writes is not supported by cqgate",

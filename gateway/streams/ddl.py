@@ -130,8 +130,8 @@ def _columns(session, schema_node: exp.Schema) -> tuple[list, str | None, str | 
 
 
 def _exists_check(session, schema: str, name: str, if_not_exists: bool, what: str):
-    reg = session.server.streams
-    if reg.get(schema, name) is not None or session._columns(
+    reg = session.services.streams
+    if reg.get(schema, name) is not None or session.columns.of(
             schema if schema != "public" else None, name):
         if if_not_exists:
             session.notices.append(("NOTICE", "42P07",
@@ -143,7 +143,7 @@ def _exists_check(session, schema: str, name: str, if_not_exists: bool, what: st
 
 def _schema_exists(session, schema: str) -> None:
     row = session.con.execute("SELECT count(*) FROM duckdb_schemas() WHERE database_name = ? "
-                              "AND schema_name = ?", [session.server.store.name, schema]
+                              "AND schema_name = ?", [session.services.store.name, schema]
                               ).fetchall()[0]
     if not row[0]:
         raise E.UndefinedObject(f'schema "{schema}" does not exist',
@@ -165,7 +165,7 @@ def create_stream(session, tree: X.CreateStream, params) -> Done:
             raise E.FeatureNotSupported("an archived stream keeps every tuple: ON OVERLOAD "
                                         "applies to unarchived streams")
         options["overload"] = tree.args["overload"]
-    reg = session.server.streams
+    reg = session.services.streams
     obj = StreamObject(reg.next_oid(), "stream", schema, name, tree.sql("cql"), cols, ts, te,
                        bool(tree.args.get("archived")), options)
     _check_stream_options(obj)
@@ -179,7 +179,7 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     if _exists_check(session, schema, name, bool(tree.args.get("exists")), kind):
         return Done(tag)
     query = tree.args["expression"]
-    catalog = SessionCatalog(session.server.streams, session)
+    catalog = SessionCatalog(session.services.streams, session.columns)
     try:
         p = plan(query, catalog)
     except PlanError as e:
@@ -187,7 +187,7 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     reads = sorted({f"{t.db or 'public'}.{t.name}".lower() for t in query.find_all(exp.Table)})
     cols = [[c.name, _duck_type(session, c.type) if c.type != "UNKNOWN" else "VARCHAR", False]
             for c in p.output]
-    reg = session.server.streams
+    reg = session.services.streams
     obj = StreamObject(reg.next_oid(), kind, schema, name, tree.sql("cql"), cols,
                        depends_on=reads)
     _keep(session, obj, p)                 # refuses what cannot run
@@ -198,20 +198,21 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
 def _keep(session, obj: StreamObject, p: P.Plan) -> None:
     """Start a named window's or derived stream's query; windows reaching into an archived
     stream's past start primed from the archive, as a cursor's do."""
-    link, history, tables = session.server.backend, archive_reach(session, p), tables_of(session, p)
+    link = session.services.backend
+    history, tables = archive_reach(session, p), tables_of(session, p)
 
     def start(primed=None, seam=None):
         return link.keep(-obj.oid, p, obj.relation().name, tables, primed, seam,
                          kind="window" if obj.kind == "window" else "derived stream")
 
-    link.call(session.server.ingest.start_primed(list(history), start) if history
+    link.call(session.services.ingest.start_primed(list(history), start) if history
               else start())
 
 
 def keep_relation(session, obj: StreamObject) -> None:
     """Run a stored named window or derived stream again (at server start)."""
     tree = sqlglot.parse_one(obj.definition, read="cql").args["expression"]
-    _keep(session, obj, plan(tree, SessionCatalog(session.server.streams, session)))
+    _keep(session, obj, plan(tree, SessionCatalog(session.services.streams, session.columns)))
 
 
 def create_window(session, tree: X.CreateWindow, params) -> Done:
@@ -220,7 +221,7 @@ def create_window(session, tree: X.CreateWindow, params) -> Done:
 
 def create_wrapper(session, tree: X.CreateWrapper, params) -> Done:
     name = tree.this.name
-    reg = session.server.streams
+    reg = session.services.streams
     if name.lower() in BUILTIN_WRAPPERS or reg.get("public", name) is not None:
         raise E.DuplicateObject(f'wrapper "{name}" already exists')
     funcs = {"init": _FUNCTION_PATH.match, "next": _FUNCTION_PATH.match,
@@ -244,7 +245,7 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
     tag = f"DROP {word}"
     t = tree.this
     schema, name = (t.db or "public"), t.name
-    reg = session.server.streams
+    reg = session.services.streams
     obj = reg.get(schema, name, kinds=_KIND_OF[word])
     if obj is None:
         if tree.args.get("exists"):
@@ -253,7 +254,8 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
             return Done(tag)
         raise E.UndefinedTable(f'{word.lower()} "{name}" does not exist')
     dependents = _all_dependents(reg, obj)
-    readers = _readers(session, [obj, *dependents]) if obj.kind != "wrapper" else []
+    readers = _readers(session.services.backend, [obj, *dependents]) \
+        if obj.kind != "wrapper" else []
     if (dependents or readers) and not tree.args.get("cascade"):
         if dependents:
             names = ", ".join(f"{d.kind} {d.name}" for d in dependents)
@@ -267,30 +269,30 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
                         "dependent objects too and stop the queries that read them.")
     for d in dependents:
         session.notices.append(("NOTICE", "00000", f"drop cascades to {d.kind} {d.name}"))
-        _stop(session, d)
+        _stop(session.services, d)
         reg.remove(d)
-    _stop(session, obj)
+    _stop(session.services, obj)
     reg.remove(obj)
     return Done(tag)
 
 
-def _readers(session, objs: list) -> list:
-    """The running cursors' queries that read any of ``objs``."""
+def _readers(link, objs: list) -> list:
+    """The running cursors' queries (of the back-end ``link``) that read any of ``objs``."""
     names = {o.relation().name.lower() for o in objs}
-    return session.server.backend.reading(names)
+    return link.reading(names)
 
 
-def _stop(session, obj: StreamObject) -> None:
+def _stop(services, obj: StreamObject) -> None:
     """End what the back end runs for ``obj``: its own query, and every query reading it;
     an archived stream's archive goes too."""
-    link = session.server.backend
+    link = services.backend
     if obj.kind in ("window", "derived"):
         link.drop(-obj.oid)
     if obj.kind != "wrapper":
         link.drop_stream(obj.relation().name)
-        session.server.ingest.forget(obj.relation().name)
+        services.ingest.forget(obj.relation().name)
     if obj.kind == "stream" and obj.archived:
-        session.server.archive.drop(obj.key)
+        services.archive.drop(obj.key)
 
 
 def _all_dependents(reg, obj) -> list:
@@ -305,7 +307,7 @@ def _all_dependents(reg, obj) -> list:
 
 def alter(session, tree: X.AlterStream, params) -> Done:
     t = tree.this
-    reg = session.server.streams
+    reg = session.services.streams
     obj = reg.get(t.db or "public", t.name, kinds=("stream",))
     if obj is None:
         raise E.UndefinedTable(f'stream "{t.name}" does not exist')
@@ -330,12 +332,12 @@ def alter(session, tree: X.AlterStream, params) -> Done:
             raise E.FeatureNotSupported("a stream's event-time columns are fixed at CREATE")
         obj.columns.append([folded(col.this),
                             _duck_type(session, col.args["kind"].sql("postgres")), False])
-        _tell_readers(session, obj, f'stream "{obj.name}" has a new column '
+        _tell_readers(session.services.backend, obj, f'stream "{obj.name}" has a new column '
                       f'"{folded(col.this)}"; this query keeps the columns it started with')
     elif action == "ADVANCE":
         ts = _event_time(session, obj, tree.args["to"], params)
-        srv = session.server
-        srv.backend.call(srv.ingest.advance(obj.relation().name, ts))
+        svc = session.services
+        svc.backend.call(svc.ingest.advance(obj.relation().name, ts))
         return Done("ALTER STREAM")
     else:
         changed = _options(tree.args.get("options"), STREAM_OPTIONS, "stream")
@@ -346,10 +348,11 @@ def alter(session, tree: X.AlterStream, params) -> Done:
     return Done("ALTER STREAM")
 
 
-def _tell_readers(session, obj: StreamObject, message: str) -> None:
-    """A NOTICE at the next FETCH of every running query that reads ``obj``."""
+def _tell_readers(link, obj: StreamObject, message: str) -> None:
+    """A NOTICE at the next FETCH of every running query (of the back-end ``link``) that
+    reads ``obj``."""
     name = obj.relation().name.lower()
-    for live in session.server.backend.running():
+    for live in link.running():
         if name in live.streams:
             live.notices.append(("NOTICE", "00000", message))
 

@@ -18,7 +18,7 @@ from gateway.tables.store import pg_error
 def _target(session, tree) -> tuple[StreamObject, list]:
     """The stream an INSERT writes to, and the columns it names (all when none)."""
     target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-    reg = session.server.streams
+    reg = session.services.streams
     obj = reg.get(target.db or "public", target.name,
                   kinds=("stream", "window", "derived"))
     if obj is None:
@@ -49,9 +49,9 @@ def stream_rows_sql(obj: StreamObject, names: list, source: str) -> str:
 
 def deliver(session, obj: StreamObject, table: pa.Table, origin: str = "INSERT") -> int:
     """Hand typed stream rows to the back end; late ones are counted and reported."""
-    srv = session.server
+    svc = session.services
     try:
-        n, late = srv.backend.call(srv.ingest.push(obj.relation().name, obj.timestamp_column,
+        n, late = svc.backend.call(svc.ingest.push(obj.relation().name, obj.timestamp_column,
                                                    table, obj.options,
                                                    f"{origin} (pid {session.pid})",
                                                    one_by_one=origin == "COPY",

@@ -45,12 +45,12 @@ def plan_query(session, tree) -> P.Plan:
     prepared one run again) reuses it while the catalog and the session's settings stay as
     they were. A plan with a fixed window is made anew each time, since whether that window
     lies wholly in the past (archive) depends on the instant it is planned."""
-    key = (tree.sql("cql"), session.server.store.catalog_version,
+    key = (tree.sql("cql"), session.services.store.catalog_version,
            tuple(sorted(session.settings.items())))
     kept = session.plans.get(key)
     if kept is not None:
         return kept
-    catalog = SessionCatalog(session.server.streams, session)
+    catalog = SessionCatalog(session.services.streams, session.columns)
     snapshot = session.settings.get("cq.mode", "continuous").lower() == "snapshot"
     try:
         p = plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot)
@@ -78,7 +78,7 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
         lines = explain(plan_query(session, inner.this))
         lines[0] = "recompute (back end, over the archive) →" + lines[0].split("→", 1)[1]
     elif X.is_stream_syntax(inner) or is_continuous(inner, SessionCatalog(
-            session.server.streams, session)):
+            session.services.streams, session.columns)):
         lines = explain(plan_query(session, inner))
     else:
         tr = TR.translate(inner.sql("cql"))
@@ -132,7 +132,7 @@ def archive_reach(session, p: P.Plan) -> tuple:
     stream read without a window) starts with the query, as a TelegraphCQ query does; a window
     written to reach back is primed from the archive, from where ``P.reach`` says: a fixed
     window's edge is known now, the others' once the seam (the query's start) is."""
-    out, reg = [], session.server.streams
+    out, reg = [], session.services.streams
 
     def visit(node):
         if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan) \
@@ -152,8 +152,8 @@ def archive_reach(session, p: P.Plan) -> tuple:
 
 def _relations(session, p: P.Plan) -> list:
     """(name, plan) of the named windows and derived streams ``p`` reads, dependencies first."""
-    out, reg = [], session.server.streams
-    catalog = SessionCatalog(reg, session)
+    out, reg = [], session.services.streams
+    catalog = SessionCatalog(reg, session.columns)
 
     def visit(node):
         if isinstance(node, P.WindowRelationScan) and all(n != node.name for n, _ in out):
@@ -176,7 +176,7 @@ def snapshot_query(session, tree) -> Rows:
     clauses are applied to its answer by DuckDB."""
     tree, tail = without_order(tree)
     p = plan_query(session, tree)
-    link = session.server.backend
+    link = session.services.backend
     fields, schema = typed_fields(session, p)
     relations = _relations(session, p)
     history = [h for q in [p, *(r for _, r in relations)] for h in archive_reach(session, q)]
@@ -191,7 +191,7 @@ def snapshot_query(session, tree) -> Rows:
             await link.send_table(name, table)
         return await link.snapshot(p, relations, primed, seam)
 
-    table = link.call(session.server.ingest.start_primed(history, evaluate) if history
+    table = link.call(session.services.ingest.start_primed(history, evaluate) if history
                       else evaluate())
     table = schema.empty_table() if table is None else table.cast(schema)
     return Rows(fields, order_and_limit(session, table, tail), "SELECT")

@@ -143,17 +143,18 @@ class StreamRegistry:
 
 class SessionCatalog:
     """The planner's catalog for one session: stream objects, then the session's DuckDB
-    tables (as the session sees them, inside its transaction)."""
+    tables (as the session sees them, inside its transaction: ``columns`` is the session's
+    ``gateway.sessions.columns.ColumnInfo``)."""
 
-    def __init__(self, registry: StreamRegistry, session):
+    def __init__(self, registry: StreamRegistry, columns):
         self.registry = registry
-        self.session = session
+        self.columns = columns
 
     def relation(self, schema: str | None, name: str) -> Relation | None:
         obj = self.registry.get(schema, name, kinds=("stream", "window", "derived"))
         if obj is not None:
             return obj.relation()
-        cols = self.session._columns(schema, name)
+        cols = self.columns.of(schema, name)
         if cols:
             return Relation(f"{schema}.{name}" if schema else name, "table",
                             tuple((c[0], c[1]) for c in cols))

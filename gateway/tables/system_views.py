@@ -28,8 +28,9 @@ def _micros(us: int | None):
     return None if us is None else dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)
 
 
-async def gather(server) -> dict:
-    link = server.backend
+async def gather(services) -> dict:
+    """The views' new contents, from the back end's counters and the clearinghouse's logs."""
+    link = services.backend
     stats = await link.stats()
     counters = {q["qid"]: q for q in stats["queries"]}
     rows = []
@@ -39,7 +40,7 @@ async def gather(server) -> dict:
         rows.append((live.owner, live.name, "cursor", live.sql, state, _when(live.started),
                      c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
                      _when(c.get("last_emit")), live.failure))
-    kinds = {o.relation().name.lower(): o.kind for o in server.streams.objects.values()}
+    kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
     for qid, (plan, feeds) in list(link.persistent.items()):
         c = counters.get(qid, {})
         rows.append((None, feeds, kinds.get(feeds.lower(), "window"), plan.sql, "running",
@@ -53,7 +54,7 @@ async def gather(server) -> dict:
     queries = pa.table({n: pa.array([r[i] for r in rows], t)
                         for i, (n, t) in enumerate(zip(names, types))})
     s = stats["streams"]
-    progress = [server.ingest.progress(x["stream"]) for x in s]
+    progress = [services.ingest.progress(x["stream"]) for x in s]
     streams = pa.table({
         "stream": pa.array([x["stream"] for x in s], pa.string()),
         "tuples": pa.array([x["tuples"] for x in s], pa.int64()),
@@ -64,7 +65,7 @@ async def gather(server) -> dict:
         "dropped": pa.array([p.dropped for p in progress], pa.int64()),
         "slack": pa.array([p.slack for p in progress], pa.duration("us")),
     })
-    return {"cq_queries": queries, "cq_streams": streams, **server.ingest.log.tables()}
+    return {"cq_queries": queries, "cq_streams": streams, **services.ingest.log.tables()}
 
 
 def store(db, tables: dict) -> None:
@@ -83,6 +84,7 @@ def store(db, tables: dict) -> None:
 
 
 async def refresh(session) -> None:
-    tables = await gather(session.server)
-    await asyncio.get_running_loop().run_in_executor(session.server.pool, store,
-                                                     session.server.store.db, tables)
+    services = session.services
+    tables = await gather(services)
+    await asyncio.get_running_loop().run_in_executor(services.pool, store, services.store.db,
+                                                     tables)

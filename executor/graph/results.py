@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import plan as P
-from .batches import INF, TE, TS
+from .. import plan as P
+from ..batches import INF, TE, TS
 
 
 def client_batch(p: P.Plan, out_names: list, b: pa.RecordBatch) -> pa.RecordBatch:

@@ -10,12 +10,12 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import plan as P
+from ..batches import TS, Watermark
+from ..context import OperatorContext, wall_clock
+from ..duck import Database
+from ..operators.filter_map import GroupedFilter
 from . import lowering
-from . import plan as P
-from .batches import TS, Watermark
-from .context import OperatorContext, wall_clock
-from .duck import Database
-from .operators.filter_map import GroupedFilter
 from .results import client_batch
 
 

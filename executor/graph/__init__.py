@@ -1,20 +1,13 @@
-"""The executor's graph as the back end and tests use it: ``Graph``, every running query in one
-shared graph (``running_graph``) with the one-time modes (``one_time``), and ``RunningQuery``,
-one query on a graph of its own, fed with the batches and watermarks of the streams it reads:
-
-    q = RunningQuery(plan)
-    rows = q.push("sensors", batch)      # record batches of the stream, in event-time order
-    rows += q.watermark("sensors", ts)   # BOUNDARY: nothing earlier than ts will follow
-    rows += q.end()
-"""
+"""The graph the back end runs: ``Graph``, every query in one shared graph (``running_graph``; plans
+lowered by ``lowering``) with its one-time modes (``one_time``), and ``RunningQuery``, one alone."""
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 
+from .. import plan as P
+from ..context import wall_clock
 from . import one_time
-from . import plan as P
-from .context import wall_clock
 from .lowering import NotRunnable  # noqa: F401 - re-exported
 from .running_graph import RunningGraph
 
@@ -33,7 +26,14 @@ class Graph(RunningGraph):
 
 
 class RunningQuery:
-    """One query on a graph of its own: the executor driven directly (tests, benchmarks)."""
+    """One query on a graph of its own: the executor driven directly (tests, benchmarks), fed
+    with the batches and watermarks of the streams it reads:
+
+        q = RunningQuery(plan)
+        rows = q.push("sensors", batch)      # record batches of the stream, in event-time order
+        rows += q.watermark("sensors", ts)   # BOUNDARY: nothing earlier than ts will follow
+        rows += q.end()
+    """
 
     def __init__(self, p: P.Plan, clock=wall_clock):
         self.graph = Graph(clock)

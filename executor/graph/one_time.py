@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .batches import INF, TE, TS
+from ..batches import INF, TE, TS
 from .results import client_batch, timestamps
 from .running_graph import RunningGraph, below
 

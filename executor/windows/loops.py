@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from . import duck
-from .batches import micros
+from .. import duck
+from ..batches import micros
 
 MAX_ITERATIONS = 1_000_000
 

@@ -4,12 +4,12 @@ identical copies of it may share one operator (``share_key``). ``NotRunnable``: 
 the back end cannot run yet."""
 from __future__ import annotations
 
-from . import plan as P
-from .duck import quote
-from .operators import (aggregate, filter_map, join, loop_window, range_aggregate,
+from .. import plan as P
+from ..duck import quote
+from ..operators import (aggregate, filter_map, join, loop_window, range_aggregate,
                         rows_window, slide_aggregate, union, window)
-from .operators.limit import Limit
-from .operators.scan import RelationScan, Scan
+from ..operators.limit import Limit
+from ..operators.scan import RelationScan, Scan
 
 
 class NotRunnable(Exception):

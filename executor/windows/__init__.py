@@ -1,6 +1,5 @@
-"""ω's configurations: the window kinds a plan's ``Window`` node may carry (seed 000 §2,
-DESIGN §5), frozen and serialisable like the rest of the plan (``plan.py`` re-exports them).
-Expressions inside them are the plan's ``Expr``."""
+"""The window kinds a plan's ``Window`` node carries (ω's configurations, seed 000 §2, DESIGN §5),
+frozen plan data ``plan.py`` re-exports, and how far each reaches back (``reach``, ``loops``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from contextlib import closing
 
-from . import duck
+from .. import duck
+from . import FixedWindow, LoopWindow, RangeWindow, SlideWindow
 from .loops import iterations
-from .windows import FixedWindow, LoopWindow, RangeWindow, SlideWindow
 
 
 def _loop(window: LoopWindow, st: int, con) -> int | None:

@@ -1,0 +1,30 @@
+"""The parts of the running gateway that statements may use: config, clock, store, streams, worker
+pool, back-end link, archive, Spark, ingest, wrapper folders, sessions; no socket, no lifecycle."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from gateway.archive.spark import Spark
+from gateway.archive.storage import Archive
+from gateway.clearinghouse.ingest import Ingest
+from gateway.clock import Clock
+from gateway.link.backend_link import BackendLink
+from gateway.process.config import Config
+from gateway.streams.registry import StreamRegistry
+from gateway.tables.store import Store
+
+
+@dataclass(frozen=True, eq=False)
+class Services:
+    config: Config
+    clock: Clock                      # the time every part of the gateway reads
+    store: Store                      # the DuckDB file
+    streams: StreamRegistry
+    pool: ThreadPoolExecutor          # DuckDB calls and big encodings run here
+    backend: BackendLink
+    archive: Archive
+    spark: Spark
+    ingest: Ingest
+    wrapper_dirs: list                # user wrappers (CREATE WRAPPER) load only from these
+    sessions: dict                    # pid -> Session: system views and CancelRequest

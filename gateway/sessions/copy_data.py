@@ -1,0 +1,88 @@
+"""The data of a COPY statement (read by ``command_syntax.py``): FROM STDIN's rows loaded into a
+table or delivered to a stream, and TO STDOUT's rows, a table's or a query's, for the shell."""
+from __future__ import annotations
+
+import duckdb
+
+from dialect.names import fold, quote
+
+from gateway.link.live_rows import LiveRows
+from gateway.pgwire import copy_format as C
+from gateway.pgwire import errors as E
+from gateway.pgwire.results import Rows
+from gateway.sessions.columns import table_key
+from gateway.sessions.portals import TxStatus
+from gateway.sessions.prepared import Kind
+from gateway.streams import inserts
+from gateway.tables.store import pg_error
+
+
+def columns(session, req) -> list:
+    """[(name, duckdb type)] of the COPY target, in the order the data carries them."""
+    schema, _, table = req.table.rpartition(".")
+    stream = _stream(session, req)
+    cols = [(c[0], c[1], None, None) for c in stream.columns] if stream is not None else \
+        session.columns.of(fold(schema) if schema else None, fold(table))
+    if not cols:
+        raise E.UndefinedTable(f'relation "{fold(table)}" does not exist')
+    if req.columns is None:
+        return [(c[0], c[1]) for c in cols]
+    by_name = {c[0].lower(): c for c in cols}
+    missing = [c for c in req.columns if c.lower() not in by_name]
+    if missing:
+        raise E.UndefinedColumn(f'column "{missing[0]}" of relation "{fold(table)}" '
+                                "does not exist")
+    return [(by_name[c.lower()][0], by_name[c.lower()][1]) for c in req.columns]
+
+
+def _stream(session, req):
+    schema, _, table = req.table.rpartition(".")
+    return session.services.streams.get(fold(schema) if schema else None, fold(table),
+                                        kinds=("stream",))
+
+
+def load(session, req, cols: list, data: bytes) -> int:
+    """COPY … FROM STDIN: ``data`` parsed and inserted into the table, or delivered to the
+    stream; the number of rows."""
+    if req.csv:
+        table = C.parse_csv(data, len(cols), req.delimiter, req.null, req.quote, req.escape,
+                            req.header)
+    else:
+        table = C.parse_text(data, len(cols), req.delimiter, req.null)
+    names = ", ".join(quote(c[0]) for c in cols)
+    casts = ", ".join(f'CAST(c{i} AS {c[1]})' for i, c in enumerate(cols))
+    con = session.con
+    con.register("cq_copy_in", table)
+    stream = _stream(session, req)
+    try:
+        if stream is not None:
+            sql = inserts.stream_rows_sql(stream, [c[0] for c in cols], "SELECT * FROM cq_copy_in")
+            return inserts.deliver(session, stream, con.sql(sql).to_arrow_table(), "COPY")
+        con.execute(f"INSERT INTO {req.table} ({names}) SELECT {casts} FROM cq_copy_in")
+    except duckdb.Error as e:
+        raise pg_error(e) from None
+    finally:
+        con.unregister("cq_copy_in")
+    if session.status == TxStatus.IN_BLOCK:
+        session.writes_in_tx = True
+    schema, _, name = req.table.rpartition(".")
+    session.written_tables.add(table_key(schema.strip('"') or None, name.strip('"')))
+    return table.num_rows
+
+
+async def source(session, req) -> Rows | LiveRows:
+    """The rows COPY … TO STDOUT sends: a table's or a one-time query's, or, for a query
+    over streams, a continuous query's as they come (in cq.mode = snapshot: its rows at
+    now), just as the same SELECT would give them."""
+    if req.query:
+        sql = req.query
+    else:
+        cols = "*" if req.columns is None else ", ".join(
+            quote(c) for c in req.columns)
+        sql = f"SELECT {cols} FROM {req.table}"
+    p = session.prepare("", sql)
+    res = await session._execute(p, []) if p.kind in (Kind.STREAM, Kind.SQL) and \
+        p.returns_rows else None
+    if not isinstance(res, (Rows, LiveRows)):
+        raise E.FeatureNotSupported("COPY (query) TO needs a query that returns rows")
+    return res
