@@ -76,7 +76,10 @@ class CQLParser(PostgresParser):
         return this
 
     def _parse_window_interval(self) -> exp.Expression:
-        """'2 minutes' | INTERVAL '1 day' | 2 sec | 10 | an expression (START AT, BETWEEN)."""
+        """'2 minutes' | INTERVAL '1 day' | 2 sec | 10 | an expression (START AT, BETWEEN);
+        None where a window's next word begins (``[RANGE SLIDE …]`` has no size)."""
+        if self._curr and self._curr.text.upper() in ("SLIDE", "START", "WHERE"):
+            return None
         if self._match(TokenType.NUMBER):
             number = exp.Literal.number(self._prev.text)
             if self._curr and self._curr.token_type not in (TokenType.R_BRACKET,) \
@@ -88,17 +91,27 @@ class CQLParser(PostgresParser):
             return number
         return self._parse_bitwise()
 
+    def _window_operand(self, parse, what: str) -> exp.Expression:
+        """A window's size, count or edge, which ``[RANGE]``, ``[ROWS]``, ``[]`` lack."""
+        node = parse()
+        if node is None:
+            self.raise_error(f"Expected {what} in the window")
+        return node
+
     def _parse_window_spec(self) -> X.WindowSpec:
         """Everything between ``[`` (already matched) and ``]``."""
+        bracket = self._prev
         spec: dict = {}
+        size = lambda what: self._window_operand(self._parse_window_interval, what)  # noqa: E731
+        edge = lambda what: self._window_operand(self._parse_bitwise, what)  # noqa: E731
         if self._match_text_seq("NOW"):
             spec["kind"] = "now"
         elif self._match_text_seq("UNBOUNDED"):
             spec["kind"] = "unbounded"
         elif self._match(TokenType.BETWEEN):
-            spec.update(kind="between", low=self._parse_bitwise())
+            spec.update(kind="between", low=edge("a timestamp after BETWEEN"))
             self._match(TokenType.AND) or self.raise_error("Expected AND in [BETWEEN ... AND ...]")
-            spec["high"] = self._parse_bitwise()
+            spec["high"] = edge("a timestamp after AND")
         elif self._match(TokenType.PARTITION_BY) or self._match_text_seq("PARTITION", "BY"):
             spec["partition_by"] = self._parse_csv(self._parse_bitwise)
             self._parse_rows_window(spec)
@@ -111,23 +124,27 @@ class CQLParser(PostgresParser):
             else:
                 by = self._match_text_seq("BY")
                 spec.update(kind="range", style="range_by" if by else "range",
-                            size=self._parse_window_interval())
+                            size=size("a size after RANGE"))
                 if self._match_text_seq("SLIDE"):
                     if by:
                         self._match_text_seq("BY")
-                    spec.update(kind="slide", slide=self._parse_window_interval())
+                    spec.update(kind="slide", slide=size("a size after SLIDE"))
                 if self._match_text_seq("START", "AT"):
-                    spec["start"] = self._parse_bitwise()
+                    spec["start"] = edge("a timestamp after START AT")
         else:
-            spec.update(kind="range", style="short", size=self._parse_window_interval())
+            spec.update(kind="range", style="short", size=size("a size, RANGE, ROWS, NOW, "
+                                                                  "UNBOUNDED or BETWEEN"))
         if not self._match(TokenType.R_BRACKET):
             self.raise_error("Expected ] to close the window")
-        return self.expression(X.WindowSpec(**spec))
+        node = self.expression(X.WindowSpec(**spec))
+        node.meta["start"] = bracket.start      # where errors about the window point
+        return node
 
     def _parse_rows_window(self, spec: dict) -> None:
         if not self._match(TokenType.ROWS):
             self.raise_error("Expected ROWS in a partitioned window")
-        spec.update(kind="rows", rows=self._parse_bitwise())
+        spec.update(kind="rows", rows=self._window_operand(self._parse_bitwise,
+                                                           "a count after ROWS"))
         if self._match(TokenType.WHERE):
             spec["where"] = self._parse_disjunction()
             if spec["where"] is None:

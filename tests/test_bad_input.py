@@ -120,6 +120,35 @@ def test_sql_errors_have_sqlstate_and_position(server):
         assert c.execute("SELECT 'still here'").fetchone() == ("still here",)
 
 
+# malformed window clauses: each a 42601 (syntax) or 22023 (a value) pointing into the
+# statement, never an internal error; the text before it shifts every position
+MALFORMED_WINDOWS = [
+    "[RANGE]", "[ROWS]", "[]", "[RANGE SLIDE '1 s']", "[RANGE 5 SLIDE]", "[SLIDE 2]",
+    "[PARTITION BY k ROWS]", "[PARTITION BY ROWS 1]", "[PARTITION BY k ROWS 1 WHERE]",
+    "[BETWEEN 1 AND]", "[BETWEEN AND 2]", "[RANGE 5 SLIDE 1 START AT]", "[NOW 5]",
+    "[RANGE 'x']", "[RANGE -5]", "[RANGE 0]", "[ROWS 0]", "[ROWS -1]", "[ROWS 'a']",
+    "[RANGE 5 SLIDE 0]", "[RANGE '5 parsecs']", "[BETWEEN 'x' AND 'y']",
+    "[BETWEEN '2026-01-02' AND '2026-01-01']",
+]
+
+
+@pytest.mark.parametrize("window", MALFORMED_WINDOWS)
+def test_malformed_windows_are_user_errors_with_a_position(server, window):
+    lead = "SELECT 1;  "
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute("CREATE STREAM IF NOT EXISTS mw (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        sql = f"{lead}SELECT k FROM mw {window}"
+        with pytest.raises(psycopg.Error) as e:
+            c.execute(sql)
+        assert e.value.sqlstate in ("42601", "22023"), (window, e.value.sqlstate, str(e.value))
+        pos = e.value.diag.statement_position
+        assert pos is not None, (window, str(e.value))
+        # it points into the window clause (or just past it, at its end)
+        start = sql.index("[") + 1
+        assert start <= int(pos) <= len(sql) + 1, (window, pos, str(e.value))
+        assert c.execute("SELECT 'still here'").fetchone() == ("still here",)
+
+
 def test_error_in_transaction_block(server):
     with psycopg.connect(server.dsn) as c:
         c.execute("SELECT 1")

@@ -4,6 +4,7 @@ streams with a known delay distribution, heartbeats, malformed input and its vie
 pressure and ON OVERLOAD load shedding, and ALTER STREAM ADD COLUMN while data flows."""
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 import signal
@@ -68,8 +69,13 @@ def test_heartbeats_keep_a_union_with_a_quiet_stream_moving(server):
         cur = conn.cursor()
         cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {busy} [NOW] UNION ALL "
                     f"SELECT v FROM {quiet} [NOW]")
-        admin.execute(f"INSERT INTO {quiet} VALUES (0, 1, {lit(0)})")
-        admin.execute(f"INSERT INTO {busy} VALUES (0, 2, {lit(0.01)}), (0, 3, {lit(0.02)})")
+        # event times that follow the wall clock: a quiet stream's time moves on with it
+        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+        def near(seconds):
+            return f"TIMESTAMP '{(now + dt.timedelta(seconds=seconds)).isoformat(sep=' ')}'"
+        admin.execute(f"INSERT INTO {quiet} VALUES (0, 1, {near(0)})")
+        admin.execute(f"INSERT INTO {busy} VALUES (0, 2, {near(0.01)}), (0, 3, {near(0.02)})")
         # the quiet stream's heartbeat moves its time on, so the busy rows are released
         rows = _fetch(cur, "FETCH 3 FROM c WITH (timeout = '10s')")
         assert [r[0] for r in rows] == [1, 2, 3]

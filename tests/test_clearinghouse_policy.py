@@ -14,35 +14,9 @@ from gateway.clearinghouse.ingest import Ingest
 from gateway.clearinghouse.slack import StreamProgress, micros
 from gateway.link.live_rows import LiveRows
 from gateway.pgwire.errors import QueryCanceled
+from fake_clock import FakeClock
 
 S = 1_000_000            # µs in a second
-
-
-class FakeClock:
-    """Time that moves only when a test says so; sleepers wake when it passes their end."""
-
-    def __init__(self, start: float = 0.0):
-        self.t = start
-        self._sleepers: list = []
-
-    def now(self) -> float:
-        return 1_700_000_000.0 + self.t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        wake = asyncio.get_running_loop().create_future()
-        self._sleepers.append((self.t + seconds, wake))
-        await wake
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-        for end, wake in list(self._sleepers):
-            if end <= self.t:
-                self._sleepers.remove((end, wake))
-                if not wake.done():
-                    wake.set_result(None)
 
 
 class FakeLink:
@@ -59,7 +33,7 @@ class FakeLink:
     async def send_data(self, name, table, current, wait):
         self.sent.append((name, micros(table.column("ts").combine_chunks()).tolist(), wait))
 
-    async def watermark(self, name, ts):
+    async def watermark(self, name, ts, wait=True):
         self.boundaries.append((name, ts))
 
     def delivered(self) -> list:
@@ -151,7 +125,7 @@ def test_rows_arriving_one_by_one_are_each_judged_against_those_before():
 
 def test_release_sorts_held_tuples_and_moves_the_watermark():
     p = StreamProgress()
-    slack.hold(p, _rows(30, 10, 20), np.array([30, 10, 20]) * S, now_s=5.0)
+    slack.hold(p, _rows(30, 10, 20), np.array([30, 10, 20]) * S, now_s=5.0, wall_s=0.0)
     assert p.last_arrival == 5.0 and p.current == 30 * S
     out = slack.release(p, 20 * S)
     assert micros(out.column("ts").combine_chunks()).tolist() == [10 * S, 20 * S]
@@ -160,36 +134,72 @@ def test_release_sorts_held_tuples_and_moves_the_watermark():
 
 
 # ------------------------------------------------------------------ heartbeats
-def test_an_idle_stream_is_due_a_heartbeat_only_after_its_interval():
-    p = StreamProgress(heartbeat=1 * S, current=100 * S, last_arrival=50.0)
-    quiet = StreamProgress(current=100 * S, last_arrival=0.0)      # no heartbeat option
-    streams = {"s": p, "q": quiet}
-    assert list(heartbeats.due(streams, 50.999)) == []
-    ((name, state, idle),) = heartbeats.due(streams, 51.25)
-    assert (name, state, idle) == ("s", p, 1_250_000)
-    assert heartbeats.boundary_at(p, idle) == 101_250_000
-    assert list(heartbeats.due({"e": StreamProgress(heartbeat=S)}, 1e9)) == []   # no tuple
+def test_a_quiet_stream_follows_the_wall_clock_only_when_its_event_time_does():
+    wall = 1_700_000_000.0
+    live, replay, off = StreamProgress(), StreamProgress(), StreamProgress()
+    off.configure({"heartbeat": "none"})
+    for p, seconds in ((live, wall - 0.2), (replay, wall - 86_400 * 365), (off, wall)):
+        slack.hold(p, _rows(seconds), np.array([int(seconds * S)]), now_s=50.0, wall_s=wall)
+    assert (live.follows_wall, replay.follows_wall, off.follows_wall) == (True, False, True)
+    streams = {"live": live, "replay": replay, "off": off}
+    assert list(heartbeats.quiet(streams, 50.999)) == []          # not quiet a period yet
+    ((name, state, idle),) = heartbeats.quiet(streams, 51.25)
+    assert (name, state, idle) == ("live", live, 1_250_000)
+    # the source's lag (0.2 s behind the wall clock) is kept
+    assert heartbeats.wall_bound(live, idle) == int((wall - 0.2) * S) + 1_250_000
+    assert list(heartbeats.quiet({"e": StreamProgress()}, 1e9)) == []   # no tuple yet
 
 
-def test_heartbeat_sends_a_boundary_at_newest_event_time_plus_idle_time():
+def test_a_boundary_goes_at_the_watermark_at_most_once_a_period():
+    p = StreamProgress(watermark=10 * S)
+    assert slack.boundary_due(p, 100.0) == 10 * S                   # the first at once
+    assert slack.boundary_due(p, 100.1) is None                     # nothing moved
+    p.watermark = 12 * S
+    assert slack.boundary_due(p, 100.9) is None                     # within the period
+    assert slack.boundary_due(p, 101.0) == 12 * S and p.boundary == 12 * S
+    p.configure({"heartbeat": "250ms"})
+    p.watermark = 13 * S
+    assert slack.boundary_due(p, 101.2) is None and slack.boundary_due(p, 101.25) == 13 * S
+
+
+def test_data_splits_at_its_watermark_and_a_live_stream_moves_on_when_quiet():
     async def run():
         clock = FakeClock(40.0)                       # idle time counts from the push
         ingest, link = _driver(clock)
-        options = {"heartbeat": "1s", "slack": "5 seconds"}
-        await ingest.push("s", "ts", _rows(100), options, one_by_one=True)
-        beating = asyncio.create_task(ingest.heartbeats())
-        await _settle()                               # the loop is asleep on the fake clock
-        seen = []
-        for step in (0.5, 0.25, 0.5):                 # at 0.5 s, 0.75 s, 1.25 s of idleness
+        now = clock.now()
+        options = {"slack": "5 seconds"}
+        await ingest.push("s", "ts", _rows(now - 6, now), options, one_by_one=True)
+        seen = [(list(link.boundaries), link.delivered())]
+        for step in (0.5, 0.25, 0.5):                 # at 0.5 s, 0.75 s, 1.25 s of quiet
             clock.advance(step)
-            await _settle()
+            await ingest.tick()
             seen.append((list(link.boundaries), link.delivered()))
-        beating.cancel()
-        return seen
-    seen = asyncio.run(run())
-    assert seen[0] == ([], []) and seen[1] == ([], [])
-    # the BOUNDARY also releases what the slack held
-    assert seen[2] == ([("s", 101_250_000)], [100 * S])
+        return now, seen
+    now, seen = asyncio.run(run())
+    first = int((now - 6) * S)
+    # the data's own watermark (newest − slack) splits at once
+    assert seen[0] == ([("s", int((now - 5) * S))], [first])
+    assert seen[1] == seen[0] and seen[2] == seen[0]
+    # quiet for a period: the watermark moves on with the wall clock, releasing what the
+    # slack held and splitting there
+    assert seen[3] == ([("s", int((now - 5) * S)), ("s", int(now * S) + 1_250_000)],
+                       [first, int(now * S)])
+
+
+def test_a_replay_of_history_is_never_moved_by_the_wall_clock():
+    async def run():
+        clock = FakeClock(40.0)
+        ingest, link = _driver(clock)
+        await ingest.push("s", "ts", _rows(100, 101), {}, one_by_one=True)
+        for _ in range(5):
+            clock.advance(1.0)
+            await ingest.tick()
+        await ingest.push("s", "ts", _rows(102), {}, one_by_one=True)   # in order: not late
+        clock.advance(1.0)
+        await ingest.tick()
+        return link.boundaries, ingest.progress("s").late
+    boundaries, late = asyncio.run(run())
+    assert boundaries == [("s", 101 * S), ("s", 102 * S)] and late == 0
 
 
 # ------------------------------------------------------------------ ON OVERLOAD

@@ -2,14 +2,20 @@
 real server, in order, and the other pages with SQL show exactly what their examples return.
 The timeline picture is current and drawn from the rows the server returns, and every link
 between the pages leads somewhere."""
+import datetime as dt
 import os
 import re
 import sys
 
 import psycopg
+import pyarrow as pa
 import pytest
+import sqlglot
 
+import dialect  # noqa: F401
 from continuous import send_source
+from dialect.planner import MemoryCatalog, Relation, plan
+from executor.graph import RunningQuery
 from gateway.sessions.lexer import split
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
@@ -92,6 +98,40 @@ def test_timeline_picture_is_current_and_shows_the_rows_the_server_returns(tmp_p
     assert shown[0] == readings and shown[1] == counts
     with open(os.path.join(DOCS, "img", "timeline.svg"), encoding="utf-8") as f:
         assert f.read() == draw_timeline.svg(), "run: python scripts/draw_timeline.py"
+
+
+def test_quiet_key_picture_is_current_and_is_what_the_executor_sends(tmp_path):
+    """scripts/draw_quiet_key.py cuts each reading at the BOUNDARYs on its own; the back end's
+    operators, fed the same readings and BOUNDARYs, must send exactly those rows."""
+    scripts = os.path.join(os.path.dirname(DOCS), "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        import draw_quiet_key as drawn
+    finally:
+        sys.path.remove(scripts)
+    with open(os.path.join(DOCS, "img", "quiet_key.svg"), encoding="utf-8") as f:
+        assert f.read() == drawn.svg(), "run: python scripts/draw_quiet_key.py"
+    catalog = MemoryCatalog().add(Relation("temps", "stream", (
+        ("node", "INT"), ("temp", "DOUBLE"), ("t", "TIMESTAMP")), "t"))
+    q = RunningQuery(plan(sqlglot.parse_one(
+        "SELECT node, temp, valid_from, valid_to FROM temps [PARTITION BY node ROWS 1]",
+        read="cql"), catalog))
+    us = 1_000_000
+    events = sorted([(s, "reading", (n, v)) for n, v, s in drawn.READINGS]
+                    + [(b, "boundary", None) for b in drawn.BOUNDARIES])
+    out = []
+    for second, kind, reading in events:
+        if kind == "boundary":
+            out += q.watermark("temps", int(second * us))
+            continue
+        out += q.push("temps", pa.RecordBatch.from_pydict({
+            "node": pa.array([reading[0]], pa.int32()), "temp": [reading[1]],
+            "t": pa.array([int(second * us)], pa.int64()).cast(pa.timestamp("us"))}))
+    epoch = dt.datetime(1970, 1, 1)
+    sent = sorted((r["node"], r["temp"], (r["valid_from"] - epoch).total_seconds(),
+                   (r["valid_to"] - epoch).total_seconds())
+                  for b in out for r in b.to_pylist())
+    assert sent == sorted(drawn.pieces())
 
 
 def _slug(heading: str) -> str:

@@ -6,6 +6,7 @@ of DESIGN §5 as SQL predicates, independently of the executor's interval arithm
 Random streams and queries come from hypothesis; a shrunk counterexample becomes a case in
 ``REGRESSIONS`` below.
 """
+import asyncio
 import datetime as dt
 from collections import Counter
 
@@ -18,6 +19,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import dialect  # noqa: F401
 from dialect.planner import MemoryCatalog, Relation, plan
 from executor.graph import RunningQuery
+from fake_clock import FakeClock
+from gateway.clearinghouse import heartbeats, slack
+from gateway.clearinghouse.ingest import Ingest
 
 S = 1_000_000                      # µs per second: stream times are whole seconds
 EPOCH = dt.datetime(1970, 1, 1)
@@ -80,25 +84,66 @@ EXCEPT = ("SELECT valid_from, valid_to, k FROM s {w} WHERE v > {c} EXCEPT "
           "SELECT k FROM snap WHERE v > {c} EXCEPT SELECT k FROM snap2")
 
 
-def run_executor(sql: str, tuples: list, marks: bool = True, sizes=None) -> list:
-    """The executor's rows for ``tuples``, pushed one a batch or, with ``sizes``, in batches
-    of those sizes (cycled)."""
+PERIOD = slack.DEFAULT_HEARTBEAT / S       # s: the default heartbeat period
+
+
+class ToQuery:
+    """The back-end link, as the clearinghouse sees it, feeding one running query in-process."""
+
+    def __init__(self, q: RunningQuery):
+        self.q, self.out = q, []
+
+    def behind(self) -> bool:
+        return False
+
+    async def send_data(self, name, table, current, wait):
+        for b in table.to_batches():
+            self.out += self.q.push(name, b)
+
+    async def watermark(self, name, ts, wait=True):
+        self.out += self.q.watermark(name, ts)
+
+
+def run_executor(sql: str, tuples: list, gap: float = 1.0, sizes=None):
+    """Push ``tuples`` through the clearinghouse (slack none, the default heartbeat) into the
+    running query, one a batch or, with ``sizes``, in batches of those sizes (cycled), ``gap``
+    seconds apart, the heartbeat loop ticking in between. Returns the rows the client had at
+    each moment, ``[(monotonic s, stream watermark µs, rows so far)]``, and all the rows once
+    the stream ends. The event times are 1970's: a replay, which the wall clock never moves."""
     q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), CATALOG))
-    out = []
+    link, clock = ToQuery(q), FakeClock()
+    ingest = Ingest(link, clock=clock)
     cuts, at = [], 0
     while at < len(tuples):
         n = sizes[len(cuts) % len(sizes)] if sizes else 1
         cuts.append(tuples[at:at + n])
         at += n
-    for group in cuts:
-        b = pa.RecordBatch.from_pydict({"k": pa.array([t[0] for t in group], pa.int32()),
-                                        "v": pa.array([t[1] for t in group], pa.int32()),
-                                        "ts": pa.array([t[2] * S for t in group],
-                                                       pa.int64()).cast(pa.timestamp("us"))})
-        out += q.push("s", b)
-        if marks:                            # a BOUNDARY after each batch, or data alone
-            out += q.watermark("s", group[-1][2] * S)
-    out += q.end()
+    moments = []
+
+    def moment():
+        moments.append((clock.monotonic(), ingest.progress("s").watermark, _rows(link.out)))
+
+    async def quiet(seconds):                     # the heartbeat loop, every CHECK_S
+        for _ in range(round(seconds / heartbeats.CHECK_S)):
+            clock.advance(heartbeats.CHECK_S)
+            await ingest.tick()
+            moment()
+
+    async def drive():
+        for group in cuts:
+            t = pa.table({"k": pa.array([t[0] for t in group], pa.int32()),
+                          "v": pa.array([t[1] for t in group], pa.int32()),
+                          "ts": pa.array([t[2] * S for t in group],
+                                         pa.int64()).cast(pa.timestamp("us"))})
+            await ingest.push("s", "ts", t, {}, one_by_one=True)
+            moment()
+            await quiet(gap)
+        await quiet(PERIOD + heartbeats.CHECK_S)   # a last period before the stream ends
+    asyncio.run(drive())
+    return moments, _rows(link.out + q.end())
+
+
+def _rows(out: list) -> list:
     rows = []
     for b in out:
         for r in b.to_pylist():
@@ -106,6 +151,17 @@ def run_executor(sql: str, tuples: list, marks: bool = True, sizes=None) -> list
             start, end = _us(vals[0]), _us(vals[1])
             rows.append((start, end, tuple(_norm(x) for x in vals[2:])))
     return rows
+
+
+def delivered_by_then(moments: list, t: int) -> list | None:
+    """The rows the client had one heartbeat period after the watermark passed ``t`` (None
+    when it never did before the stream ended)."""
+    passed = next((m for m, w, _ in moments if w is not None and w > t), None)
+    if passed is None:
+        return None
+    due = passed + PERIOD + heartbeats.CHECK_S
+    assert moments[-1][0] >= due - 1e-9, "the run ends before the answer is due"
+    return [rows for m, _, rows in moments if m <= due + 1e-9][-1]
 
 
 def _us(value):
@@ -129,14 +185,14 @@ def valid_at(rows: list, t: int) -> Counter:
 
 
 def check(tuples: list, qi: int, w: str, c: int, w2: str | None = None, pair=UNION,
-          marks: bool = True, sizes=None):
+          gap: float = 1.0, sizes=None):
     if w2 is None:
         sql, snap_sql = (q.format(w=w, c=c) for q in QUERIES[qi])
         windows = [w]
     else:
         sql, snap_sql = (q.format(w=w, w2=w2, c=c) for q in pair)
         windows = [w, w2]
-    rows = run_executor(sql, tuples, marks, sizes)
+    moments, rows = run_executor(sql, tuples, gap, sizes)
     con = duckdb.connect()
     con.execute("SET integer_division = true")
     con.execute("CREATE TABLE raw_in (i INT, k INT, v INT, ts BIGINT)")
@@ -146,9 +202,16 @@ def check(tuples: list, qi: int, w: str, c: int, w2: str | None = None, pair=UNI
     first, last = tuples[0][2], tuples[-1][2]
     for half in range(2 * first, 2 * last + 1):     # every whole and half second in range
         t = half * S // 2
-        assert valid_at(rows, t) == oracle(con, snap_sql, windows, t), (sql, t / S, tuples)
+        expected = oracle(con, snap_sql, windows, t)
+        assert valid_at(rows, t) == expected, (sql, t / S, tuples)
+        # and current: what the client had one heartbeat after the watermark passed t
+        early = delivered_by_then(moments, t)
+        if early is not None:
+            assert valid_at(early, t) == expected, ("late", sql, t / S, tuples, gap)
 
 
+# seconds between batches: faster than the heartbeat period, about it, slower
+GAPS = st.sampled_from([0.3, 1.0, 2.5])
 streams = st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 5), st.integers(0, 3)),
                    min_size=1, max_size=25).map(
     lambda xs: [(k, v, ts) for (k, v, _), ts in zip(xs, _running([d for *_, d in xs]))])
@@ -164,9 +227,9 @@ def _running(deltas):
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.integers(0, len(QUERIES) - 1), st.sampled_from(sorted(WINDOWS)),
-       st.integers(-3, 3), st.booleans())
-def test_snapshot_reducibility(tuples, qi, w, c, marks):
-    check(tuples, qi, w, c, marks=marks)
+       st.integers(-3, 3), GAPS)
+def test_snapshot_reducibility(tuples, qi, w, c, gap):
+    check(tuples, qi, w, c, gap=gap)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -190,9 +253,9 @@ JOINABLE = BOUNDED + ["[ROWS 2]", "[PARTITION BY k ROWS 1]"]
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.sampled_from(JOINABLE), st.sampled_from(JOINABLE), st.integers(-3, 3),
-       st.booleans())
-def test_snapshot_reducibility_join(tuples, w, w2, c, marks):
-    check(tuples, 0, w, c, w2, pair=JOIN, marks=marks)
+       GAPS)
+def test_snapshot_reducibility_join(tuples, w, w2, c, gap):
+    check(tuples, 0, w, c, w2, pair=JOIN, gap=gap)
 
 
 # The same with several tuples a batch, as a busy stream delivers them: operators that cut,
@@ -203,16 +266,16 @@ batch_sizes = st.lists(st.integers(1, 7), min_size=1, max_size=4)
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.integers(0, len(QUERIES) - 1), st.sampled_from(sorted(WINDOWS)),
-       st.integers(-3, 3), st.booleans(), batch_sizes)
-def test_snapshot_reducibility_batched(tuples, qi, w, c, marks, sizes):
-    check(tuples, qi, w, c, marks=marks, sizes=sizes)
+       st.integers(-3, 3), GAPS, batch_sizes)
+def test_snapshot_reducibility_batched(tuples, qi, w, c, gap, sizes):
+    check(tuples, qi, w, c, gap=gap, sizes=sizes)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.sampled_from(JOINABLE), st.sampled_from(JOINABLE), st.integers(-3, 3),
-       st.booleans(), batch_sizes)
-def test_snapshot_reducibility_join_batched(tuples, w, w2, c, marks, sizes):
-    check(tuples, 0, w, c, w2, pair=JOIN, marks=marks, sizes=sizes)
+       GAPS, batch_sizes)
+def test_snapshot_reducibility_join_batched(tuples, w, w2, c, gap, sizes):
+    check(tuples, 0, w, c, w2, pair=JOIN, gap=gap, sizes=sizes)
 
 
 # Shrunk counterexamples, kept as regressions. The first caught a 1 µs interval ([NOW])
@@ -231,14 +294,14 @@ def test_regressions(tuples, qi, w, c):
 
 # Batches that meet at a slide instant: the second tuple at τ = 2 s still belongs to the
 # slide ending at τ, which must not be final before a later time is seen.
-@pytest.mark.parametrize("marks", [False, True])
+@pytest.mark.parametrize("gap", [0.3, 2.5])
 @pytest.mark.parametrize("qi", [2, 3])
-def test_regression_equal_times_across_batches(qi, marks):
+def test_regression_equal_times_across_batches(qi, gap):
     tuples = [(0, 0, 2), (0, 0, 2), (1, 1, 3), (0, 2, 4), (1, 3, 4), (0, 1, 7)]
     for w in ("[RANGE 5 SECONDS SLIDE 2 SECONDS]", "[RANGE 2 SECONDS SLIDE 2 SECONDS]"):
         for sizes in ([1], [2], [1, 2], [3]):
-            check(tuples, qi, w, 1, marks=marks, sizes=sizes)
-            check(tuples, 0, w, -1, "[RANGE 3]", pair=JOIN, marks=marks, sizes=sizes)
+            check(tuples, qi, w, 1, gap=gap, sizes=sizes)
+            check(tuples, 0, w, -1, "[RANGE 3]", pair=JOIN, gap=gap, sizes=sizes)
 
 
 # StreaQueL loops over live data: ST is the first tuple's time; iteration k at t_k answers
@@ -260,10 +323,10 @@ LOOP_QUERIES = [
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.integers(0, len(LOOP_QUERIES) - 1), st.sampled_from(sorted(LOOPS)),
-       st.integers(-3, 3), st.booleans())
-def test_snapshot_reducibility_loops(tuples, qi, loop, c, marks):
+       st.integers(-3, 3), GAPS)
+def test_snapshot_reducibility_loops(tuples, qi, loop, c, gap):
     sql, snap_sql = (q.format(loop=loop, c=c) for q in LOOP_QUERIES[qi])
-    rows = run_executor(sql, tuples, marks)
+    moments, rows = run_executor(sql, tuples, gap)
     off, lim, step, landmark = LOOPS[loop]
     start = tuples[0][2] * S
     con = duckdb.connect()
@@ -281,3 +344,6 @@ def test_snapshot_reducibility_loops(tuples, qi, loop, c, marks):
         con.execute(f"CREATE OR REPLACE TEMP VIEW snap AS SELECT k, v FROM raw WHERE {where}")
         expected = Counter(tuple(_norm(x) for x in r) for r in con.execute(snap_sql).fetchall())
         assert valid_at(rows, x) == expected, (sql, x / S, tuples)
+        early = delivered_by_then(moments, x)
+        if early is not None:
+            assert valid_at(early, x) == expected, ("late", sql, x / S, tuples, gap)

@@ -20,6 +20,14 @@ from ..intervals import interval_us
 
 def _size_us(e: exp.Expression) -> int:
     """A window size: '2 minutes', INTERVAL '1 DAY', 2 sec, or a bare number of seconds."""
+    try:
+        return _interval_of(e)
+    except InvalidWindow as err:
+        err.position = err.position or _at(e)
+        raise
+
+
+def _interval_of(e: exp.Expression) -> int:
     if isinstance(e, X.UnitInterval):
         return interval_us(f"{e.this.name} {e.args['unit'].name}")
     if isinstance(e, exp.Interval):
@@ -33,22 +41,47 @@ def _size_us(e: exp.Expression) -> int:
 
 def _timestamp_us(e: exp.Expression, to_us) -> int:
     if not isinstance(e, (exp.Literal, exp.Cast)):
-        raise InvalidWindow(f"window edge must be a constant timestamp, not {e.sql('cql')}")
-    return to_us(e.name if isinstance(e, exp.Literal) else e.this.name)
+        raise InvalidWindow(f"window edge must be a constant timestamp, not {e.sql('cql')}",
+                            position=_at(e))
+    try:
+        return to_us(e.name if isinstance(e, exp.Literal) else e.this.name)
+    except InvalidWindow as err:
+        err.position = err.position or _at(e)
+        raise
 
 
 def _rows(spec: X.WindowSpec, to_expr) -> P.RowsWindow:
     n = spec.args["rows"]
     if not (isinstance(n, exp.Literal) and n.is_int and int(n.name) > 0):
-        raise InvalidWindow(f"ROWS needs a positive integer, not {n.sql('cql')}")
+        raise InvalidWindow(f"ROWS needs a positive integer, not {n.sql('cql')}",
+                            position=_at(n))
     where = spec.args.get("where")
     return P.RowsWindow(int(n.name), tuple(to_expr(p) for p in spec.args.get("partition_by")
                                            or ()),
                         to_expr(where) if where is not None else None)
 
 
+def _at(node: exp.Expression) -> int | None:
+    """Where ``node`` was written (1-based, in the statement), from the first of its parts the
+    parser placed."""
+    for n in node.walk():
+        if "start" in n.meta:
+            return n.meta["start"] + 1
+    return None
+
+
 def window_of(spec: X.WindowSpec, to_expr, to_us):
-    """The algebra's window for a parsed ``[...]``."""
+    """The algebra's window for a parsed ``[...]``; an invalid one is a 22023 that points at
+    what is wrong in it."""
+    try:
+        return _window_of(spec, to_expr, to_us)
+    except InvalidWindow as e:
+        if e.position is None:
+            e.position = _at(spec)
+        raise
+
+
+def _window_of(spec: X.WindowSpec, to_expr, to_us):
     kind = spec.args["kind"]
     if kind == "now":
         return P.NowWindow()

@@ -60,7 +60,7 @@ class Ingest:
                 self.log.late_tuples(name, origin, late.table, late.ts, late.watermarks)
             if len(ts) and not shedding.blocks(p.overload) and self.link.behind():
                 table, ts = self._shed(name, p, table, ts)
-            slack.hold(p, table, ts, self.clock.monotonic())
+            slack.hold(p, table, ts, self.clock.monotonic(), self.clock.now())
             await self._release(name, p, slack.slack_bound(p))
             return len(ts), 0 if late is None else late.table.num_rows
 
@@ -73,17 +73,27 @@ class Ingest:
         return table.filter(pa.array(keep)), ts[keep]
 
     async def _release(self, name: str, p: StreamProgress, bound: int | None,
-                       boundary: bool = False) -> None:
-        """Send what the slack releases up to ``bound`` and, for punctuation and heartbeats,
-        a BOUNDARY there: data alone moves time forward in the back end, a BOUNDARY also
-        splits open intervals (seed 000 Algorithm 6), so a quiet stream's answers still come."""
+                       at_once: bool = False, asked: bool = False) -> None:
+        """Send what the slack releases up to ``bound``, then a BOUNDARY at the watermark if one
+        is due: data alone moves time forward in the back end, a BOUNDARY also splits open
+        intervals (seed 000 Algorithm 6), so answers that stop changing still come."""
         if bound is None:
             return
         out = slack.release(p, bound)
         if out is not None:
             await self.link.send_data(name, out, p.current, wait=shedding.blocks(p.overload))
-        if boundary and slack.new_boundary(p, bound):
-            await self.link.watermark(name, bound)
+        await self._split(name, p, at_once, asked)
+
+    async def _split(self, name: str, p: StreamProgress, at_once: bool = False,
+                     asked: bool = False) -> None:
+        """A BOUNDARY at the watermark if one is due. Only one a statement ``asked`` for
+        (punctuation) waits for a back end that is behind; any other stays due until it has
+        caught up, so a stopped back end never holds the clearinghouse up."""
+        if not asked and self.link.behind():
+            return
+        bound = slack.boundary_due(p, self.clock.monotonic(), at_once=at_once)
+        if bound is not None:
+            await self.link.watermark(name, bound, wait=asked)
 
     async def start_primed(self, histories: list, start):
         """Start a query whose windows reach into archived streams' past (``priming``), while
@@ -97,19 +107,30 @@ class Ingest:
         return p.watermark if p is not None else None
 
     async def advance(self, name: str, ts: int) -> None:
-        """Punctuation: no tuple earlier than ``ts`` will follow."""
+        """Punctuation: no tuple earlier than ``ts`` will follow. Asked for by a statement,
+        its BOUNDARY goes at once, whenever the last one went."""
         async with self._lock:
             p = self.progress(name)
-            await self._release(name, p, ts, boundary=True)
+            await self._release(name, p, ts, at_once=True, asked=True)
 
     async def heartbeats(self) -> None:
-        """Forever: a BOUNDARY for each stream idle longer than its heartbeat interval."""
+        """Forever: every ``CHECK_S``, a ``tick``."""
         while True:
             await self.clock.sleep(heartbeats.CHECK_S)
-            for name, p, idle in heartbeats.due(self.streams, self.clock.monotonic()):
+            await self.tick()
+
+    async def tick(self) -> None:
+        """Quiet streams that follow the wall clock move their watermark on with it, once each
+        heartbeat period of quiet, and split there; every other stream whose watermark moved
+        since its last BOUNDARY gets one when a period has passed since that."""
+        now = self.clock.monotonic()
+        for name, p, idle in heartbeats.quiet(self.streams, now):
+            async with self._lock:
+                await self._release(name, p, heartbeats.wall_bound(p, idle), at_once=True)
+        for name, p in list(self.streams.items()):
+            if slack.moved(p):             # looked at without the lock: most have not
                 async with self._lock:
-                    await self._release(name, p, heartbeats.boundary_at(p, idle),
-                                        boundary=True)
+                    await self._split(name, p)
 
     def forget(self, name: str) -> None:
         self.streams.pop(name.lower(), None)

@@ -12,6 +12,9 @@ from dialect.intervals import interval_us
 from executor import wire
 
 NO_TIME = np.iinfo(np.int64).min
+DEFAULT_HEARTBEAT = 1_000_000     # µs: a stream splits open intervals at most once a second
+# a stream whose newest tuple is this close to the wall clock (plus its slack) follows it
+FOLLOWS_WALL_US = 60_000_000
 
 
 @dataclass
@@ -23,8 +26,12 @@ class StreamProgress:
     current: int | None = None        # µs: the newest event time seen (t_curr)
     slack: int = 0                    # µs: K
     adaptive: bool = False
-    heartbeat: int | None = None      # µs of idle time (monotonic clock), or None
+    heartbeat: int = DEFAULT_HEARTBEAT    # µs: the splitting period and the quiet time
+    wall_clock: bool = True           # heartbeat 'none' turns the wall-clock advance off
+    follows_wall: bool = False        # its newest tuple was close to the wall clock
     last_arrival: float = 0.0         # monotonic clock (s) of the last tuple
+    quiet_moves: int = 0              # wall-clock moves since then, one a heartbeat period
+    boundary_s: float | None = None   # monotonic clock (s) of the last BOUNDARY
     held: pa.Table | None = None      # tuples waiting for the slack, in arrival order
     held_ts: np.ndarray | None = None  # their event times, µs
     ts_column: str = ""
@@ -44,8 +51,9 @@ class StreamProgress:
         self.adaptive = slack == "adaptive"
         if not self.adaptive:
             self.slack = 0 if slack == "none" else interval_us(slack)
-        hb = options.get("heartbeat")
-        self.heartbeat = interval_us(hb) if hb else None
+        hb = str(options.get("heartbeat") or "").lower()
+        self.wall_clock = hb != "none"
+        self.heartbeat = interval_us(hb) if hb not in ("", "none") else DEFAULT_HEARTBEAT
         self.overload = options.get("overload", "BLOCK")
         self.sample = float(options.get("sample", 0.1))
 
@@ -105,13 +113,16 @@ def judge(p: StreamProgress, table: pa.Table, ts: np.ndarray,
     return table.filter(pa.array(keep)), ts[keep], late
 
 
-def hold(p: StreamProgress, table: pa.Table, ts: np.ndarray, now_s: float) -> None:
+def hold(p: StreamProgress, table: pa.Table, ts: np.ndarray, now_s: float,
+         wall_s: float) -> None:
     """Tuples on time join the ones waiting for the slack; ``now_s`` (monotonic) is when they
-    arrived, from which a stream's idle time is measured."""
+    arrived, from which a stream's idle time is measured, and ``wall_s`` (seconds since the
+    epoch) tells whether the stream's event time follows the wall clock."""
     if not len(ts):
         return
     p.current = int(max(ts.max(), p.current if p.current is not None else ts.max()))
-    p.last_arrival = now_s
+    p.last_arrival, p.quiet_moves = now_s, 0
+    p.follows_wall = abs(int(wall_s * 1_000_000) - p.current) <= FOLLOWS_WALL_US + p.slack
     p.held = table if p.held is None else pa.concat_tables(
         [p.held, table], promote_options="default")
     p.held_ts = ts if p.held_ts is None else np.concatenate([p.held_ts, ts])
@@ -141,9 +152,21 @@ def release(p: StreamProgress, bound: int) -> pa.Table | None:
     return out
 
 
-def new_boundary(p: StreamProgress, bound: int) -> bool:
-    """Whether a BOUNDARY at ``bound`` moves the stream's last one forward (then it is sent)."""
-    if p.boundary is not None and bound <= p.boundary:
-        return False
-    p.boundary = bound
-    return True
+def moved(p: StreamProgress) -> bool:
+    """Whether the watermark has moved past the last BOUNDARY sent."""
+    return p.watermark is not None and (p.boundary is None or p.watermark > p.boundary)
+
+
+def boundary_due(p: StreamProgress, now_s: float, *, at_once: bool = False) -> int | None:
+    """The BOUNDARY to send at ``now_s`` (monotonic): at the watermark, when it has moved past
+    the last one and a heartbeat period has passed since that was sent (``at_once``: for
+    punctuation and a quiet stream's wall-clock move, whenever it was); None otherwise.
+    Sending it is recorded, so the watermarks data give split open intervals at most once
+    a period."""
+    if not moved(p):
+        return None
+    if not at_once and p.boundary_s is not None and \
+            (now_s - p.boundary_s) * 1_000_000 < p.heartbeat:
+        return None
+    p.boundary, p.boundary_s = p.watermark, now_s
+    return p.watermark

@@ -312,9 +312,11 @@ class BackendLink:
         """Whether the back end has fallen behind: more than BEHIND bytes wait for it."""
         return self.out is not None and self.out.get_write_buffer_size() > BEHIND
 
-    async def watermark(self, stream: str, ts: int) -> None:
+    async def watermark(self, stream: str, ts: int, wait: bool = True) -> None:
+        """A BOUNDARY; ``wait``: until the back end has taken what is queued for it."""
         self.out.write(wire.encode(wire.Watermark(stream, ts)))
-        await self.out.drain()
+        if wait:
+            await self.out.drain()
 
     async def stats(self) -> dict:
         """{"queries": [...], "streams": [...]}: one dict of counters per running query and

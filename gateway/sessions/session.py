@@ -207,7 +207,10 @@ class Session:
         return await self.DESCRIBE[p.kind](self, p)
 
     async def _describe_stream(self, p: Prepared) -> list | None:
-        return await self._call(stream_statements.describe, self, p.translated.source)
+        try:
+            return await self._call(stream_statements.describe, self, p.translated.source)
+        except E.PgError as e:
+            raise _placed(e, p.stmt) from None
 
     async def _describe_command(self, p: Prepared) -> list | None:
         return commands.describe_command(self, p)
@@ -258,7 +261,10 @@ class Session:
         return await self.RUN[p.kind](self, p, params)
 
     async def _run_stream(self, p: Prepared, params: list):
-        res = await self._call(stream_statements.run, self, p.translated.source, params)
+        try:
+            res = await self._call(stream_statements.run, self, p.translated.source, params)
+        except E.PgError as e:
+            raise _placed(e, p.stmt) from None
         if not isinstance(res, queries.Planned):
             return res
 
@@ -363,6 +369,14 @@ class Session:
 
     def status_letter(self) -> str:
         return self.status.value
+
+
+def _placed(err: E.PgError, stmt: Statement) -> E.PgError:
+    """An error from planning a statement, its position (in the statement) moved to where the
+    statement is in the client's query string."""
+    if err.position is not None:
+        err.position += stmt.offset
+    return err
 
 
 def _locate(err: E.PgError, stmt: Statement) -> E.PgError:

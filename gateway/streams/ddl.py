@@ -28,7 +28,7 @@ from gateway.tables.store import pg_error
 # WITH (...) options a stream accepts, each with a check of its value
 STREAM_OPTIONS = {
     "slack": lambda v: v.lower() in ("none", "adaptive") or interval_us(v) >= 0,
-    "heartbeat": lambda v: interval_us(v) > 0,
+    "heartbeat": lambda v: v.lower() == "none" or interval_us(v) > 0,
     "fragment": lambda v: interval_us(v) > 0,
     # how sources' lines read (csvwrapper): one-character delimiter and quote, and the order
     # of the fields in a line (column names; columns not listed are NULL)

@@ -93,7 +93,8 @@ EMPTY_TABLES = {
                   "started TIMESTAMPTZ, rows_in BIGINT, rows_out BIGINT, state_size BIGINT, "
                   "last_emit TIMESTAMPTZ, error VARCHAR",
     "cq_streams": "stream VARCHAR, tuples BIGINT, rate DOUBLE, watermark TIMESTAMP, "
-                  "late BIGINT, errors BIGINT, dropped BIGINT, slack INTERVAL",
+                  "late BIGINT, errors BIGINT, dropped BIGINT, slack INTERVAL, "
+                  "heartbeat INTERVAL, watermark_follows VARCHAR",
     **ingest_log.VIEWS,
 }
 

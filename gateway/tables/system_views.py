@@ -28,6 +28,11 @@ def _micros(us: int | None):
     return None if us is None else dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)
 
 
+def _follows(p) -> str:
+    """What moves a stream's watermark when it is quiet: the wall clock, or only its data."""
+    return "wall clock" if p.wall_clock and p.follows_wall else "data"
+
+
 async def gather(services) -> dict:
     """The views' new contents, from the back end's counters and the clearinghouse's logs."""
     link = services.backend
@@ -64,6 +69,8 @@ async def gather(services) -> dict:
         "errors": pa.array([p.bad for p in progress], pa.int64()),
         "dropped": pa.array([p.dropped for p in progress], pa.int64()),
         "slack": pa.array([p.slack for p in progress], pa.duration("us")),
+        "heartbeat": pa.array([p.heartbeat for p in progress], pa.duration("us")),
+        "watermark_follows": pa.array([_follows(p) for p in progress], pa.string()),
     })
     return {"cq_queries": queries, "cq_streams": streams, **services.ingest.log.tables()}
 

@@ -1,0 +1,107 @@
+"""Answers that are current, through the real server: a continuous query shows what is true
+now within a heartbeat, though no row of it closes (the latest reading of each key, a steady
+aggregate); a replay of last year's data, fed slowly, loses nothing as late and still answers
+every instant its data have passed; ``heartbeat = 'none'`` and what ``cq_streams`` says."""
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import psycopg
+
+from continuous import follow as _follow
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def _collect(cur, cursor: str, want, seconds: float) -> tuple[list, float]:
+    """FETCH from ``cursor`` until ``want(rows)`` holds or ``seconds`` pass; the rows and when
+    they were complete (seconds after the call)."""
+    start = time.monotonic()
+    rows: list = []
+    while not want(rows):
+        left = seconds - (time.monotonic() - start)
+        assert left > 0, f"not current after {seconds}s: {rows}"
+        cur.execute(f"FETCH ALL FROM {cursor} WITH (timeout = '{max(left, 0.01):.3f}s')")
+        rows += cur.fetchall()
+    return rows, time.monotonic() - start
+
+
+def _current(rows: list) -> dict:
+    """Each key's value at the latest instant the rows cover."""
+    latest: dict = {}
+    for k, v, valid_from, _ in sorted(rows, key=lambda r: r[2]):
+        latest[k] = v
+    return latest
+
+
+def test_the_latest_reading_of_every_key_arrives_within_two_seconds(server):
+    with _follow(server, "latest") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v, valid_from, valid_to "
+                    f"FROM {s} [PARTITION BY k ROWS 1]")
+        for k, v in ((1, 10), (2, 20), (3, 30), (1, 11)):
+            admin.execute(f"INSERT INTO {s} VALUES (%s, %s, now())", [k, v])
+        rows, took = _collect(cur, "c", lambda r: _current(r) == {1: 11, 2: 20, 3: 30}, 2.0)
+        # key 1's first reading is closed by its second; each key is there from its reading
+        assert (1, 10) in [(k, v) for k, v, *_ in rows]
+        for k, v, valid_from, valid_to in rows:
+            assert valid_to is None or valid_to > valid_from
+        streams = admin.execute("SELECT heartbeat, watermark_follows FROM cq_streams "
+                                "WHERE stream = %s", [s]).fetchone()
+        assert streams == (dt.timedelta(seconds=1), "wall clock")
+
+
+def test_a_steady_unbounded_sum_is_current_within_a_heartbeat(server):
+    with _follow(server, "steady") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, SUM(v), valid_from, valid_to "
+                    f"FROM {s} [UNBOUNDED] GROUP BY k")
+        admin.execute(f"INSERT INTO {s} VALUES (1, 5, now()), (2, 7, now())")
+        admin.execute(f"INSERT INTO {s} VALUES (1, 6, now())")
+        rows, took = _collect(cur, "c", lambda r: _current(r) == {1: 11, 2: 7}, 2.0)
+        # a group that does not change costs at most one row a heartbeat: over three more
+        # seconds of quiet, a few rows, not one per check of the heartbeat loop
+        time.sleep(3)
+        cur.execute("FETCH ALL FROM c WITH (timeout = '10ms')")
+        later = cur.fetchall()
+        assert 2 <= len(later) <= 2 * 4, later
+        assert {(k, v) for k, v, *_ in later} == {(1, 11), (2, 7)}
+
+
+def test_a_slow_replay_of_last_year_loses_nothing_and_answers_what_it_has_passed(server):
+    year_ago = _now().replace(microsecond=0) - dt.timedelta(days=365)
+    with _follow(server, "replay") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v, valid_from, valid_to "
+                    f"FROM {s} [PARTITION BY k ROWS 1]")
+        readings = [(1, 10), (2, 20), (1, 11), (3, 30)]
+        for i, (k, v) in enumerate(readings):
+            admin.execute(f"INSERT INTO {s} VALUES (%s, %s, %s)",
+                          [k, v, year_ago + dt.timedelta(seconds=i)])
+            time.sleep(1.5)              # in order, seconds apart in wall-clock time
+        # every instant up to the last reading's (the stream's watermark) is answered:
+        # the rows valid at i + 0.5 s are the readings current then
+        rows, _ = _collect(cur, "c", lambda r: len(r) >= 4, 3.0)
+        for i in range(len(readings) - 1):
+            t = year_ago + dt.timedelta(seconds=i + 0.5)
+            valid = {(k, v) for k, v, f, to in rows if f <= t and (to is None or t < to)}
+            expected = {}
+            for k, v in readings[:i + 1]:
+                expected[k] = v
+            assert valid == set(expected.items()), (t, rows)
+        late, follows = admin.execute(
+            "SELECT late, watermark_follows FROM cq_streams WHERE stream = %s",
+            [s]).fetchone()
+        assert late == 0 and follows == "data"
+
+
+def test_heartbeat_none_keeps_the_wall_clock_out(server):
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        admin.execute("CREATE STREAM hb_none (k INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "WITH (heartbeat = 'none')")
+        admin.execute("INSERT INTO hb_none VALUES (1, now())")
+        time.sleep(1.5)
+        admin.execute("INSERT INTO hb_none VALUES (2, now())")    # never late
+        row = admin.execute("SELECT late, heartbeat, watermark_follows FROM cq_streams "
+                            "WHERE stream = 'hb_none'").fetchone()
+        assert row == (0, dt.timedelta(seconds=1), "data")
