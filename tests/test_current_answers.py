@@ -105,3 +105,20 @@ def test_heartbeat_none_keeps_the_wall_clock_out(server):
         row = admin.execute("SELECT late, heartbeat, watermark_follows FROM cq_streams "
                             "WHERE stream = 'hb_none'").fetchone()
         assert row == (0, dt.timedelta(seconds=1), "data")
+
+
+def test_named_windows_and_derived_streams_are_current_too(server):
+    with _follow(server, "derive") as (s, admin, cur):
+        w, d = f"{s}_w", f"{s}_d"
+        admin.execute(f"CREATE WINDOW {w} AS SELECT k, SUM(v) AS total FROM {s} [UNBOUNDED] "
+                      "GROUP BY k")
+        admin.execute(f"CREATE STREAM {d} AS SELECT k, v * 10 AS v10 FROM {s} "
+                      "[PARTITION BY k ROWS 1] WHERE v > 0")
+        cur.execute(f"DECLARE cw CURSOR FOR SELECT k, total, valid_from, valid_to "
+                    f"FROM Stream({w})")
+        cur.execute(f"DECLARE cd CURSOR FOR SELECT k, v10, valid_from, valid_to "
+                    f"FROM {d}")
+        admin.execute(f"INSERT INTO {s} VALUES (1, 2, now()), (2, 3, now())")
+        admin.execute(f"INSERT INTO {s} VALUES (1, 4, now())")
+        _collect(cur, "cw", lambda r: _current(r) == {1: 6, 2: 3}, 2.0)
+        _collect(cur, "cd", lambda r: _current(r) == {1: 40, 2: 30}, 2.0)
