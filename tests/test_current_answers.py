@@ -5,8 +5,11 @@ every instant its data have passed; ``heartbeat = 'none'`` and what ``cq_streams
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
 import time
 
+import duckdb
 import psycopg
 
 from continuous import follow as _follow
@@ -122,3 +125,27 @@ def test_named_windows_and_derived_streams_are_current_too(server):
         admin.execute(f"INSERT INTO {s} VALUES (1, 4, now())")
         _collect(cur, "cw", lambda r: _current(r) == {1: 6, 2: 3}, 2.0)
         _collect(cur, "cd", lambda r: _current(r) == {1: 40, 2: 30}, 2.0)
+
+
+def test_the_docs_way_to_coalesce_rows_gives_one_row_per_value(server):
+    """concepts.md shows SQL that merges a key's consecutive rows of equal value; run it in
+    DuckDB over rows a cursor delivered, split at heartbeats."""
+    docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+    with open(os.path.join(docs, "concepts.md"), encoding="utf-8") as f:
+        text = " ".join(f.read().split())
+    sql = re.search(r"`(SELECT k, v, min\(valid_from\).*?GROUP BY k, v, run)`", text).group(1)
+    with _follow(server, "merge") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v, valid_from, valid_to "
+                    f"FROM {s} [PARTITION BY k ROWS 1]")
+        admin.execute(f"INSERT INTO {s} VALUES (1, 10, now())")
+        time.sleep(2.5)                  # split at two or three heartbeats meanwhile
+        admin.execute(f"INSERT INTO {s} VALUES (1, 11, now())")
+        rows, _ = _collect(cur, "c", lambda r: any(v == 11 for _, v, *_ in r), 3.0)
+    assert len([r for r in rows if r[1] == 10]) >= 2          # 10 came in pieces
+    con = duckdb.connect()
+    con.execute("CREATE TABLE fetched (k INT, v INT, valid_from TIMESTAMP, valid_to TIMESTAMP)")
+    con.executemany("INSERT INTO fetched VALUES (?, ?, ?, ?)", rows)
+    merged = sorted(con.execute(sql).fetchall(), key=lambda r: r[2])
+    assert [(k, v) for k, v, *_ in merged] == [(1, 10), (1, 11)]
+    ten = [r for r in rows if r[1] == 10]
+    assert merged[0][2:] == (min(r[2] for r in ten), max(r[3] for r in ten))
