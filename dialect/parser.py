@@ -26,6 +26,14 @@ class CQLParser(PostgresParser):
             X.TimestampColumnConstraint(end=True)),
     }
 
+    # glob('pattern') is DuckDB's table function (listing files), not GLOB's operator form: read
+    # as a plain call, so the gateway sees it and says who may use it
+    FUNCTIONS = {
+        **PostgresParser.FUNCTIONS,
+        "GLOB": lambda args: exp.Glob(this=args[0], expression=args[1]) if len(args) == 2
+        else exp.Anonymous(this="glob", expressions=args),
+    }
+
     STATEMENT_PARSERS = {
         **PostgresParser.STATEMENT_PARSERS,
         TokenType.DESCRIBE: lambda self: self._parse_explain(),

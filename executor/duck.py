@@ -16,6 +16,13 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+# a query's expressions run on batches the back end registers: nothing may reach a file, load
+# an extension or change a setting but the one each cursor sets
+LOCKED = {"enable_external_access": False, "autoinstall_known_extensions": False,
+          "autoload_known_extensions": False, "allowed_configs": ["integer_division"],
+          "lock_configuration": True}
+
+
 def configured(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     # the plan's SQL means what PostgreSQL means: int / int divides as integers
     con.execute("SET integer_division = true")
@@ -31,7 +38,7 @@ class Database:
 
     def __call__(self) -> duckdb.DuckDBPyConnection:
         if self._db is None:
-            self._db = duckdb.connect()
+            self._db = duckdb.connect(config=LOCKED)
         return configured(self._db.cursor())
 
     def close(self) -> None:

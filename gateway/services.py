@@ -1,5 +1,6 @@
 """The parts of the running gateway that statements may use: config, clock, store, streams, worker
-pool, back-end link, archive, Spark, ingest, wrapper folders, sessions; no socket, no lifecycle."""
+pool, back-end link, archive, Spark, ingest, wrapper folders, sessions, roles and their grants;
+no socket, no lifecycle."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +12,9 @@ from gateway.clearinghouse.ingest import Ingest
 from gateway.clock import Clock
 from gateway.link.backend_link import BackendLink
 from gateway.process.config import Config
+from gateway.security.privileges import Grants
+from gateway.security.roles import Roles
+from gateway.security.server_files import ServerFiles
 from gateway.streams.registry import StreamRegistry
 from gateway.tables.store import Store
 
@@ -28,3 +32,6 @@ class Services:
     ingest: Ingest
     wrapper_dirs: list                # user wrappers (CREATE WRAPPER) load only from these
     sessions: dict                    # pid -> Session: system views and CancelRequest
+    roles: Roles                      # who may connect, and as what
+    grants: Grants                    # who owns what, and who may do what with it
+    files: ServerFiles                # the server's files, for roles that may reach them

@@ -34,7 +34,7 @@ QUERIES = [
                      ("amount", "numeric(12,3)", None, None, None)]),
     ("SELECT pg_get_userbyid(c.relowner), pg_get_constraintdef(con.oid) FROM pg_class c "
      "JOIN pg_constraint con ON con.conrelid = c.oid WHERE c.relname = 'bi_items'",
-     lambda r: r == [("cqgate", "PRIMARY KEY (id)")]),
+     lambda r: r == [("cq", "PRIMARY KEY (id)")]),
     ("SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c "
      "ON c.oid = i.indrelid WHERE c.relname = 'bi_items'",
      lambda r: r == [("CREATE UNIQUE INDEX bi_items_pkey ON public.bi_items USING btree (id)",)]),

@@ -81,6 +81,9 @@ def test_copy_forms():
     legacy = read("copy t to stdout delimiter as '|' null as ''")
     assert (legacy.delimiter, legacy.null, legacy.csv) == ("|", "", False)
     assert read("copy t to stdout (format binary)").format == "binary"
+    # a server file: read here, refused or allowed by the role when it runs
+    assert (read("copy t from '/etc/passwd'").file, read("copy t to 'out.csv'").file) == (
+        "/etc/passwd", "out.csv")
 
 
 @pytest.mark.parametrize("sql, error, position", [
@@ -90,7 +93,8 @@ def test_copy_forms():
     ("declare c cursor without for select 1", E.SyntaxError_, 26),
     ("savepoint", E.SyntaxError_, 10),
     ("discard everything", E.SyntaxError_, 9),
-    ("copy t from '/etc/passwd'", E.FeatureNotSupported, None),
+    ("copy t from program 'cat /etc/passwd'", E.FeatureNotSupported, None),
+    ("copy t from passwd", E.SyntaxError_, 13),
     ("copy (select 1) from stdin", E.SyntaxError_, None),
     ("copy t to stdout (format json)", E.InvalidParameterValue, None),
 ])

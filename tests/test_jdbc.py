@@ -36,6 +36,9 @@ def test_jdbc(server, table_name, tmp_path):
     assert "column=c:numeric:2:YES" in out
     assert "column=d:timestamp:93:YES" in out
     assert f"pk=a:1:{table_name}_pkey" in out
+    privileges = {line for line in out if line.startswith("priv=")}
+    assert "priv=cq:PUBLIC:SELECT" in privileges          # the GRANT, as pgjdbc reads relacl
+    assert {"priv=cq:cq:SELECT", "priv=cq:cq:INSERT", "priv=cq:cq:DELETE"} <= privileges
     assert "typeinfo=true" in out
     assert [line for line in out if line.startswith("prepared")] == \
         [f"prepared{i}={10 - (i + 4)}" for i in range(6)]

@@ -13,16 +13,21 @@ import struct
 import pytest
 
 from gateway.pgwire import messages as M
-from gateway.pgwire.auth import Users
 from gateway.pgwire.errors import PgError, QueryCanceled, UndefinedTable
 from gateway.pgwire.protocol import (Authenticated, CopyInDone, CopyInFailed, Fatal,
                                      ProtocolStateError, ServerProtocol, StartTLS, State)
+from gateway.security.roles import Roles
 from pgwire import bind, cstr, error_fields, execute, flush, msg, parse, query, startup, sync
 
 TRAFFIC = pathlib.Path(__file__).parent / "fixtures" / "client_traffic"
 SSL_REQUEST = struct.pack("!ii", 8, 80877103)
 GSSENC_REQUEST = struct.pack("!ii", 8, 80877104)
 REPORTED = [("server_version", "16.0"), ("client_encoding", "UTF8")]
+# the bootstrap superuser cq, alice with a password, and postgres, whom the captured clients are
+ROLES = Roles(None)
+ROLES.create("alice", login=True, password="s3cret")
+ROLES.create("postgres", login=True)
+ROLES.create("group_only")                                      # NOLOGIN
 
 
 def messages(data: bytes) -> list:
@@ -54,7 +59,7 @@ def opened(core: ServerProtocol, user: str = "cq") -> ServerProtocol:
 
 # --------------------------------------------------------------------------- startup
 def test_startup_without_ssl_request():
-    core = ServerProtocol()
+    core = ServerProtocol(roles=ROLES)
     assert core.receive_data(startup("alice", database="db")) == \
         [Authenticated("alice", {"user": "alice", "database": "db"})]
     assert core.state is State.AUTHENTICATED and core.data_to_send() == b""
@@ -68,14 +73,14 @@ def test_startup_without_ssl_request():
 
 
 def test_startup_after_ssl_request_without_certificate():
-    core = ServerProtocol()
+    core = ServerProtocol(roles=ROLES)
     events = core.receive_data(SSL_REQUEST + startup())
     assert events == [Authenticated("cq", {"user": "cq"})]
     assert core.data_to_send() == b"N"
 
 
 def test_ssl_request_with_certificate_asks_the_shell_to_start_tls():
-    core = ServerProtocol(tls_available=True)
+    core = ServerProtocol(roles=ROLES, tls_available=True)
     # the startup packet that follows is not read until the shell says TLS is on
     assert core.receive_data(SSL_REQUEST + startup()) == [StartTLS()]
     assert core.data_to_send() == b"S" and core.state is State.TLS
@@ -86,18 +91,18 @@ def test_ssl_request_with_certificate_asks_the_shell_to_start_tls():
 
 
 def test_second_ssl_request_inside_tls_is_answered_n():
-    core = ServerProtocol(tls_available=True, tls=True)
+    core = ServerProtocol(roles=ROLES, tls_available=True, tls=True)
     assert core.receive_data(SSL_REQUEST) == [] and core.data_to_send() == b"N"
 
 
 def test_gssenc_request_answered_n_then_startup():
-    core = ServerProtocol()
+    core = ServerProtocol(roles=ROLES)
     assert core.receive_data(GSSENC_REQUEST + startup()) == [Authenticated("cq", {"user": "cq"})]
     assert core.data_to_send() == b"N"
 
 
 def test_cancel_request_is_an_event_and_ends_the_connection():
-    core = ServerProtocol()
+    core = ServerProtocol(roles=ROLES)
     events = core.receive_data(struct.pack("!iiii", 16, 80877102, 7, 1234) + startup())
     assert events == [M.CancelRequest(7, 1234)] and core.state is State.CLOSED
     assert core.data_to_send() == b""
@@ -110,13 +115,13 @@ def test_cancel_request_is_an_event_and_ends_the_connection():
     (b"GET / HTTP/1.1\r\n", "08P01"),
 ])
 def test_bad_startup_packets_are_fatal(packet, sqlstate):
-    events = ServerProtocol().receive_data(packet)
+    events = ServerProtocol(roles=ROLES).receive_data(packet)
     assert len(events) == 1 and isinstance(events[0], Fatal)
     assert events[0].error.sqlstate == sqlstate
 
 
 def test_require_tls_refuses_a_plain_startup():
-    core = ServerProtocol(require_tls=True)
+    core = ServerProtocol(roles=ROLES, require_tls=True)
     [event] = core.receive_data(startup())
     assert isinstance(event, Fatal) and event.error.sqlstate == "28000"
     [(tag, body)] = messages(core.data_to_send())
@@ -126,14 +131,33 @@ def test_require_tls_refuses_a_plain_startup():
 
 
 # --------------------------------------------------------------------------- authentication
-USERS = Users({"alice": "s3cret"})
-
-
 def _failed_with(core: ServerProtocol, events: list, sqlstate: str) -> None:
     assert len(events) == 1 and isinstance(events[0], Fatal), events
     [(tag, body)] = messages(core.data_to_send())
     assert tag == b"E" and error_fields(body)["C"] == sqlstate
     assert error_fields(body)["S"] == "FATAL" and core.state is State.CLOSED
+
+
+@pytest.mark.parametrize("user, message", [
+    ("bob", 'role "bob" does not exist'),
+    ("group_only", 'role "group_only" is not permitted to log in')])
+def test_trust_admits_only_login_roles(user, message):
+    [event] = ServerProtocol("trust", ROLES).receive_data(startup(user))
+    assert isinstance(event, Fatal) and event.error.sqlstate == "28000"
+    assert event.error.message == message
+
+
+def test_a_nologin_role_with_the_right_password_is_refused_after_it():
+    roles = Roles(None)
+    roles.create("carol", password="pw")
+    core = ServerProtocol("password", roles)
+    _challenge(core, "carol")
+    _failed_with(core, core.receive_data(password(cstr("pw"))), "28000")
+
+
+def test_without_a_role_catalog_nobody_logs_in():
+    core = ServerProtocol()
+    _failed_with(core, core.receive_data(startup()), "28000")
 
 
 def _challenge(core: ServerProtocol, user: str) -> tuple[int, bytes]:
@@ -146,30 +170,12 @@ def _challenge(core: ServerProtocol, user: str) -> tuple[int, bytes]:
 @pytest.mark.parametrize("user, given, ok", [
     ("alice", "s3cret", True), ("alice", "wrong", False), ("bob", "s3cret", False)])
 def test_cleartext_password(user, given, ok):
-    core = ServerProtocol("password", USERS)
+    core = ServerProtocol("password", ROLES)
     assert _challenge(core, user) == (3, b"")
     events = core.receive_data(password(cstr(given)))
     if ok:
         assert events == [Authenticated(user, {"user": user})]
         assert core.data_to_send() == b""
-    else:
-        _failed_with(core, events, "28P01")
-
-
-def _md5_answer(user: str, pw: str, salt: bytes) -> bytes:
-    inner = hashlib.md5((pw + user).encode()).hexdigest()
-    return cstr("md5" + hashlib.md5(inner.encode() + salt).hexdigest())
-
-
-@pytest.mark.parametrize("user, given, ok", [
-    ("alice", "s3cret", True), ("alice", "wrong", False), ("bob", "s3cret", False)])
-def test_md5_password(user, given, ok):
-    core = ServerProtocol("md5", USERS)
-    code, salt = _challenge(core, user)
-    assert code == 5 and len(salt) == 4
-    events = core.receive_data(password(_md5_answer(user, given, salt)))
-    if ok:
-        assert events == [Authenticated(user, {"user": user})]
     else:
         _failed_with(core, events, "28P01")
 
@@ -205,10 +211,12 @@ class ScramClient:
         return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
 
 
+@pytest.mark.parametrize("method", ["scram-sha-256", "md5"])   # md5 meets a SCRAM secret
 @pytest.mark.parametrize("user, given, ok", [
-    ("alice", "s3cret", True), ("alice", "wrong", False), ("bob", "s3cret", False)])
-def test_scram_sha_256(user, given, ok):
-    core = ServerProtocol("scram-sha-256", USERS)
+    ("alice", "s3cret", True), ("alice", "wrong", False), ("bob", "s3cret", False),
+    ("postgres", "", False)])                                  # no password: no way in
+def test_scram_sha_256(method, user, given, ok):
+    core = ServerProtocol(method, ROLES)
     code, mechanisms = _challenge(core, user)
     assert (code, mechanisms) == (10, b"SCRAM-SHA-256\0\0")
     client = ScramClient(given)
@@ -227,27 +235,27 @@ def test_scram_sha_256(user, given, ok):
 
 
 def test_scram_with_another_mechanism_is_refused():
-    core = ServerProtocol("scram-sha-256", USERS)
+    core = ServerProtocol("scram-sha-256", ROLES)
     _challenge(core, "alice")
     _failed_with(core, core.receive_data(password(cstr("SCRAM-SHA-256-PLUS") + b"\0\0\0\0")),
                  "28000")
 
 
 def test_malformed_sasl_message_is_a_protocol_violation():
-    core = ServerProtocol("scram-sha-256", USERS)
+    core = ServerProtocol("scram-sha-256", ROLES)
     _challenge(core, "alice")
     _failed_with(core, core.receive_data(password(cstr("SCRAM-SHA-256") + b"\0")), "08P01")
 
 
 def test_a_query_instead_of_a_password_is_a_protocol_violation():
-    core = ServerProtocol("md5", USERS)
+    core = ServerProtocol("md5", ROLES)
     _challenge(core, "alice")
     _failed_with(core, core.receive_data(query("SELECT 1")), "08P01")
 
 
 # --------------------------------------------------------------------------- simple query
 def test_simple_query_cycle():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     # two queries in one read: the second waits until the first is answered
     assert core.receive_data(query("SELECT 1") + query("SELECT 2")) == [M.Query("SELECT 1")]
     assert core.state is State.IN_QUERY and core.events() == []
@@ -262,7 +270,7 @@ def test_simple_query_cycle():
 
 
 def test_error_in_a_simple_query_does_not_discard():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     core.receive_data(query("SELECT * FROM nowhere"))
     core.fail(UndefinedTable('relation "nowhere" does not exist', position=15))
     core.ready("I")
@@ -276,13 +284,13 @@ def test_error_in_a_simple_query_does_not_discard():
 
 
 def test_terminate_closes():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     assert core.receive_data(msg(b"X") + query("SELECT 1")) == [M.Terminate()]
     assert core.state is State.CLOSED and core.events() == []
 
 
 def test_ready_outside_a_query_or_sync_is_refused():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     core.receive_data(parse("", "SELECT 1"))
     with pytest.raises(ProtocolStateError):
         core.ready("I")
@@ -300,7 +308,7 @@ def _answer(core: ServerProtocol, event, status: str = "I") -> None:
 
 
 def test_extended_error_discards_until_sync_with_one_ready_for_query():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     data = (parse("", "SELECT * FROM nowhere") + bind("", "") + msg(b"D", b"P\0")
             + execute() + flush() + msg(b"C", b"S\0") + sync() + sync()
             + parse("", "SELECT 1") + bind("", "") + execute() + sync())
@@ -323,7 +331,7 @@ def test_extended_error_discards_until_sync_with_one_ready_for_query():
 
 
 def test_a_simple_query_ends_discarding():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     core.receive_data(bind("", "missing"))
     core.fail(PgError('prepared statement "missing" does not exist', sqlstate="26000"))
     core.done()
@@ -331,7 +339,7 @@ def test_a_simple_query_ends_discarding():
 
 
 def test_flush_is_an_event_but_not_while_discarding():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     assert core.receive_data(flush()) == [M.Flush()]
     core.done()
     core.receive_data(execute("nope"))
@@ -341,7 +349,7 @@ def test_flush_is_an_event_but_not_while_discarding():
 
 
 def test_portal_suspension():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     core.receive_data(execute("p1", 2))
     core.end_execute("SELECT 2", max_rows=2, more=True)
     core.done()
@@ -358,7 +366,7 @@ def test_portal_suspension():
 
 
 def test_copy_messages_outside_copy_are_ignored_and_a_password_is_not():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     assert core.receive_data(msg(b"d", b"x") + msg(b"c") + msg(b"f", b"why\0")) == []
     [event] = core.receive_data(password(b"secret\0"))
     assert isinstance(event, Fatal) and event.error.sqlstate == "08P01"
@@ -366,7 +374,7 @@ def test_copy_messages_outside_copy_are_ignored_and_a_password_is_not():
 
 
 def test_garbage_after_good_messages_is_fatal_in_its_turn():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     assert core.receive_data(query("SELECT 1") + b"\x01\x00\x00\x00\x04") == \
         [M.Query("SELECT 1")]
     core.ready("I")
@@ -377,7 +385,7 @@ def test_garbage_after_good_messages_is_fatal_in_its_turn():
 
 
 def test_message_over_the_limit_is_fatal():
-    core = opened(ServerProtocol(max_message=1000))
+    core = opened(ServerProtocol(roles=ROLES, max_message=1000))
     [event] = core.receive_data(b"Q" + struct.pack("!i", 5000))
     assert isinstance(event, Fatal) and event.error.sqlstate == "54000"
     assert error_fields(messages(core.data_to_send())[0][1])["S"] == "FATAL"
@@ -389,7 +397,7 @@ def _copy_data(*rows: bytes) -> bytes:
 
 
 def test_copy_in_collects_until_copy_done_ignoring_flush_and_sync():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     core.receive_data(query("COPY t FROM STDIN"))
     core.start_copy_in(2)
     assert tags(core.data_to_send()) == "G" and core.state is State.COPY_IN
@@ -406,7 +414,7 @@ def test_copy_in_collects_until_copy_done_ignoring_flush_and_sync():
 
 
 def test_copy_fail_in_a_simple_query():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     core.receive_data(query("COPY t FROM STDIN"))
     core.start_copy_in(1)
     core.data_to_send()
@@ -422,7 +430,7 @@ def test_copy_fail_in_a_simple_query():
 
 
 def test_copy_fail_in_the_extended_protocol_discards_until_sync():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     core.receive_data(execute())
     core.start_copy_in(1)
     [event] = core.receive_data(msg(b"f", b"no\0") + execute() + sync())
@@ -432,7 +440,7 @@ def test_copy_fail_in_the_extended_protocol_discards_until_sync():
 
 
 def test_unexpected_message_during_copy_in():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     core.receive_data(query("COPY t FROM STDIN"))
     core.start_copy_in(1)
     [event] = core.receive_data(query("SELECT 1"))
@@ -440,7 +448,7 @@ def test_unexpected_message_during_copy_in():
 
 
 def test_copy_out_frames_the_data():
-    core = opened(ServerProtocol())
+    core = opened(ServerProtocol(roles=ROLES))
     core.receive_data(query("COPY t TO STDOUT"))
     core.start_copy_out(2)
     core.send(M.copy_data(b"1\tx\n"))
@@ -466,7 +474,7 @@ EVENT_OF = {"SSLRequest": None, "StartupMessage": "Authenticated"}
 def _replay(traffic: list, chunk: int, fail_first_parse: bool = False):
     """Feeds a session's bytes ``chunk`` bytes at a time, answering each event as a session
     that succeeds would (optionally failing the first Parse); returns (events, output)."""
-    core = ServerProtocol()
+    core = ServerProtocol(roles=ROLES)
     data = b"".join(b for _, b in traffic)
     seen, out, failed = [], bytearray(), not fail_first_parse
     pending = []

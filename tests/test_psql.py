@@ -14,14 +14,14 @@ def test_tables_and_describe(server, table_name):
     assert r.stderr == ""
     out = r.stdout
     # other tests' relations share the listing, so the column may be wider than this name
-    assert re.search(rf" public \| {table_name} +\| table +\| cqgate", out), out
+    assert re.search(rf" public \| {table_name} +\| table +\| cq$", out, re.M), out
     assert f'Table "public.{table_name}"' in out
     assert " a      | integer       |           | not null | " in out
     assert " b      | text          |           | not null | 'q'" in out
     assert " c      | numeric(10,2) |           |          | " in out
     assert f'"{table_name}_pkey" PRIMARY KEY, btree (a)' in out
-    assert "List of schemas" in out and " public | cqgate" in out
-    assert "List of databases" in out and " cqgate | cqgate | UTF8" in out
+    assert "List of schemas" in out and " public | cq" in out
+    assert "List of databases" in out and re.search(r" cqgate \| cq +\| UTF8", out)
 
 
 def test_fetch_count_session(server, table_name):

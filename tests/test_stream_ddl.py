@@ -46,7 +46,7 @@ def test_streams_in_the_catalog_and_across_restart(start_server, tmp_path):
         assert plan[0] == "snapshot query (back end, at now) → node, avg"
     r = psql(s2, "-c", "\\d per_node", "-c", "\\dt temp.*")
     assert 'View "public.per_node"' in r.stdout and " avg    | double precision" in r.stdout
-    assert " temp   | streams | table | cqgate" in r.stdout
+    assert " temp   | streams | table | cq" in r.stdout
 
 
 def test_explain_prints_the_algebra(server):

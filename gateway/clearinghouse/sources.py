@@ -1,7 +1,8 @@
 """The ingest port: programs that know nothing about SQL send stream data over TCP, as to
 TelegraphCQ's port 5533 (``cat log | nc host 55533``). The first line names the wrapper and the
-stream, ``csvwrapper,sensors`` (the stream may be schema-qualified); every later line is data,
-or punctuation, ``#punctuate <timestamp>``: nothing earlier will follow.
+stream, ``csvwrapper,sensors`` (the stream may be schema-qualified), and may name the role that
+writes with its password, ``csvwrapper,sensors,loader,secret`` (``_may_feed``); every later line
+is data, or punctuation, ``#punctuate <timestamp>``: nothing earlier will follow.
 
 Wrappers: ``csvwrapper`` (TelegraphCQ's rules: extra fields are dropped, missing ones are NULL,
 a line without the event time is stamped with its arrival time; the stream's ``delimiter``,
@@ -14,7 +15,8 @@ and typed by DuckDB (``TRY_CAST``), so a bad line (a value its column cannot hol
 quoting, not JSON, a wrapper's exception) is counted, logged with its line number and reason
 (``cq_ingest_errors``) and skipped while the rest is kept. Rows go on to
 ``gateway/clearinghouse/ingest.py`` in arrival order. An unknown wrapper or stream, or a line
-over ``--max-line-bytes``, gets one ``ERROR:`` line back and the connection closes.
+over ``--max-line-bytes``, or a role that may not write the stream, gets one ``ERROR:`` line
+back and the connection closes.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from pyarrow import csv as pacsv
 
 from gateway.clearinghouse.slack import micros
 from gateway.clearinghouse.source_stream import LineTooLong, SourceStream
+from gateway.security.roles import check_password
 from gateway.services import Services
 
 log = logging.getLogger("cqgate")
@@ -383,22 +386,48 @@ def _wrapper_for(services: Services, obj, name: str) -> tuple[str, tuple | None]
 
 
 def _source(services: Services, head: str, peer: str) -> Source:
-    """The source a first line ``<wrapper>,<stream>`` asks for, or _BadLine saying why not."""
-    wrapper, _, target = head.partition(",")
+    """The source a first line ``<wrapper>,<stream>[,<role>[,<password>]]`` asks for, or
+    _BadLine saying why not."""
+    wrapper, target, role, password = (head.split(",", 3) + [None, None, None])[:4]
     wrapper = wrapper.strip().lower()
-    schema, _, name = target.strip().rpartition(".")
+    schema, _, name = (target or "").strip().rpartition(".")
     obj = services.streams.get(schema or None, name, kinds=("stream",)) if name else None
     if obj is None:
         if wrapper not in WRAPPERS and services.streams.get("public", wrapper,
                                                             kinds=("wrapper",)) is None:
             raise _BadLine(f'unknown wrapper "{wrapper}"')
-        raise _BadLine(f'stream "{target.strip()}" does not exist')
+        raise _BadLine(f'stream "{(target or "").strip()}" does not exist')
+    _may_feed(services, obj, role.strip() if role else None, password)
     kind, user = _wrapper_for(services, obj, wrapper)
     try:
         return Source(services, obj, kind, peer, user)
     except Exception as e:                # noqa: BLE001 — a user init's failure
         raise _BadLine(f'wrapper "{wrapper}" failed to start: {type(e).__name__}: {e}') \
             from None
+
+
+def _may_feed(services: Services, obj, role: str | None, password: str | None) -> None:
+    """A source writes as the role its first line names (with its password unless the server
+    trusts), or as ``--ingest-role``, or under trust as the bootstrap superuser; that role must
+    be allowed to log in and needs INSERT on the stream (checked when the source connects)."""
+    config, roles = services.config, services.roles
+    named = role is not None
+    if not named:
+        role = config.ingest_role or (roles.bootstrap if config.auth == "trust" else None)
+        if role is None:
+            raise _BadLine("name a role and its password after the stream: "
+                           "<wrapper>,<stream>,<role>,<password>")
+    found = roles.get(role)
+    if named and config.auth != "trust" and (
+            found is None or password is None
+            or not check_password(found.verifier, password.rstrip("\r"))):
+        raise _BadLine(f'password authentication failed for user "{role}"')
+    if found is None:
+        raise _BadLine(f'role "{role}" does not exist')
+    if not found.login:
+        raise _BadLine(f'role "{role}" is not permitted to log in')
+    if not services.grants.allowed(role, "INSERT", obj.key):
+        raise _BadLine(f"permission denied for stream {obj.name}")
 
 
 def _first_long_line(buf: bytes, limit: int) -> int:

@@ -1,6 +1,8 @@
-"""Authentication exchanges without I/O: trust, cleartext password, md5 and SCRAM-SHA-256, each a
+"""Authentication exchanges without I/O: trust, cleartext password and SCRAM-SHA-256, each a
 generator that yields the challenge bytes to send, is sent the client's next message, and
 returns the last bytes to send once the client is authenticated (or raises 28P01/28000/08P01).
+Secrets are the SCRAM verifiers of a role catalog (gateway/security/roles.py); the server never
+holds a password.
 """
 from __future__ import annotations
 
@@ -9,38 +11,25 @@ import hashlib
 import hmac
 import os
 import struct
-from dataclasses import dataclass, field
-from typing import Generator
+from typing import Generator, Protocol
 
 from gateway.pgwire import messages as M
 from gateway.pgwire.errors import InvalidPassword, InvalidAuthorization, ProtocolViolation
+from gateway.pgwire.scram import (ITERATIONS, MECHANISM as SCRAM, SALT_BYTES, check_password,
+                                  hmac_sha256 as _hmac, parse_verifier)
 
 METHODS = ("trust", "password", "md5", "scram-sha-256")
 
 # yields bytes to send, is sent the frontend message that answers them, returns the final bytes
 Exchange = Generator[bytes, object, bytes | None]
 
+# makes an unknown user's SCRAM salt the same at every attempt, so it does not give them away
+_MOCK_KEY = os.urandom(32)
 
-@dataclass
-class Users:
-    """user -> password, from a ``user:password`` file and/or settings."""
-    passwords: dict = field(default_factory=dict)
 
-    @classmethod
-    def load(cls, path: str | None, inline: str | None = None) -> "Users":
-        pw = {}
-        if path:
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    line = line.strip()
-                    if line and not line.startswith("#") and ":" in line:
-                        u, p = line.split(":", 1)
-                        pw[u.strip()] = p
-        for item in (inline or "").split(","):
-            if ":" in item:
-                u, p = item.split(":", 1)
-                pw[u.strip()] = p
-        return cls(pw)
+class RoleCatalog(Protocol):
+    def get(self, name: str):
+        """The role named ``name`` (with ``login`` and ``verifier``), or None."""
 
 
 def _fail(user: str) -> InvalidPassword:
@@ -53,49 +42,21 @@ def _payload(msg, expected: str) -> bytes:
     return msg.payload
 
 
-def _trust(user: str, users: Users) -> Exchange:
+def _trust(user: str, verifier: str | None) -> Exchange:
     yield from ()
     return None
 
 
-def _password(user: str, users: Users) -> Exchange:
+def _password(user: str, verifier: str | None) -> Exchange:
     msg = yield M.authentication_cleartext()
     given = _payload(msg, "expected password response").rstrip(b"\0").decode("utf-8", "replace")
-    expected = users.passwords.get(user)
-    if expected is None or not hmac.compare_digest(given, expected):
+    if not check_password(verifier, given):
         raise _fail(user)
     return None
-
-
-def _md5(user: str, users: Users) -> Exchange:
-    salt = os.urandom(4)
-    msg = yield M.authentication_md5(salt)
-    given = _payload(msg, "expected password response").rstrip(b"\0").decode("ascii", "replace")
-    expected = users.passwords.get(user)
-    if expected is None:
-        raise _fail(user)
-    inner = hashlib.md5((expected + user).encode()).hexdigest()
-    want = "md5" + hashlib.md5(inner.encode() + salt).hexdigest()
-    if not hmac.compare_digest(given, want):
-        raise _fail(user)
-    return None
-
-
-def _hmac(key: bytes, msg: bytes) -> bytes:
-    return hmac.new(key, msg, hashlib.sha256).digest()
-
-
-def scram_keys(password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
-    """(StoredKey, ServerKey) of RFC 5802 for SCRAM-SHA-256."""
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
-    return hashlib.sha256(_hmac(salted, b"Client Key")).digest(), _hmac(salted, b"Server Key")
 
 
 def _attrs(msg: str) -> dict:
     return dict(part.split("=", 1) for part in msg.split(",") if "=" in part)
-
-
-SCRAM = "SCRAM-SHA-256"
 
 
 def _client_first(data: bytes) -> tuple[str, str]:
@@ -114,7 +75,17 @@ def _client_first(data: bytes) -> tuple[str, str]:
     return client_first[:gs2_end], client_first[gs2_end:]
 
 
-def _scram(user: str, users: Users) -> Exchange:
+def _scram_secret(user: str, verifier: str | None) -> tuple[bytes, int, bytes, bytes, bool]:
+    """(salt, iterations, StoredKey, ServerKey, real) of the role's verifier; without one the
+    exchange still runs, on a throwaway secret, so that it fails only at the end."""
+    try:
+        return (*parse_verifier(verifier), True)
+    except ValueError:
+        salt = _hmac(_MOCK_KEY, user.encode("utf-8"))[:SALT_BYTES]
+        return salt, ITERATIONS, os.urandom(32), os.urandom(32), False
+
+
+def _scram(user: str, verifier: str | None) -> Exchange:
     """SCRAM-SHA-256 without channel binding (RFC 5802, 7677). libpq sends an empty user name
     in the SCRAM messages: the startup packet's user is the one authenticated."""
     msg = yield M.authentication_sasl([SCRAM])
@@ -122,11 +93,7 @@ def _scram(user: str, users: Users) -> Exchange:
     client_nonce = _attrs(first_bare).get("r")
     if not client_nonce:
         raise ProtocolViolation("malformed SCRAM client-first message")
-    password = users.passwords.get(user)
-    # An unknown user still runs the exchange (with a throwaway secret) so it fails at the end.
-    salt, iterations = os.urandom(16), 4096
-    stored_key, server_key = scram_keys(password if password is not None else os.urandom(16).hex(),
-                                        salt, iterations)
+    salt, iterations, stored_key, server_key, real = _scram_secret(user, verifier)
     nonce = client_nonce + base64.b64encode(os.urandom(18)).decode()
     server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={iterations}"
     msg = yield M.authentication_sasl_continue(server_first.encode())
@@ -145,17 +112,28 @@ def _scram(user: str, users: Users) -> Exchange:
         raise _fail(user) from None
     signature = _hmac(stored_key, auth_message)
     client_key = bytes(a ^ b for a, b in zip(proof, signature))
-    if password is None or len(proof) != len(signature) or \
+    if not real or len(proof) != len(signature) or \
             not hmac.compare_digest(hashlib.sha256(client_key).digest(), stored_key):
         raise _fail(user)
     server_sig = base64.b64encode(_hmac(server_key, auth_message)).decode()
     return M.authentication_sasl_final(f"v={server_sig}".encode())
 
 
-AUTHENTICATORS = {"trust": _trust, "password": _password, "md5": _md5,
-                  "scram-sha-256": _scram}
+AUTHENTICATORS = {"trust": _trust, "password": _password, "scram-sha-256": _scram,
+                  # every secret is a SCRAM verifier, which md5 cannot check: PostgreSQL runs
+                  # SCRAM instead when md5 meets a SCRAM secret, and so do we
+                  "md5": _scram}
 
 
-def exchange(method: str, user: str, users: Users) -> Exchange:
-    """The exchange that authenticates ``user`` by ``method`` (one of METHODS)."""
-    return AUTHENTICATORS[method](user, users)
+def exchange(method: str, user: str, roles: RoleCatalog | None) -> Exchange:
+    """The exchange that authenticates ``user`` by ``method`` (one of METHODS), then admits
+    only an existing LOGIN role. Under a password method an unknown role fails as a wrong
+    password would (28P01), so that the answer does not tell who exists."""
+    role = roles.get(user) if roles is not None else None
+    final = yield from AUTHENTICATORS[method](user, role.verifier if role else None)
+    role = roles.get(user) if roles is not None else None     # as it is now, after the wait
+    if role is None:
+        raise InvalidAuthorization(f'role "{user}" does not exist')
+    if not role.login:
+        raise InvalidAuthorization(f'role "{user}" is not permitted to log in')
+    return final

@@ -151,19 +151,32 @@ def _csv_field(text: pa.Array, typ: pa.DataType, delimiter: str, quote: str,
     return pc.fill_null(pc.if_else(pc.fill_null(needs, False), quoted, s), null)
 
 
-def copy_header(fields, delimiter: str, quote: str) -> bytes:
-    """CSV HEADER's line of column names, as a CopyData message."""
+def header_line(fields, delimiter: str, quote: str) -> bytes:
+    """CSV HEADER's line of column names."""
     names = pa.array([f.name for f in fields], pa.string())
     line = delimiter.join(_csv_field(names, pa.string(), delimiter, quote, "").to_pylist())
-    return M.copy_data((line + "\n").encode())
+    return (line + "\n").encode()
 
 
-def copy_messages(fields, table: pa.Table, tz, csv: bool, delimiter: str, null: str,
-                  quote: str) -> bytes:
-    """The rows of ``table`` as CopyData messages, one a row as PostgreSQL sends them, built
-    whole columns at a time."""
+def copy_header(fields, delimiter: str, quote: str) -> bytes:
+    """CSV HEADER's line of column names, as a CopyData message."""
+    return M.copy_data(header_line(fields, delimiter, quote))
+
+
+def copy_file_data(fields, table: pa.Table, tz, csv: bool, delimiter: str, null: str,
+                   quote: str) -> bytes:
+    """The rows of ``table`` as the contents of a COPY … TO file: lines ended by newlines."""
     if not fields or not table.num_rows:
         return b""
+    lines = copy_lines(fields, table, tz, csv, delimiter, null, quote)
+    whole = pc.binary_join(pa.ListArray.from_arrays([0, len(lines)], lines), b"\n")
+    return whole[0].as_py() + b"\n"
+
+
+def copy_lines(fields, table: pa.Table, tz, csv: bool, delimiter: str, null: str,
+               quote: str) -> pa.Array:
+    """The rows of ``table`` as COPY's text or CSV lines (without line ends), built whole
+    columns at a time."""
     cols = []
     for i, f in enumerate(fields):
         arr = table.column(i).combine_chunks() if table.column(i).num_chunks != 1 \
@@ -171,7 +184,14 @@ def copy_messages(fields, table: pa.Table, tz, csv: bool, delimiter: str, null: 
         text = T.text_column(arr, f.type_oid, tz)
         cols.append((_csv_field(text, arr.type, delimiter, quote, null) if csv
                      else _text_field(text, arr.type, delimiter, null)).view(pa.binary()))
-    # each line joined by Arrow's own separator, then framed: far fewer pieces per row than
-    # joining every value and separator as a piece of its own
-    line = pc.binary_join_element_wise(*cols, pa.scalar(delimiter.encode(), pa.binary()))
-    return M.copy_data_rows(line)
+    # each line joined by Arrow's own separator: far fewer pieces per row than joining every
+    # value and separator as a piece of its own
+    return pc.binary_join_element_wise(*cols, pa.scalar(delimiter.encode(), pa.binary()))
+
+
+def copy_messages(fields, table: pa.Table, tz, csv: bool, delimiter: str, null: str,
+                  quote: str) -> bytes:
+    """The rows of ``table`` as CopyData messages, one a row as PostgreSQL sends them."""
+    if not fields or not table.num_rows:
+        return b""
+    return M.copy_data_rows(copy_lines(fields, table, tz, csv, delimiter, null, quote))

@@ -69,6 +69,26 @@ class DuplicateTable(PgError):
     sqlstate = "42P07"
 
 
+class InsufficientPrivilege(PgError):
+    sqlstate = "42501"
+
+
+class ReservedName(PgError):
+    sqlstate = "42939"
+
+
+class InvalidGrantOperation(PgError):
+    sqlstate = "0LP01"
+
+
+class ObjectInUse(PgError):
+    sqlstate = "55006"
+
+
+class DependentObjectsStillExist(PgError):
+    sqlstate = "2BP01"
+
+
 class InvalidCursorName(PgError):
     sqlstate = "34000"
 
@@ -99,6 +119,18 @@ class InvalidSavepoint(PgError):
 
 class QueryCanceled(PgError):
     sqlstate = "57014"
+
+
+class AdminShutdown(PgError):
+    sqlstate = "57P01"
+
+
+class TooManyConnections(PgError):
+    sqlstate = "53300"
+
+
+class UndefinedFile(PgError):
+    sqlstate = "58P01"
 
 
 class InvalidPassword(PgError):

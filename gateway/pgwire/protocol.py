@@ -69,7 +69,7 @@ class ProtocolStateError(Exception):
 @dataclass
 class ServerProtocol:
     auth_method: str = "trust"
-    users: auth.Users | None = None
+    roles: auth.RoleCatalog | None = None  # who may log in, with what secret; None: nobody
     tls_available: bool = False            # a certificate is configured
     tls: bool = False                      # the connection is encrypted
     require_tls: bool = False
@@ -150,7 +150,7 @@ class ServerProtocol:
             raise InvalidAuthorization("this server accepts only TLS connections",
                                        hint="Connect with sslmode=require.")
         self.user, self.params = user, msg.params
-        self._auth = auth.exchange(self.auth_method, user, self.users or auth.Users())
+        self._auth = auth.exchange(self.auth_method, user, self.roles)
         self.state = State.AUTHENTICATING
         return self._auth_step(None)
 

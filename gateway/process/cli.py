@@ -39,6 +39,9 @@ def _serve(args) -> int:
             cfg, ready=lambda line: print(line, flush=True)))
     except KeyboardInterrupt:
         pass
+    except server.ConfigError as e:
+        print(f"cqgate: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -123,6 +126,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "(env CQGATE_USERS_FILE)")
     s.add_argument("--users", default=d.users,
                    help="inline user:password[,user:password] (env CQGATE_USERS)")
+    s.add_argument("--superuser", default=d.superuser,
+                   help="the superuser role a fresh data directory gets (default "
+                        f"{d.superuser}; env CQGATE_SUPERUSER)")
+    s.add_argument("--max-connections", type=int, default=d.max_connections,
+                   help="sessions at once; the next is refused with 53300 (default "
+                        f"{d.max_connections}; env CQGATE_MAX_CONNECTIONS)")
+    s.add_argument("--ingest-role", default=d.ingest_role,
+                   help="the role whose INSERT privilege a source on the ingest port uses "
+                        "when its first line names none (default: the superuser of a fresh "
+                        "data directory; env CQGATE_INGEST_ROLE)")
     s.add_argument("--tls-cert", default=d.tls_cert, help="TLS certificate (PEM) "
                                                            "(env CQGATE_TLS_CERT)")
     s.add_argument("--tls-key", default=d.tls_key, help="TLS private key (PEM) "
@@ -170,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--time-field", help="with --speed: the event-time field (1-based CSV "
                                         "position or JSON key; default: the first field "
                                         "that reads as a timestamp)")
+    u.add_argument("--role", help="the role that writes (it needs INSERT on the stream); its "
+                                  "password comes from PGPASSWORD. Without it the server's "
+                                  "--ingest-role writes, or under trust its superuser")
     u.add_argument("--quiet", action="store_true", help="no progress line")
     u.add_argument("--host", default=d.host if d.host != "0.0.0.0" else "127.0.0.1",
                    help="the server's address (default %(default)s)")

@@ -19,6 +19,9 @@ class Config:
     auth: str = "trust"                  # trust | password | md5 | scram-sha-256
     users_file: str | None = None        # lines of user:password
     users: str | None = None             # inline "user:password,user2:password2"
+    superuser: str = "cq"                # the superuser role a fresh data directory gets
+    max_connections: int = 100           # sessions at once; the next is refused (53300)
+    ingest_role: str | None = None       # the role of sources that name none
     tls_cert: str | None = None
     tls_key: str | None = None
     require_tls: bool = False

@@ -15,6 +15,17 @@ PIECE = 1 << 20            # bytes read and sent at a time when nothing limits t
 TICK = 0.05                # seconds between paced sends
 
 
+def first_line(args) -> str:
+    """``<wrapper>,<stream>[,<role>,<password>]``: the role from ``--role``, its password
+    from PGPASSWORD (as psql takes it), never from the command line."""
+    head = f"{args.wrapper},{args.stream}"
+    if getattr(args, "role", None):
+        head += f",{args.role}"
+        if os.environ.get("PGPASSWORD"):
+            head += f",{os.environ['PGPASSWORD']}"
+    return head + "\n"
+
+
 class Progress:
     """One line on stderr, redrawn at most ten times a second."""
 
@@ -111,7 +122,7 @@ def push(args) -> int:
     try:
         with socket.create_connection((args.host, args.port), timeout=30) as sock:
             try:
-                sock.sendall(f"{args.wrapper},{args.stream}\n".encode())
+                sock.sendall(first_line(args).encode())
                 start = time.monotonic()
                 for due, piece in _pieces(src, args):
                     wait = start + due - time.monotonic()

@@ -19,9 +19,14 @@ from gateway.clearinghouse.ingest import Ingest
 from gateway.clearinghouse.source_stream import SourceStream
 from gateway.clock import SYSTEM, Clock
 from gateway.link.backend_link import BackendLink
-from gateway.pgwire.auth import METHODS, Users
+from gateway.pgwire.auth import METHODS
+from gateway.pgwire.errors import PgError
 from gateway.process.config import Config
+from gateway.security.privileges import Grants
+from gateway.security.roles import Roles, load_passwords
+from gateway.security.server_files import ServerFiles
 from gateway.services import Services
+from gateway.sessions import backend_signals
 from gateway.sessions.connection import Connection
 from gateway.sessions.session import Session
 from gateway.streams import ddl
@@ -32,13 +37,21 @@ log = logging.getLogger("cqgate")
 COMPACT_EVERY_S = 5.0      # how often archived streams' small files are merged
 
 
+class ConfigError(ValueError):
+    """A setting the server cannot start with: said in one line, no traceback."""
+
+
 class Server:
     def __init__(self, config: Config, clock: Clock = SYSTEM):
         if config.auth not in METHODS:
-            raise ValueError(f"unknown auth method {config.auth!r}; use one of {METHODS}")
+            raise ConfigError(f"unknown auth method {config.auth!r}; use one of {METHODS}")
         store = Store(config.data_dir)
-        streams = StreamRegistry(store)
-        self.users = Users.load(config.users_file, config.users)
+        streams = StreamRegistry(store, config.data_dir)
+        self.roles = Roles(config.data_dir, config.superuser)
+        try:
+            self.roles.seed(load_passwords(config.users_file, config.users))
+        except PgError as e:
+            raise ConfigError(f"--users/--users-file: {e.message}") from None
         pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="cqgate-duckdb")
         P.load_user_aggregates(config.aggregates)          # fails at start, not at the first query
         backend = BackendLink(config.aggregates, clock)
@@ -52,7 +65,8 @@ class Server:
             # user wrappers (CREATE WRAPPER) are imported only from these folders
             wrapper_dirs=[os.path.join(config.data_dir, "wrappers")]
             + [d for d in (config.wrapper_path or "").split(os.pathsep) if d],
-            sessions={})
+            sessions={}, roles=self.roles, grants=Grants(config.data_dir, self.roles),
+            files=ServerFiles(config.data_dir))
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.ssl_context = None
         if config.tls_cert and config.tls_key:
@@ -76,7 +90,7 @@ class Server:
                 top = svc.archive.latest(obj.key, obj.timestamp_column)
                 if top is not None:
                     svc.ingest.resume(obj.relation().name, top)
-        session = Session(svc, 0, 0)
+        session = Session(svc, 0, 0, user=svc.roles.bootstrap)
         try:
             kept = sorted((o for o in svc.streams.objects.values()
                            if o.kind in ("window", "derived")), key=lambda o: o.oid)
@@ -110,6 +124,7 @@ class Server:
     async def start(self) -> int:
         svc, config = self.services, self.services.config
         await svc.backend.start()
+        backend_signals.install(svc.store.db, svc, asyncio.get_running_loop())
         await asyncio.get_running_loop().run_in_executor(svc.pool, self._keep_relations)
         self._heartbeats = asyncio.create_task(svc.ingest.heartbeats())
         self._compactor = asyncio.create_task(self._compact())

@@ -98,7 +98,7 @@ class ColumnInfo:
 
     def describe(self, tr: TR.Translated, oids: list, bind) -> list:
         """The fields of a DuckDB statement's result, without running it: its parameters
-        become typed NULLs, and ``bind`` puts the session's values into the SQL."""
+        become typed NULLs, and ``bind`` makes the SQL with the session's values."""
         ast = tr.ast.copy()
 
         def null_param(node):
@@ -117,7 +117,7 @@ class ColumnInfo:
             ret = ast.args["returning"].expressions
             ast = exp.select(*ret).from_(target.copy()).limit(0)
         try:
-            rel = self.con.sql(bind(ast.sql("duckdb")))
+            rel = self.con.sql(bind(ast))
             names, types = rel.columns, [str(x) for x in rel.types]
         except duckdb.Error as e:
             raise pg_error(e) from None

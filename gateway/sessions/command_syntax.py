@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.pgwire import errors as E
-from gateway.sessions.lexer import Statement, Token, tokens
+from gateway.sessions.lexer import Statement
+from gateway.sessions.token_reader import TokenReader as _Reader
+from gateway.sessions import role_syntax
 
 
 class Command:
@@ -121,91 +123,7 @@ class CopyRequest(Command):
     quote: str
     escape: str
     format: str = "text"
-
-
-class _Reader:
-    """A cursor over one statement's tokens, with PostgreSQL's syntax errors."""
-
-    def __init__(self, stmt: Statement):
-        self.stmt = stmt
-        self.toks = tokens(stmt.text)
-        while self.toks and self.toks[-1].value == ";":
-            self.toks.pop()
-        self.i = 0
-
-    def peek(self, ahead: int = 0) -> Token | None:
-        j = self.i + ahead
-        return self.toks[j] if j < len(self.toks) else None
-
-    def take(self) -> Token:
-        tok = self.peek()
-        if tok is None:
-            self.error()
-        self.i += 1
-        return tok
-
-    def at(self, *words: str) -> bool:
-        tok = self.peek()
-        return tok is not None and tok.is_word(*words)
-
-    def accept(self, *words: str) -> str | None:
-        """The next word, lower-cased and consumed, if it is one of ``words``."""
-        if self.at(*words):
-            return self.take().value.lower()
-        return None
-
-    def expect(self, *words: str) -> str:
-        word = self.accept(*words)
-        if word is None:
-            self.error()
-        return word
-
-    def symbol(self, char: str) -> bool:
-        tok = self.peek()
-        if tok is not None and tok.kind == "symbol" and tok.value == char:
-            self.i += 1
-            return True
-        return False
-
-    def at_end(self) -> bool:
-        return self.i >= len(self.toks)
-
-    def end(self) -> None:
-        if not self.at_end():
-            self.error()
-
-    def name(self) -> str:
-        """An identifier as PostgreSQL keeps it: quoted keeps its case, unquoted folds."""
-        tok = self.take()
-        if tok.kind == "name":
-            return tok.value
-        if tok.kind != "word":
-            self.error(tok)
-        return tok.value.lower()
-
-    def dotted(self) -> str:
-        """A setting's name: identifiers joined by dots (cq.mode), case as written."""
-        parts = [self._part()]
-        while self.symbol("."):
-            parts.append(self._part())
-        return ".".join(parts)
-
-    def _part(self) -> str:
-        tok = self.take()
-        if tok.kind not in ("word", "name"):
-            self.error(tok)
-        return tok.value
-
-    def text_from(self, tok: Token) -> str:
-        return self.stmt.text[tok.start:].strip()
-
-    def error(self, tok: Token | None = None):
-        tok = tok or self.peek()
-        if tok is None:
-            raise E.SyntaxError_("syntax error at end of input",
-                                 position=self.stmt.offset + len(self.stmt.text.rstrip()) + 1)
-        raise E.SyntaxError_(f'syntax error at or near "{self.stmt.text[tok.start:tok.end]}"',
-                             position=self.stmt.offset + tok.start + 1)
+    file: str | None = None   # COPY … FROM/TO 'file' on the server, instead of STDIN/STDOUT
 
 
 # ---------------------------------------------------------------------- transactions
@@ -494,10 +412,14 @@ def _copy_source(r: _Reader) -> tuple:
 def _copy(r: _Reader) -> Command:
     table, columns, query = _copy_source(r)
     direction = "in" if r.expect("from", "to") == "from" else "out"
+    file = None
     if not r.accept("stdin", "stdout"):
-        raise E.FeatureNotSupported(
-            "COPY supports only FROM STDIN and TO STDOUT",
-            hint="Use psql's \\copy to read or write files on the client.")
+        tok = r.take()
+        if tok.kind != "string":
+            if tok.is_word("program"):
+                raise E.FeatureNotSupported("COPY … PROGRAM is not supported")
+            r.error(tok)
+        file = tok.value          # the server's file: for roles that may (server_files.py)
     if query is not None and direction == "in":
         raise E.SyntaxError_("COPY (query) can only be used with TO")
     opts = _copy_options(r)
@@ -510,16 +432,29 @@ def _copy(r: _Reader) -> Command:
         opts.get("header", "false").lower() in ("true", "on", "1", "match"),
         opts.get("delimiter", "," if csv else "\t"),
         opts.get("null", "" if csv else "\\N"),
-        opts.get("quote", '"'), opts.get("escape", opts.get("quote", '"')), fmt)
+        opts.get("quote", '"'), opts.get("escape", opts.get("quote", '"')), fmt, file)
+
+
+def _outside(r: _Reader) -> Command:
+    """ATTACH, DETACH, INSTALL, LOAD, EXPORT, IMPORT: DuckDB statements that reach files, other
+    databases or extensions, which the shared database never does, for any role."""
+    word = r.toks[0].value.upper()
+    raise E.InsufficientPrivilege(
+        f"permission denied to run {word}", position=r.stmt.offset + 1,
+        hint="cqgate's database reaches no file, other database or extension; superusers "
+             "read files with read_csv(…) and COPY … FROM 'file'.")
 
 
 # first word -> reader of the rest
 READERS = {
+    **{word: _outside for word in ("attach", "detach", "install", "load", "export", "import",
+                                   "force")},
     "begin": _begin, "start": _start, "commit": _commit, "end": _commit,
     "rollback": _rollback, "abort": _rollback, "savepoint": _savepoint, "release": _release,
     "set": _set, "reset": _reset, "show": _show, "declare": _declare, "fetch": _fetch,
     "move": _fetch, "close": _close, "deallocate": _deallocate, "discard": _discard,
     "listen": _listen, "unlisten": _listen, "copy": _copy,
+    **role_syntax.READERS,
 }
 
 

@@ -14,6 +14,8 @@ from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done, Field, Rows
 from gateway.sessions import command_syntax as C
+from gateway.security import server_files
+from gateway.sessions import copy_data, role_commands
 from gateway.sessions import settings as S
 from gateway.sessions.cursors import close_cursor, declare, fetch
 from gateway.sessions.portals import TxStatus
@@ -99,9 +101,23 @@ async def _listen(session, p, params):
 
 
 async def _copy(session, p, params):
-    if p.command.format == "binary":
+    req = p.command
+    if req.format == "binary":
         raise E.FeatureNotSupported("COPY BINARY is not supported; use text or CSV")
-    return p.command
+    if req.file is None:
+        return req                  # the connection carries it out: it owns the CopyData
+    allowed = server_files.may_read if req.direction == "in" else server_files.may_write
+    if not allowed(session):
+        raise server_files.copy_denied(req.direction)
+    if req.direction == "in":
+        return Done(f"COPY {await session._call(copy_data.load_file, session, req)}")
+    res = await copy_data.source(session, req)
+    if isinstance(res, LiveRows):
+        res.close()
+        raise E.FeatureNotSupported("COPY of a continuous query to a file is not supported",
+                                    hint="Use COPY … TO STDOUT, which sends rows as they come.")
+    n = await session._call(copy_data.save_file, session, req, res)
+    return Done(f"COPY {n}")
 
 
 HANDLERS = {
@@ -109,6 +125,7 @@ HANDLERS = {
     C.Savepoint: savepoint, C.Release: release, C.Set: _set, C.Reset: _reset, C.Show: _show,
     C.Declare: declare, C.Fetch: fetch, C.Close: close_cursor, C.Deallocate: _deallocate,
     C.Discard: _discard, C.Listen: _listen, C.CopyRequest: _copy,
+    **role_commands.HANDLERS,
 }
 
 

@@ -17,8 +17,9 @@ from gateway.sessions.command_syntax import CopyRequest
 from gateway.pgwire.copy_format import copy_header, copy_messages
 from gateway.pgwire import messages as M
 from gateway.pgwire import types as T
-from gateway.pgwire.errors import (PgError, DuplicatePreparedStatement, DuplicateCursor,
-                                   InvalidSqlStatementName, InvalidCursorName, QueryCanceled)
+from gateway.pgwire.errors import (AdminShutdown, PgError, DuplicatePreparedStatement,
+                                   DuplicateCursor, InvalidSqlStatementName, InvalidCursorName,
+                                   QueryCanceled, TooManyConnections)
 from gateway.pgwire.protocol import (Authenticated, CopyInFailed, Fatal, ServerProtocol,
                                      StartTLS, State)
 from gateway.pgwire.results import Done, Rows
@@ -45,7 +46,7 @@ class Connection:
         self.reader = reader
         self.writer = writer
         cfg = self.services.config
-        self.core = ServerProtocol(cfg.auth, server.users,
+        self.core = ServerProtocol(cfg.auth, server.roles,
                                    tls_available=server.ssl_context is not None,
                                    tls=writer.get_extra_info("sslcontext") is not None,
                                    require_tls=cfg.require_tls,
@@ -53,6 +54,8 @@ class Connection:
         self.events: deque = deque()
         self.session: Session | None = None
         self._watcher: asyncio.Task | None = None
+        self._task: asyncio.Task | None = None
+        self._terminated = False          # ended by pg_terminate_backend
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
@@ -125,11 +128,17 @@ class Connection:
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> None:
+        self._task = asyncio.current_task()
         try:
             if await self.startup():
                 await self.serve()
         except Closed:
             pass
+        except asyncio.CancelledError:
+            if not self._terminated:
+                raise
+            await self._fatal(AdminShutdown("terminating connection due to administrator "
+                                            "command"))
         except PgError as e:
             await self._fatal(e)
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, OSError):
@@ -139,6 +148,15 @@ class Connection:
             await self._fatal(PgError(f"internal error: {e}"))
         finally:
             await self.cleanup()
+
+    def terminate(self) -> None:
+        """pg_terminate_backend: the running statement is interrupted, the client gets
+        57P01 and the connection ends, whatever it was waiting for."""
+        if self.session is not None:
+            self.session.cancel()
+        if self._task is not None and not self._task.done():
+            self._terminated = True
+            self._task.cancel()
 
     async def _fatal(self, e: PgError) -> None:
         self.core.fatal(e)
@@ -151,6 +169,7 @@ class Connection:
             s = self.session
             self.session = None
             s.portals.clear()          # ends this client's continuous queries now
+            await s.settled()          # a statement interrupted by a cancel or terminate
             await asyncio.get_running_loop().run_in_executor(self.services.pool, s.close)
         try:
             self.writer.close()
@@ -177,6 +196,8 @@ class Connection:
 
     async def _start_session(self, event: Authenticated) -> None:
         user, params = event.user, event.params
+        if len(self.services.sessions) >= self.services.config.max_connections:
+            raise TooManyConnections("sorry, too many clients already")
         pid = self.server.next_pid()
         secret = random.getrandbits(31)
         loop = asyncio.get_running_loop()
@@ -185,6 +206,9 @@ class Connection:
                                                 database=params.get("database") or user))
         self.session.apply_startup_options(params)
         self.session.client_closed = self.client_closed
+        self.session.terminate = self.terminate
+        peer = self.writer.get_extra_info("peername")
+        self.session.peer = tuple(peer[:2]) if isinstance(peer, tuple) else ()
         self.session.pending_status.clear()
         self.services.sessions[pid] = self.session
         self.core.session_started(pid, secret, [(name, self.session.settings.get(name, ""))

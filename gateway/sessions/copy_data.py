@@ -10,6 +10,7 @@ from gateway.link.live_rows import LiveRows
 from gateway.pgwire import copy_format as C
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Rows
+from gateway.security import access
 from gateway.sessions.columns import table_key
 from gateway.sessions.portals import TxStatus
 from gateway.sessions.prepared import Kind
@@ -25,6 +26,7 @@ def columns(session, req) -> list:
         session.columns.of(fold(schema) if schema else None, fold(table))
     if not cols:
         raise E.UndefinedTable(f'relation "{fold(table)}" does not exist')
+    access.require(session, "INSERT", fold(schema) if schema else None, fold(table))
     if req.columns is None:
         return [(c[0], c[1]) for c in cols]
     by_name = {c[0].lower(): c for c in cols}
@@ -68,6 +70,35 @@ def load(session, req, cols: list, data: bytes) -> int:
     schema, _, name = req.table.rpartition(".")
     session.written_tables.add(table_key(schema.strip('"') or None, name.strip('"')))
     return table.num_rows
+
+
+def load_file(session, req) -> int:
+    """COPY … FROM 'file': the server's file, read as COPY FROM STDIN's data would be."""
+    cols = columns(session, req)
+    path = session.services.files.path(req.file)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise E.UndefinedFile(f'could not open file "{req.file}" for reading: '
+                              f"{e.strerror}") from None
+    return load(session, req, cols, data)
+
+
+def save_file(session, req, rows: Rows) -> int:
+    """COPY … TO 'file': the rows written as COPY TO STDOUT would send them."""
+    path = session.services.files.path(req.file)
+    data = C.copy_file_data(rows.fields, rows.table, session.tz, req.csv, req.delimiter,
+                            req.null, req.quote)
+    try:
+        with open(path, "wb") as f:
+            if req.header:
+                f.write(C.header_line(rows.fields, req.delimiter, req.quote))
+            f.write(data)
+    except OSError as e:
+        raise E.UndefinedFile(f'could not open file "{req.file}" for writing: '
+                              f"{e.strerror}") from None
+    return rows.table.num_rows
 
 
 async def source(session, req) -> Rows | LiveRows:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from gateway.sessions.command_syntax import Command
 from gateway.sessions.lexer import Statement
+from gateway.security.access import Needs
 from gateway.streams.statements import is_query
 from gateway.tables import translate as TR
 
@@ -37,6 +38,7 @@ class Prepared:
     command: Command | None = None   # the session command, read (Kind.COMMAND)
     translated: TR.Translated | None = None
     cursor: str | None = None    # the SQL cursor (DECLARE) that runs it, for the log
+    needs: Needs | None = None   # privileges it needs (Kind.SQL), checked each time it runs
 
     @property
     def returns_rows(self) -> bool:

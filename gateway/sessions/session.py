@@ -7,20 +7,25 @@ results into bytes; nothing here touches a socket. DuckDB calls run in worker th
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass, field
 
 import duckdb
+from sqlglot import exp
 
 from dialect.errors import PlanError
 from dialect.intervals import interval_us
 
+from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Done, Rows
 from gateway.services import Services
 from gateway.sessions import commands
+from gateway.sessions.activity import Activity
 from gateway.sessions import settings as S
 from gateway.sessions.columns import ColumnInfo, table_key
 from gateway.sessions.command_syntax import read_command
@@ -29,12 +34,13 @@ from gateway.sessions.portals import Portals, TxStatus
 from gateway.sessions.prepared import Kind, Prepared
 from gateway.streams import queries
 from gateway.streams import statements as stream_statements
-from gateway.tables import system_views
+from gateway.security import access
+from gateway.tables import activity, system_views
+from gateway.tables.catalog_live import LiveCatalog
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
 
 log = logging.getLogger("cqgate")
-_GETVAR = re.compile(r"getvariable\('(cq_[^']*)'\)", re.I)
 
 
 def _interval_setting(name: str, value: str, bare_unit: str = "s") -> str:
@@ -70,11 +76,20 @@ class Session:
     pending_status: list = field(default_factory=list)   # ParameterStatus to send
     notices: list = field(default_factory=list)
     client_closed: object = None     # () -> task that ends when the client disconnects
+    peer: tuple = ()                 # (client address, port), for pg_stat_activity
+    activity: Activity = field(default_factory=Activity)
+    terminate: object = None         # () -> None: ends the connection (pg_terminate_backend)
 
     def __post_init__(self):
         self.con = self.services.store.connect()
         self.columns = ColumnInfo(self.con, self.services.store, self.services.streams)
+        self.live = LiveCatalog(self.con, self.services)
+        self.file_tables: list = []           # server files read for the running statement
+        self.at_commit: list = []             # owners to record when the transaction commits
+        self.inflight = None                  # the last worker call (_call)
         self.settings["session_authorization"] = self.user
+        self.settings["is_superuser"] = "on" if self.services.roles.is_superuser(self.user) \
+            else "off"
         self.cancel_event = asyncio.Event()
         self.written_tables: set = set()      # tables written since the last refresh
         self.plans: dict = {}                 # gateway/streams/queries.py: plan_query
@@ -94,19 +109,31 @@ class Session:
         key = S.canonical(name[len(TR.SETTING_PREFIX):])
         return self.settings.get(key)
 
-    def bind_session_values(self, sql: str) -> str:
-        if "getvariable('cq_" not in sql.lower():
-            return sql
-
-        def lit(m):
-            v = self._session_value(m.group(1))
-            return "NULL" if v is None else "'" + str(v).replace("'", "''") + "'"
-
-        return _GETVAR.sub(lit, sql)
+    def bind_session_values(self, ast: exp.Expression) -> str:
+        """DuckDB's SQL for ``ast``, the session's values in place of the translator's
+        ``getvariable('cq_…')`` placeholders: put into the parse tree as literals, never into
+        SQL text, where a value could close a quoted name and write SQL of its own."""
+        def literal(node):
+            if isinstance(node, exp.Anonymous) and node.name.lower() == "getvariable" \
+                    and node.expressions and isinstance(node.expressions[0], exp.Literal) \
+                    and node.expressions[0].name.startswith("cq_"):
+                value = self._session_value(node.expressions[0].name)
+                return exp.Null() if value is None else exp.Literal.string(str(value))
+            return node
+        return ast.transform(literal).sql("duckdb")
 
     async def _call(self, fn, *args):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.services.pool, fn, *args)
+        """``fn(*args)`` in a worker thread; the call is kept (``inflight``) so that closing
+        the session waits for it even when the caller was cancelled."""
+        self.inflight = self.services.pool.submit(fn, *args)
+        return await asyncio.wrap_future(self.inflight)
+
+    async def settled(self, timeout: float = 10) -> None:
+        """Wait (a while) for the last worker call to end: its DuckDB connection must not be
+        used by two threads at once."""
+        call = self.inflight
+        if call is not None and not call.done():
+            await asyncio.wait([asyncio.wrap_future(call)], timeout=timeout)
 
     def cancel(self) -> None:
         self.canceled = True
@@ -187,7 +214,11 @@ class Session:
         if tr.stream or any(self.services.streams.get(schema, name) is not None
                             for schema, name, _ in tr.tables):
             return Prepared(name, stmt, oids, Kind.STREAM, translated=tr)
-        return Prepared(name, stmt, oids, Kind.SQL, translated=tr)
+        try:
+            needs = access.needs(tr.ast)
+        except E.PgError as e:
+            raise _placed(e, stmt) from None
+        return Prepared(name, stmt, oids, Kind.SQL, translated=tr, needs=needs)
 
     def translate(self, stmt: Statement) -> TR.Translated:
         try:
@@ -218,8 +249,19 @@ class Session:
     async def _describe_table_sql(self, p: Prepared) -> list | None:
         if not p.returns_rows:
             return None
+        if p.needs.files:
+            return await self._call(self._describe_with_files, p)
         return await self._call(self.columns.describe, p.translated, p.param_oids,
                                 self.bind_session_values)
+
+    def _describe_with_files(self, p: Prepared) -> list:
+        """A statement that reads server files, described from the files' rows (the role
+        must be one that may read them)."""
+        access.check(self, p.needs)
+        with self.server_files():
+            ast = self.services.files.substitute(self, p.translated.ast)
+            return self.columns.describe(dataclasses.replace(p.translated, ast=ast),
+                                         p.param_oids, self.bind_session_values)
 
     async def _describe_empty(self, p: Prepared) -> None:
         return None
@@ -229,11 +271,23 @@ class Session:
 
     # ------------------------------------------------------------------ execution
     async def execute(self, p: Prepared, params: list) -> Rows | Done:
+        self.activity.started(p.stmt.text if p.stmt else "", self._waits_on_stream(p))
         try:
             return await self._execute(p, params)
         finally:
+            self.activity.finished("idle" if self.status == TxStatus.IDLE else
+                                   "idle in transaction" if self.status == TxStatus.IN_BLOCK
+                                   else "idle in transaction (aborted)")
             if self.written_tables and self.status == TxStatus.IDLE:
                 await self._tables_changed()
+
+    def _waits_on_stream(self, p: Prepared) -> bool:
+        """Whether running ``p`` waits for a continuous query's rows."""
+        if p.kind is Kind.STREAM:
+            return True
+        cmd = p.command
+        portal = self.portals.get(getattr(cmd, "cursor", None) or "") if cmd else None
+        return portal is not None and isinstance(portal.result, LiveRows)
 
     async def _tables_changed(self) -> None:
         """Committed writes to tables that running stream–table joins read: the back end
@@ -278,9 +332,17 @@ class Session:
         return await start()
 
     async def _run_table_sql(self, p: Prepared, params: list):
+        try:
+            fresh = await self._call(access.check, self, p.needs)
+        except E.PgError as e:
+            raise _locate(e, p.stmt) from None
         if p.translated.catalog and system_views.wanted(p.stmt.text):
-            await system_views.refresh(self)
-        return await self._call(self._run_sql, p, params)
+            self.live.register(await system_views.gather(self.services, self.user))
+        if p.translated.catalog and activity.wanted(p.stmt.text):
+            self.live.register(activity.tables(self.services, self.user))
+        done = await self._call(self._run_sql, p, params)
+        await self._call(access.record, self, p.needs, fresh)
+        return done
 
     RUN = {Kind.STREAM: _run_stream, Kind.COMMAND: commands.run_command,
            Kind.SQL: _run_table_sql}
@@ -288,11 +350,21 @@ class Session:
     def _run_sql(self, p: Prepared, params: list) -> Rows | Done:
         tr = p.translated
         sql = tr.duck_sql
-        if tr.has_set_config:
-            sql, changes = TR.set_config_sql(tr, params)
-            for name, value in changes:
-                self.set_setting(name, value)
-        sql = self.bind_session_values(sql)
+        self.live.refresh()
+        with self.server_files():
+            if p.needs.files or tr.has_set_config or "getvariable('cq_" in sql.lower():
+                ast = tr.ast
+                if p.needs.files:    # a role that may read server files: access.check said so
+                    ast = self.services.files.substitute(self, ast)
+                if tr.has_set_config:
+                    ast, changes = TR.set_config_ast(ast, params)
+                    for name, value in changes:
+                        self.set_setting(name, value)
+                sql = self.bind_session_values(ast)
+            return self._run_duckdb(p, sql, params)
+
+    def _run_duckdb(self, p: Prepared, sql: str, params: list) -> Rows | Done:
+        tr = p.translated
         args = params or None
         try:
             if tr.returns_rows:
@@ -349,14 +421,36 @@ class Session:
             pass
         except duckdb.Error as e:
             self.status = TxStatus.IDLE
+            self.at_commit.clear()
             self.drop_portals(keep_holdable=True)
             raise pg_error(e) from None
         self.status = TxStatus.IDLE
         self.savepoints.clear()
+        done, self.at_commit = self.at_commit, []
         if failed or not commit:
             self.written_tables.clear()
+        else:
+            for apply in done:
+                apply()
         self.drop_portals(keep_holdable=commit and not failed)
         return "ROLLBACK" if failed or not commit else "COMMIT"
+
+    def on_commit(self, apply) -> None:
+        """Run ``apply`` now, or at COMMIT inside a transaction block (ROLLBACK drops it)."""
+        if self.status == TxStatus.IDLE:
+            apply()
+        else:
+            self.at_commit.append(apply)
+
+    @contextlib.contextmanager
+    def server_files(self):
+        """Server files read for one statement stay registered on the connection until its
+        end (``gateway/security/server_files.py``)."""
+        try:
+            yield
+        finally:
+            while self.file_tables:
+                self.con.unregister(self.file_tables.pop())
 
     def fail_transaction(self) -> None:
         if self.status == TxStatus.IN_BLOCK:

@@ -20,6 +20,7 @@ from executor import plan as P
 from gateway.clearinghouse.slack import micros
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
+from gateway.security import access
 from gateway.streams.queries import archive_reach, plan_error, tables_of
 from gateway.streams.registry import BUILTIN_WRAPPERS, SessionCatalog, StreamObject
 from gateway.tables import translate as TR
@@ -156,6 +157,7 @@ def create_stream(session, tree: X.CreateStream, params) -> Done:
         return _create_from_query(session, tree, "derived", "CREATE STREAM")
     schema, name = _names(tree)
     _schema_exists(session, schema)
+    access.require_create(session, schema)
     if _exists_check(session, schema, name, bool(tree.args.get("exists")), "stream"):
         return Done("CREATE STREAM")
     cols, ts, te = _columns(session, tree.this)
@@ -170,15 +172,18 @@ def create_stream(session, tree: X.CreateStream, params) -> Done:
                        bool(tree.args.get("archived")), options)
     _check_stream_options(obj)
     reg.save(obj)
+    session.services.grants.created(obj.key, session.user)
     return Done("CREATE STREAM")
 
 
 def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     schema, name = _names(tree)
     _schema_exists(session, schema)
+    access.require_create(session, schema)
     if _exists_check(session, schema, name, bool(tree.args.get("exists")), kind):
         return Done(tag)
     query = tree.args["expression"]
+    access.check_reads(session, query)
     catalog = SessionCatalog(session.services.streams, session.columns)
     try:
         p = plan(query, catalog)
@@ -192,6 +197,7 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
                        depends_on=reads)
     _keep(session, obj, p)                 # refuses what cannot run
     reg.save(obj)
+    session.services.grants.created(obj.key, session.user)
     return Done(tag)
 
 
@@ -220,6 +226,8 @@ def create_window(session, tree: X.CreateWindow, params) -> Done:
 
 
 def create_wrapper(session, tree: X.CreateWrapper, params) -> Done:
+    # a wrapper runs Python in the server, like an untrusted language's function
+    access.require_superuser(session, "create wrappers")
     name = tree.this.name
     reg = session.services.streams
     if name.lower() in BUILTIN_WRAPPERS or reg.get("public", name) is not None:
@@ -232,8 +240,10 @@ def create_wrapper(session, tree: X.CreateWrapper, params) -> Done:
         raise E.InvalidParameterValue(
             "a wrapper needs init, next and done", hint="Name each Python function by its "
             "module path, e.g. next = 'mymodule.parse_line'; missing: " + ", ".join(missing))
-    reg.save(StreamObject(reg.next_oid(), "wrapper", "public", name, tree.sql("cql"),
-                          options=options))
+    obj = StreamObject(reg.next_oid(), "wrapper", "public", name, tree.sql("cql"),
+                       options=options)
+    reg.save(obj)
+    session.services.grants.created(obj.key, session.user)
     return Done("CREATE WRAPPER")
 
 
@@ -253,6 +263,7 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
                                     f'{word.lower()} "{name}" does not exist, skipping'))
             return Done(tag)
         raise E.UndefinedTable(f'{word.lower()} "{name}" does not exist')
+    access.require_owner(session, obj.kind, obj.schema, obj.name)
     dependents = _all_dependents(reg, obj)
     readers = _readers(session.services.backend, [obj, *dependents]) \
         if obj.kind != "wrapper" else []
@@ -271,8 +282,10 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
         session.notices.append(("NOTICE", "00000", f"drop cascades to {d.kind} {d.name}"))
         _stop(session.services, d)
         reg.remove(d)
+        session.services.grants.dropped(d.key)
     _stop(session.services, obj)
     reg.remove(obj)
+    session.services.grants.dropped(obj.key)
     return Done(tag)
 
 
@@ -311,6 +324,7 @@ def alter(session, tree: X.AlterStream, params) -> Done:
     obj = reg.get(t.db or "public", t.name, kinds=("stream",))
     if obj is None:
         raise E.UndefinedTable(f'stream "{t.name}" does not exist')
+    access.require_owner(session, "stream", obj.schema, obj.name)
     action = tree.args["action"]
     if action == "ADD WRAPPER":
         wrapper = tree.args["wrapper"].name
@@ -360,9 +374,10 @@ def _tell_readers(link, obj: StreamObject, message: str) -> None:
 def _event_time(session, obj: StreamObject, value: exp.Expression, params) -> int:
     """A timestamp expression as µs of the stream's event time."""
     ts_type = next(c[1] for c in obj.columns if c[0] == obj.timestamp_column)
-    sql = TR.translate("SELECT CAST(" + value.sql("cql") + f" AS {ts_type})").duck_sql
+    sql = session.bind_session_values(
+        TR.translate("SELECT CAST(" + value.sql("cql") + f" AS {ts_type})").ast)
     try:
-        col = session.con.sql(session.bind_session_values(sql), params=params or None) \
+        col = session.con.sql(sql, params=params or None) \
             .to_arrow_table().column(0)
     except duckdb.Error as e:
         raise pg_error(e) from None

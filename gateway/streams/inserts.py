@@ -10,6 +10,7 @@ from dialect.names import quote
 
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
+from gateway.security import access
 from gateway.streams.registry import StreamObject
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
@@ -26,6 +27,7 @@ def _target(session, tree) -> tuple[StreamObject, list]:
     if obj.kind != "stream":
         raise E.PgError(f'cannot insert into {obj.kind} "{obj.name}"', sqlstate="42809",
                         hint="Insert into the stream it reads.")
+    access.require(session, "INSERT", obj.schema, obj.name)
     names = [c.name for c in tree.this.expressions] if isinstance(tree.this, exp.Schema) \
         else [c[0] for c in obj.columns]
     known = {c[0].lower(): c[0] for c in obj.columns}
@@ -70,12 +72,16 @@ def insert(session, tree: exp.Insert, params) -> Done:
     if tree.args.get("returning"):
         raise E.FeatureNotSupported("INSERT into a stream has no RETURNING")
     obj, names = _target(session, tree)
-    source = TR.translate(tree.expression.sql("cql")).duck_sql
-    sql = session.bind_session_values(stream_rows_sql(obj, names, source))
-    try:
-        table = session.con.sql(sql, params=params or None).to_arrow_table()
-    except duckdb.Error as e:
-        raise pg_error(e) from None
+    access.check_reads(session, tree.expression)       # what the rows come from
+    with session.server_files():
+        source = TR.translate(tree.expression.sql("cql")).ast
+        if access.needs(source).files:     # check_reads let through: a role that may
+            source = session.services.files.substitute(session, source)
+        sql = stream_rows_sql(obj, names, session.bind_session_values(source))
+        try:
+            table = session.con.sql(sql, params=params or None).to_arrow_table()
+        except duckdb.Error as e:
+            raise pg_error(e) from None
     return Done(f"INSERT 0 {deliver(session, obj, table)}")
 
 

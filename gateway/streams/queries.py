@@ -21,6 +21,7 @@ from gateway.archive.priming import History
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows
+from gateway.security import access
 from gateway.streams.registry import SessionCatalog
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
@@ -45,6 +46,7 @@ def plan_query(session, tree) -> P.Plan:
     prepared one run again) reuses it while the catalog and the session's settings stay as
     they were. A plan with a fixed window is made anew each time, since whether that window
     lies wholly in the past (archive) depends on the instant it is planned."""
+    access.check_reads(session, tree)       # again each time: a REVOKE holds at once
     key = (tree.sql("cql"), session.services.store.catalog_version,
            tuple(sorted(session.settings.items())))
     kept = session.plans.get(key)
@@ -81,9 +83,10 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
             session.services.streams, session.columns)):
         lines = explain(plan_query(session, inner))
     else:
+        access.check_reads(session, inner)
         tr = TR.translate(inner.sql("cql"))
         try:
-            rows = session.con.execute("EXPLAIN " + session.bind_session_values(tr.duck_sql),
+            rows = session.con.execute("EXPLAIN " + session.bind_session_values(tr.ast),
                                        params or None).fetchall()
         except duckdb.Error as e:
             raise pg_error(e) from None

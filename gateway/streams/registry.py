@@ -1,29 +1,33 @@
-"""The registry of streams, named windows, derived streams and wrappers: kept in the DuckDB
-file (table ``main.cq_objects``, outside the schemas clients browse), mirrored into the
-emulated pg_catalog (``pgcat.cq_relations`` / ``cq_columns``) so psql, JDBC and BI tools list
-them with their columns, and offered to the planner as its catalog.
+"""The registry of streams, named windows, derived streams and wrappers: kept in the server's
+own catalog (``<data_dir>/catalog/objects.json``, which no SQL reaches), listed in the emulated
+pg_catalog through the live tables ``cq_relations`` / ``cq_columns`` so psql, JDBC and BI tools
+show them with their columns, and offered to the planner as its catalog.
 
 Streams list as tables (relkind ``r``, TelegraphCQ's "like tables"); windows and derived
 streams as views. Stream DDL is not transactional: it takes effect at once.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from dataclasses import dataclass, field
 
+import duckdb
+
 from dialect.planner import Relation
 from executor import plan as P
 
-from gateway.tables.pg_catalog import CATALOG
+from gateway import catalog_files
+from gateway.tables.catalog_live import rows_table
 
 FIRST_OID = 3_000_000
 BUILTIN_WRAPPERS = ("csvwrapper", "jsonwrapper")
-
-_SCHEMA = """CREATE TABLE IF NOT EXISTS main.cq_objects (
-    oid BIGINT PRIMARY KEY, kind VARCHAR NOT NULL, schema_name VARCHAR NOT NULL,
-    name VARCHAR NOT NULL, definition VARCHAR, columns VARCHAR, timestamp_column VARCHAR,
-    end_column VARCHAR, archived BOOLEAN, options VARCHAR, depends_on VARCHAR)"""
+DOCUMENT = "objects.json"
+# where an earlier version kept the objects: inside the DuckDB file, where SQL could reach them
+_LEGACY = ("SELECT oid, kind, schema_name, name, definition, columns, timestamp_column, "
+           "end_column, archived, options, depends_on FROM main.cq_objects ORDER BY oid")
+_DESCRIPTIONS = {"window": "named window", "derived": "derived stream"}
 
 
 @dataclass
@@ -51,22 +55,40 @@ class StreamObject:
 
 
 class StreamRegistry:
-    def __init__(self, store):
+    def __init__(self, store, data_dir: str):
         self.store = store
+        self.data_dir = data_dir
         self._lock = threading.Lock()
-        con = store.db.cursor()
-        con.execute(_SCHEMA)
-        rows = con.execute("SELECT oid, kind, schema_name, name, definition, columns, "
-                           "timestamp_column, end_column, archived, options, depends_on "
-                           "FROM main.cq_objects ORDER BY oid").fetchall()
-        con.close()
+        saved = catalog_files.load(data_dir, DOCUMENT)
+        if saved is None:
+            saved = self._take_legacy()
         self.objects: dict = {}
-        for r in rows:
-            obj = StreamObject(r[0], r[1], r[2], r[3], r[4] or "", json.loads(r[5] or "[]"),
-                               r[6], r[7], r[8], json.loads(r[9] or "{}"),
-                               json.loads(r[10] or "[]"))
+        for d in saved:
+            obj = StreamObject(**{**d, "columns": [tuple(c) for c in d["columns"]]})
             self.objects[obj.key] = obj
-        self._mirror_all()
+        self._tables: tuple = (-1, {})
+
+    def _take_legacy(self) -> list:
+        """Objects an earlier version kept in ``main.cq_objects``: moved to the catalog file,
+        then that table dropped."""
+        con = self.store.db.cursor()
+        try:
+            try:
+                rows = con.execute(_LEGACY).fetchall()
+            except duckdb.CatalogException:
+                return []
+            names = ("oid", "kind", "schema", "name", "definition", "columns",
+                     "timestamp_column", "end_column", "archived", "options", "depends_on")
+            decoded = [dict(zip(names, r)) for r in rows]
+            for d in decoded:
+                d["definition"] = d["definition"] or ""
+                for key, empty in (("columns", "[]"), ("options", "{}"), ("depends_on", "[]")):
+                    d[key] = json.loads(d[key] or empty)
+            catalog_files.save(self.data_dir, DOCUMENT, decoded)
+            con.execute("DROP TABLE main.cq_objects")
+            return decoded
+        finally:
+            con.close()
 
     # ------------------------------------------------------------------ lookups
     def get(self, schema: str | None, name: str, kinds=None) -> StreamObject | None:
@@ -90,55 +112,40 @@ class StreamRegistry:
     # ------------------------------------------------------------------ changes
     def save(self, obj: StreamObject) -> None:
         with self._lock:
-            con = self.store.db.cursor()
-            try:
-                con.execute("DELETE FROM main.cq_objects WHERE oid = ?", [obj.oid])
-                con.execute("INSERT INTO main.cq_objects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [obj.oid, obj.kind, obj.schema, obj.name, obj.definition,
-                             json.dumps(obj.columns), obj.timestamp_column, obj.end_column,
-                             obj.archived, json.dumps(obj.options), json.dumps(obj.depends_on)])
-                self.objects[obj.key] = obj
-                self._mirror(con, obj)
-            finally:
-                con.close()
-            self.store.bump()
+            self.objects = {**self.objects, obj.key: obj}
+            self._write()
+        self.store.bump()
 
     def remove(self, obj: StreamObject) -> None:
         with self._lock:
-            con = self.store.db.cursor()
-            try:
-                con.execute("DELETE FROM main.cq_objects WHERE oid = ?", [obj.oid])
-                self.objects.pop(obj.key, None)
-                self._unmirror(con, obj.oid)
-            finally:
-                con.close()
-            self.store.bump()
+            self.objects = {k: o for k, o in self.objects.items() if o.oid != obj.oid}
+            self._write()
+        self.store.bump()
 
-    # ------------------------------------------------------------------ pg_catalog mirror
-    def _unmirror(self, con, oid: int) -> None:
-        con.execute(f"DELETE FROM {CATALOG}.main.cq_relations WHERE oid = ?", [oid])
-        con.execute(f"DELETE FROM {CATALOG}.main.cq_columns WHERE attrelid = ?", [oid])
+    def _write(self) -> None:
+        catalog_files.save(self.data_dir, DOCUMENT,
+                           [dataclasses.asdict(o) for o in sorted(self.objects.values(),
+                                                                  key=lambda o: o.oid)])
 
-    def _mirror(self, con, obj: StreamObject) -> None:
-        self._unmirror(con, obj.oid)
-        if obj.kind == "wrapper":
-            return
-        relkind = "r" if obj.kind == "stream" else "v"
-        description = {"stream": "stream" + (" (archived)" if obj.archived else ""),
-                       "window": "named window", "derived": "derived stream"}[obj.kind]
-        con.execute(f"INSERT INTO {CATALOG}.main.cq_relations VALUES (?, ?, ?, ?, ?, ?)",
-                    [obj.oid, obj.schema, obj.name, relkind, obj.kind, description])
-        for i, (name, typ, not_null) in enumerate(obj.columns, 1):
-            con.execute(f"INSERT INTO {CATALOG}.main.cq_columns VALUES (?, ?, ?, ?, ?)",
-                        [obj.oid, name, i, typ, bool(not_null)])
-
-    def _mirror_all(self) -> None:
-        con = self.store.db.cursor()
-        try:
-            for obj in self.objects.values():
-                self._mirror(con, obj)
-        finally:
-            con.close()
+    # ------------------------------------------------------------------ pg_catalog rows
+    def catalog_tables(self) -> dict:
+        """``cq_relations`` and ``cq_columns`` as Arrow tables, rebuilt when the catalog
+        changed."""
+        version = self.store.catalog_version
+        if self._tables[0] != version:
+            rels, cols = [], []
+            for obj in sorted(self.objects.values(), key=lambda o: o.oid):
+                if obj.kind == "wrapper":
+                    continue
+                description = _DESCRIPTIONS.get(obj.kind) or (
+                    "stream" + (" (archived)" if obj.archived else ""))
+                rels.append((obj.oid, obj.schema, obj.name, "r" if obj.kind == "stream"
+                             else "v", obj.kind, description))
+                cols += [(obj.oid, name, i, typ, bool(not_null))
+                         for i, (name, typ, not_null) in enumerate(obj.columns, 1)]
+            self._tables = (version, {"cq_relations": rows_table(self.store, "cq_relations", rels),
+                                      "cq_columns": rows_table(self.store, "cq_columns", cols)})
+        return self._tables[1]
 
 
 class SessionCatalog:

@@ -1,13 +1,18 @@
 """A pg_catalog that answers what psql, pgjdbc, psqlODBC, asyncpg, psycopg and SQLAlchemy ask.
 
-It lives in an in-memory DuckDB database attached as ``pgcat``: views over DuckDB's own metadata
-functions (always current, transaction-consistent), static tables for types and roles, empty
-tables with the right columns for features cqgate does not have (policies, publications,
-inheritance), and macros for the pg_* functions. ``cq_relations``/``cq_columns`` hold relations
-that are not DuckDB tables (streams and windows, added by later layers) so they list alongside.
+It is a DuckDB file written at start and attached read-only as ``pgcat``, so no client can change
+it: views over DuckDB's own metadata functions (always current, transaction-consistent), static
+tables for types, empty tables with the right columns for features cqgate does not have
+(policies, publications, inheritance), and macros for the pg_* functions. What changes while the
+server runs (streams and windows, roles, owners and privileges, sessions, the system views) the
+views read from live tables each session registers on its own connection (``LIVE_TABLES``).
 The SQL translator (``gateway/tables/translate.py``) points catalog names at this database.
 """
 from __future__ import annotations
+
+import os
+
+import duckdb
 
 from dialect.names import TYPE_ALIASES
 
@@ -15,7 +20,6 @@ from gateway.clearinghouse import ingest_log
 from gateway.pgwire.types import TYPES, type_oid_case_sql
 
 CATALOG = "pgcat"
-OWNER = "cqgate"
 SERVER_VERSION = "15.18"
 
 # pg_catalog relations with their PostgreSQL OIDs (so 'pg_class'::regclass works).
@@ -68,7 +72,6 @@ EMPTY_TABLES = {
     "pg_partitioned_table": "partrelid UINTEGER, partstrat VARCHAR, partnatts SMALLINT",
     "pg_event_trigger": "oid UINTEGER, evtname VARCHAR, evtevent VARCHAR, evtowner UINTEGER",
     "pg_shdescription": "objoid UINTEGER, classoid UINTEGER, description VARCHAR",
-    "pg_auth_members": "roleid UINTEGER, member UINTEGER, grantor UINTEGER, admin_option BOOLEAN",
     "pg_foreign_data_wrapper": "oid UINTEGER, fdwname VARCHAR, fdwowner UINTEGER",
     "pg_foreign_server": "oid UINTEGER, srvname VARCHAR, srvowner UINTEGER, srvfdw UINTEGER",
     "pg_cast": "oid UINTEGER, castsource UINTEGER, casttarget UINTEGER, castfunc UINTEGER, "
@@ -84,11 +87,35 @@ EMPTY_TABLES = {
                      "spcoptions VARCHAR[]",
     "pg_matviews": "schemaname VARCHAR, matviewname VARCHAR, matviewowner VARCHAR, "
                    "definition VARCHAR",
-    "pg_stat_activity": "datid UINTEGER, datname VARCHAR, pid INTEGER, usename VARCHAR, "
-                        "application_name VARCHAR, state VARCHAR, query VARCHAR",
     "pg_locks": "locktype VARCHAR, relation UINTEGER, pid INTEGER, mode VARCHAR, granted BOOLEAN",
     "pg_timezone_names": "name VARCHAR, abbrev VARCHAR, utc_offset INTERVAL, is_dst BOOLEAN",
-    # cqgate's system views, filled from the back end just before a statement reads them
+}
+
+# What changes while the server runs, seen by each session as it is when its statement starts:
+# the read-only catalog's views read ``temp.main.<name>``, which every session's connection
+# registers (``gateway/tables/catalog_live.py``), so no client can write what others see.
+LIVE_TABLES = {
+    # cqgate relations that are not DuckDB tables (streams, windows), from the stream registry
+    "cq_relations": f"oid {OID}, nspname VARCHAR, relname VARCHAR, relkind VARCHAR, "
+                    "cq_kind VARCHAR, description VARCHAR",
+    "cq_columns": f"attrelid {OID}, attname VARCHAR, attnum INTEGER, data_type VARCHAR, "
+                  "is_notnull BOOLEAN",
+    # roles, memberships and each relation's owner and privileges (gateway/security)
+    "cq_roles": f"oid {OID}, rolname VARCHAR, rolsuper BOOLEAN, rolinherit BOOLEAN, "
+                "rolcreaterole BOOLEAN, rolcreatedb BOOLEAN, rolcanlogin BOOLEAN, "
+                "rolreplication BOOLEAN, rolconnlimit INTEGER, rolpassword VARCHAR, "
+                "rolvaliduntil TIMESTAMPTZ, rolbypassrls BOOLEAN, rolconfig VARCHAR[]",
+    "cq_auth_members": f"roleid {OID}, member {OID}, grantor {OID}, admin_option BOOLEAN",
+    "cq_acl": f"nspname VARCHAR, relname VARCHAR, owner {OID}, acl VARCHAR[]",
+    "pg_stat_activity": f"datid {OID}, datname VARCHAR, pid INTEGER, leader_pid INTEGER, "
+                        f"usesysid {OID}, usename VARCHAR, application_name VARCHAR, "
+                        "client_addr VARCHAR, client_hostname VARCHAR, client_port INTEGER, "
+                        "backend_start TIMESTAMPTZ, xact_start TIMESTAMPTZ, "
+                        "query_start TIMESTAMPTZ, state_change TIMESTAMPTZ, "
+                        "wait_event_type VARCHAR, wait_event VARCHAR, state VARCHAR, "
+                        "backend_xid BIGINT, backend_xmin BIGINT, query_id BIGINT, "
+                        "query VARCHAR, backend_type VARCHAR",
+    # cqgate's system views, from the back end just before a statement reads them
     "cq_queries": "pid INTEGER, name VARCHAR, kind VARCHAR, query VARCHAR, state VARCHAR, "
                   "started TIMESTAMPTZ, rows_in BIGINT, rows_out BIGINT, state_size BIGINT, "
                   "last_emit TIMESTAMPTZ, error VARCHAR",
@@ -97,12 +124,24 @@ EMPTY_TABLES = {
                   "heartbeat INTERVAL, watermark_follows VARCHAR",
     **ingest_log.VIEWS,
 }
+# information_schema views shown for the client's database only: name -> (catalog, schema column)
+INFORMATION_SCHEMA = {
+    "tables": ("table_catalog", "table_schema"), "columns": ("table_catalog", "table_schema"),
+    "views": ("table_catalog", "table_schema"), "schemata": ("catalog_name", "schema_name"),
+    "table_constraints": ("constraint_catalog", "constraint_schema"),
+    "key_column_usage": ("constraint_catalog", "constraint_schema"),
+    "referential_constraints": ("constraint_catalog", "constraint_schema"),
+    "check_constraints": ("constraint_catalog", "constraint_schema"),
+    "constraint_column_usage": ("table_catalog", "table_schema")}
+# the live tables only the catalog's own views read
+INTERNAL_LIVE = ("cq_relations", "cq_columns", "cq_roles", "cq_auth_members", "cq_acl")
 
 # Views and static tables this module defines; the translator redirects these names.
-RELATIONS = set(EMPTY_TABLES) | {
+RELATIONS = set(EMPTY_TABLES) | (set(LIVE_TABLES) - set(INTERNAL_LIVE)) | {
     "pg_namespace", "pg_class", "pg_attribute", "pg_attrdef", "pg_type", "pg_constraint",
     "pg_index", "pg_database", "pg_roles", "pg_user", "pg_authid", "pg_am", "pg_proc",
     "pg_description", "pg_settings", "pg_tables", "pg_views", "pg_indexes",
+    "pg_auth_members",
 }
 
 
@@ -110,19 +149,35 @@ def _q(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def build(path: str, db: str, settings: dict | None = None) -> dict:
+    """Write the catalog database to ``path`` (anew), for the server to attach read-only; the
+    Arrow schema of each live table, which sessions register on their connections."""
+    for stale in (path, path + ".wal"):
+        if os.path.exists(stale):
+            os.remove(stale)
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH '{path}' AS {CATALOG}")
+        for name, cols in LIVE_TABLES.items():
+            con.execute(f"CREATE TEMP TABLE {name} ({cols})")
+        for stmt in setup_sql(db, settings):
+            con.execute(stmt)
+        schemas = {name: con.sql(f"SELECT * FROM temp.main.{name}").to_arrow_table().schema
+                   for name in LIVE_TABLES}
+        con.execute(f"DETACH {CATALOG}")
+    finally:
+        con.close()
+    return schemas
+
+
 def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -> list[str]:
-    """The statements that build the ``pgcat`` database for the DuckDB catalog ``db``;
-    ``settings`` (name -> default) fill pg_settings."""
+    """The statements that build the ``pgcat`` database (attached as ``pgcat``) for the DuckDB
+    catalog ``db``; ``settings`` (name -> default) fill pg_settings. The live tables must exist
+    as ``temp.main.<name>`` on the connection that runs them, so the views bind."""
     c = f"{CATALOG}.main"
     hidden = ", ".join(_q(s) for s in hidden_schemas)
-    out = [f"ATTACH ':memory:' AS {CATALOG}"]
-    out += [f"CREATE TABLE {c}.{name} ({cols})" for name, cols in EMPTY_TABLES.items()]
-
-    # cqgate relations that are not DuckDB tables (streams, windows): filled by later layers.
-    out.append(f"""CREATE TABLE {c}.cq_relations (oid {OID}, nspname VARCHAR, relname VARCHAR,
-        relkind VARCHAR, cq_kind VARCHAR, description VARCHAR)""")
-    out.append(f"""CREATE TABLE {c}.cq_columns (attrelid {OID}, attname VARCHAR, attnum INTEGER,
-        data_type VARCHAR, is_notnull BOOLEAN)""")
+    out = [f"CREATE TABLE {c}.{name} ({cols})" for name, cols in EMPTY_TABLES.items()]
+    out += [f"CREATE VIEW {c}.{name} AS SELECT * FROM temp.main.{name}" for name in LIVE_TABLES]
 
     # A namespace's OID is DuckDB's schema OID (public keeps PostgreSQL's 2200). No lookup by
     # name inside the macro: a subquery there would bind the caller's schema_name to itself.
@@ -160,16 +215,13 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
     out.append(f"""CREATE TABLE {c}.pg_am AS SELECT * FROM (VALUES
         (2::{OID}, 'heap', 'heap_tableam_handler', 't'),
         (403::{OID}, 'btree', 'bthandler', 'i')) v(oid, amname, amhandler, amtype)""")
-    out.append(f"""CREATE TABLE {c}.pg_roles AS SELECT 10::{OID} AS oid, {_q(OWNER)} AS rolname,
-        true AS rolsuper, true AS rolinherit, true AS rolcreaterole, true AS rolcreatedb,
-        true AS rolcanlogin, false AS rolreplication, -1 AS rolconnlimit,
-        '********' AS rolpassword, NULL::TIMESTAMPTZ AS rolvaliduntil, true AS rolbypassrls,
-        NULL::VARCHAR[] AS rolconfig""")
+    out.append(f"CREATE VIEW {c}.pg_roles AS SELECT * FROM {c}.cq_roles")
+    out.append(f"CREATE VIEW {c}.pg_auth_members AS SELECT * FROM {c}.cq_auth_members")
     out.append(f"CREATE VIEW {c}.pg_authid AS SELECT * FROM {c}.pg_roles")
     out.append(f"""CREATE VIEW {c}.pg_user AS SELECT rolname AS usename, oid AS usesysid,
         rolcreatedb AS usecreatedb, rolsuper AS usesuper, false AS userepl, true AS usebypassrls,
         '********' AS passwd, rolvaliduntil AS valuntil, rolconfig AS useconfig
-        FROM {c}.pg_roles""")
+        FROM {c}.pg_roles WHERE rolcanlogin""")
     out.append(f"""CREATE TABLE {c}.pg_database AS SELECT 16384::{OID} AS oid, {_q(db)} AS datname,
         10::{OID} AS datdba, 6 AS encoding, 'c' AS datlocprovider, false AS datistemplate,
         true AS datallowconn, -1 AS datconnlimit, 'C.UTF-8' AS datcollate,
@@ -197,25 +249,29 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         false AS relrowsecurity, false AS relforcerowsecurity, true AS relispopulated,
         'd' AS relreplident, false AS relispartition, 0::{OID} AS relrewrite,
         0::BIGINT AS relfrozenxid, 0::BIGINT AS relminmxid, NULL::VARCHAR[] AS relacl,
-        NULL::VARCHAR[] AS reloptions, NULL::VARCHAR AS relpartbound""".replace("{OID}", OID)
+        NULL::VARCHAR[] AS reloptions, NULL::VARCHAR AS relpartbound,
+        {nspname} AS cq_nspname""".replace("{OID}", OID)
     tables = rel_cols.format(oid="table_oid", name="table_name", nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)",
                              am=2, tuples="estimated_size", hasindex="has_primary_key OR index_count > 0",
-                             kind="'r'", natts="column_count")
+                             kind="'r'", natts="column_count", nspname="schema_name")
     views = rel_cols.format(oid="view_oid", name="view_name", nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)",
-                            am=0, tuples=0, hasindex="false", kind="'v'", natts="column_count")
+                            am=0, tuples=0, hasindex="false", kind="'v'", natts="column_count",
+                            nspname="schema_name")
     indexes = rel_cols.format(oid="4000000 + table_oid * 64 + constraint_index",
                               name="CASE constraint_type WHEN 'PRIMARY KEY' THEN table_name || '_pkey' ELSE constraint_name END",
                               nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)", am=403,
                               tuples=0, hasindex="false", kind="'i'",
-                              natts="len(constraint_column_indexes)")
+                              natts="len(constraint_column_indexes)", nspname="schema_name")
     system = rel_cols.format(oid="v.oid", name="v.name", nsp=11, am=2, tuples=0,
-                             hasindex="false", kind="'r'", natts=0)
+                             hasindex="false", kind="'r'", natts=0,
+                             nspname="'pg_catalog'")
     cqrels = rel_cols.format(oid="r.oid", name="relname",
                              nsp=f"{c}.cq_nsp_oid(r.nspname, ds.oid)", am=0,
                              tuples=0, hasindex="false", kind="relkind",
-                             natts=f"(SELECT count(*) FROM {c}.cq_columns cc WHERE cc.attrelid = r.oid)")
+                             natts=f"(SELECT count(*) FROM {c}.cq_columns cc WHERE cc.attrelid = r.oid)",
+                             nspname="r.nspname")
     sysvals = ", ".join(f"({oid}, {_q(n)})" for n, oid in SYSTEM_RELATIONS.items())
-    out.append(f"""CREATE VIEW {c}.pg_class AS
+    out.append(f"""CREATE VIEW {c}.cq_class AS
         SELECT {tables} FROM duckdb_tables()
           WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})
         UNION ALL SELECT {views} FROM duckdb_views()
@@ -227,6 +283,13 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         UNION ALL SELECT {cqrels} FROM {c}.cq_relations r
           LEFT JOIN duckdb_schemas() ds ON ds.database_name = {_q(db)}
            AND ds.schema_name = r.nspname""")
+    # owners and privileges of tables, streams, windows, views (gateway/security/privileges.py)
+    out.append(f"""CREATE VIEW {c}.pg_class AS
+        SELECT b.* EXCLUDE (cq_nspname) REPLACE (coalesce(a.owner, 10)::{OID} AS relowner,
+                                                 a.acl AS relacl)
+        FROM {c}.cq_class b LEFT JOIN {c}.cq_acl a
+          ON b.relkind IN ('r', 'v', 'm', 'p', 'f') AND a.nspname = b.cq_nspname
+         AND a.relname = lower(b.relname)""")
 
     # --- columns
     out.append(f"""CREATE VIEW {c}.pg_attribute AS
@@ -337,15 +400,6 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         out.append(f"INSERT INTO {c}.pg_settings VALUES " + ", ".join(
             f"({_q(k)}, {_q(v)}, NULL, 'cqgate', '', 'user', 'string', 'default', {_q(v)}, "
             f"{_q(v)})" for k, v in settings.items()))
-    out.append(f"""CREATE VIEW {c}.pg_tables AS SELECT n.nspname AS schemaname,
-        c.relname AS tablename, {_q(OWNER)} AS tableowner, NULL::VARCHAR AS tablespace,
-        c.relhasindex AS hasindexes, false AS hasrules, false AS hastriggers,
-        false AS rowsecurity
-        FROM {c}.pg_class c JOIN {c}.pg_namespace n ON n.oid = c.relnamespace
-        WHERE c.relkind IN ('r', 'p')""")
-    out.append(f"""CREATE VIEW {c}.pg_views AS SELECT schema_name AS schemaname,
-        view_name AS viewname, {_q(OWNER)} AS viewowner, sql AS definition
-        FROM duckdb_views() WHERE database_name = {_q(db)} AND NOT internal""")
     out.append(f"""CREATE VIEW {c}.pg_indexes AS SELECT n.nspname AS schemaname,
         t.relname AS tablename, i.relname AS indexname, NULL::VARCHAR AS tablespace,
         x.cq_indexdef AS indexdef
@@ -353,7 +407,24 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         JOIN {c}.pg_class t ON t.oid = x.indrelid
         JOIN {c}.pg_namespace n ON n.oid = t.relnamespace
         LEFT JOIN {c}.pg_constraint con ON con.conindid = x.indexrelid""")
+    # information_schema as the client's database has it: not the catalog, nor DuckDB's own
+    for name, (cat_col, schema_col) in INFORMATION_SCHEMA.items():
+        out.append(f"""CREATE VIEW {c}.cq_is_{name} AS SELECT * FROM information_schema.{name}
+            WHERE {cat_col} = {_q(db)} AND {schema_col} NOT IN ({hidden})""")
     out += _macro_sql(c)
+    # views that call the macros (a macro binds when it is created, a view too)
+    out.append(f"""CREATE VIEW {c}.pg_tables AS SELECT n.nspname AS schemaname,
+        c.relname AS tablename, {c}.pg_get_userbyid(c.relowner) AS tableowner, NULL::VARCHAR AS tablespace,
+        c.relhasindex AS hasindexes, false AS hasrules, false AS hastriggers,
+        false AS rowsecurity
+        FROM {c}.pg_class c JOIN {c}.pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind IN ('r', 'p')""")
+    out.append(f"""CREATE VIEW {c}.pg_views AS SELECT schema_name AS schemaname,
+        view_name AS viewname, {c}.pg_get_userbyid(coalesce(a.owner, 10)) AS viewowner,
+        sql AS definition
+        FROM duckdb_views() v LEFT JOIN {c}.cq_acl a
+          ON a.nspname = v.schema_name AND a.relname = lower(v.view_name)
+        WHERE database_name = {_q(db)} AND NOT internal""")
     return out
 
 
@@ -390,7 +461,8 @@ def _macro_sql(c: str) -> list[str]:
 
 def _macro_bodies(c: str) -> dict:
     return {
-        "pg_get_userbyid(u)": _q(OWNER),
+        "pg_get_userbyid(u)": f"coalesce({_lookup(f'{c}.cq_roles', 'oid', 'rolname', 'u')}, "
+                              "'unknown (OID=' || u || ')')",
         "pg_encoding_to_char(e)": "'UTF8'",
         "pg_char_to_encoding(e)": "6",
         "pg_table_is_visible(o)": "true",

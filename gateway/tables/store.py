@@ -1,6 +1,6 @@
 """The static-table store: one DuckDB database file in the data directory, the emulated
-pg_catalog attached beside it, one DuckDB connection per client session, and the mapping of
-DuckDB errors to PostgreSQL SQLSTATEs."""
+pg_catalog attached read-only beside it, one DuckDB connection per client session, and the mapping
+of DuckDB errors to PostgreSQL SQLSTATEs. DuckDB itself refuses files, extensions and settings."""
 from __future__ import annotations
 
 import os
@@ -9,22 +9,30 @@ import threading
 
 import duckdb
 
-from gateway.tables.pg_catalog import setup_sql
+from gateway.tables import pg_catalog
 from gateway.sessions.settings import DEFAULTS
 from gateway.pgwire import errors as E
 
 DB_NAME = "cqgate"
+CATALOG_FILE = "pg_catalog.duckdb"      # rewritten at every start
+SPILL_DIR = "duckdb_tmp"                # DuckDB's own spill files
+# the settings a session's connection may still change once the configuration is locked
+SESSION_CONFIGS = ("integer_division", "schema", "search_path")
 
 
 class Store:
     def __init__(self, data_dir: str):
         os.makedirs(data_dir, exist_ok=True)
         self.path = os.path.join(data_dir, f"{DB_NAME}.duckdb")
-        self.db = duckdb.connect(self.path)
+        self.db = duckdb.connect(self.path, config={
+            "autoinstall_known_extensions": False, "autoload_known_extensions": False})
         self.name = self.db.execute("SELECT current_database()").fetchone()[0]
         self.db.execute("CREATE SCHEMA IF NOT EXISTS public")
-        for stmt in setup_sql(self.name, DEFAULTS):
-            self.db.execute(stmt)
+        catalog = os.path.join(data_dir, CATALOG_FILE)
+        self.live_schemas = pg_catalog.build(catalog, self.name, DEFAULTS)
+        self.db.execute(f"ATTACH '{_literal(catalog)}' AS {pg_catalog.CATALOG} (READ_ONLY)")
+        self.spill_dir = os.path.join(data_dir, SPILL_DIR)
+        _lock_down(self.db, self.spill_dir)
         self.catalog_version = 0
         self._lock = threading.Lock()
 
@@ -43,9 +51,27 @@ class Store:
         self.db.close()
 
 
+def _literal(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _lock_down(db: duckdb.DuckDBPyConnection, spill_dir: str) -> None:
+    """After this, no statement on ``db`` reaches a file, loads an extension or changes a
+    setting beyond SESSION_CONFIGS, whatever its spelling: DuckDB refuses it (a role that may
+    read server files gets them through ``gateway/security/server_files.py`` instead)."""
+    db.execute(f"SET temp_directory = '{_literal(spill_dir)}'")
+    db.execute("SET allowed_configs = [" + ", ".join(f"'{c}'" for c in SESSION_CONFIGS) + "]")
+    db.execute("SET enable_external_access = false")
+    db.execute("SET lock_configuration = true")
+
+
 # DuckDB error -> (SQLSTATE class), tried in order; the first pattern that matches wins.
 _ERROR_MAP = [
     (duckdb.InterruptException, None, E.QueryCanceled, "canceling statement due to user request"),
+    (duckdb.PermissionException, None, E.InsufficientPrivilege, None),
+    (duckdb.IOException, r"No files found|No such file|does not exist", E.UndefinedFile, None),
+    (duckdb.InvalidInputException, r"configuration has been locked|read-only mode|"
+     r"PermissionError: ", E.InsufficientPrivilege, None),
     (duckdb.ParserException, None, E.SyntaxError_, None),
     (duckdb.CatalogException, r"(Table|View|Relation) with name (\S+) does not exist",
      E.UndefinedTable, None),
@@ -78,6 +104,7 @@ _ERROR_MAP = [
 ]
 
 _PREFIX = re.compile(r"^[A-Za-z ]+ Error: ")
+_UDF = re.compile(r"^Python exception occurred while executing the UDF: \w+: ")
 _LINE = re.compile(r"\n\s*LINE (\d+): (.*)\n(\s*)\^", re.S)
 
 
@@ -85,7 +112,7 @@ def pg_error(exc: Exception, sql_offset: int = 0) -> E.PgError:
     """Translate a DuckDB exception into the PgError a PostgreSQL user would expect."""
     text = str(exc)
     first = text.split("\n")[0]
-    message = _PREFIX.sub("", first).strip()
+    message = _UDF.sub("", _PREFIX.sub("", first)).strip()
     for cls, pattern, pg_cls, fixed in _ERROR_MAP:
         if isinstance(exc, cls) and (pattern is None or re.search(pattern, text, re.I)):
             m = re.search(r"with name (\S+) does not exist", message)

@@ -1,19 +1,17 @@
 """``cq_queries``, ``cq_streams`` and the clearinghouse's logs (``cq_ingest_errors``,
 ``cq_late_tuples``, ``cq_shed``): what runs and what came in, as tables of the emulated catalog
-that plain SQL reads. They are refilled just before a statement that names one of them runs."""
+that plain SQL reads. A statement that names one of them gets them as they are when it starts
+(registered on its session's connection: ``gateway/tables/catalog_live.py``)."""
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import re
-import threading
 
 import pyarrow as pa
 
-from gateway.tables.pg_catalog import CATALOG
+from gateway.tables.activity import HIDDEN
 
 _NAMES = re.compile(r"\bcq_(queries|streams|ingest_errors|late_tuples|shed)\b", re.I)
-_lock = threading.Lock()
 
 
 def wanted(sql: str) -> bool:
@@ -33,8 +31,10 @@ def _follows(p) -> str:
     return "wall clock" if p.wall_clock and p.follows_wall else "data"
 
 
-async def gather(services) -> dict:
-    """The views' new contents, from the back end's counters and the clearinghouse's logs."""
+async def gather(services, viewer: str) -> dict:
+    """The views' new contents, from the back end's counters and the clearinghouse's logs; a
+    cursor's query text only for roles with its session's role's privileges
+    (``pg_stat_activity``'s rule)."""
     link = services.backend
     stats = await link.stats()
     counters = {q["qid"]: q for q in stats["queries"]}
@@ -42,7 +42,10 @@ async def gather(services) -> dict:
     for live in link.running():
         c = counters.get(live.qid, {})
         state = "failed" if live.failure else "waiting" if live.n_pending == 0 else "ready"
-        rows.append((live.owner, live.name, "cursor", live.sql, state, _when(live.started),
+        session = services.sessions.get(live.owner)
+        sql = live.sql if session is None or services.roles.has_privs_of(viewer, session.user) \
+            else HIDDEN
+        rows.append((live.owner, live.name, "cursor", sql, state, _when(live.started),
                      c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
                      _when(c.get("last_emit")), live.failure))
     kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
@@ -73,25 +76,3 @@ async def gather(services) -> dict:
         "watermark_follows": pa.array([_follows(p) for p in progress], pa.string()),
     })
     return {"cq_queries": queries, "cq_streams": streams, **services.ingest.log.tables()}
-
-
-def store(db, tables: dict) -> None:
-    """Refill the views on a connection of their own, committed at once (a session's open
-    transaction must not hold them)."""
-    with _lock:
-        con = db.cursor()
-        try:
-            for name, table in tables.items():
-                con.register("cq_fill", table)
-                con.execute(f"DELETE FROM {CATALOG}.main.{name}")
-                con.execute(f"INSERT INTO {CATALOG}.main.{name} SELECT * FROM cq_fill")
-                con.unregister("cq_fill")
-        finally:
-            con.close()
-
-
-async def refresh(session) -> None:
-    services = session.services
-    tables = await gather(services)
-    await asyncio.get_running_loop().run_in_executor(services.pool, store, services.store.db,
-                                                     tables)

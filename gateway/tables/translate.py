@@ -3,7 +3,8 @@
 Catalog names (``pg_catalog.pg_class``, ``format_type(...)``, ``::regclass``, ``OPERATOR(
 pg_catalog.~)``) are pointed at the emulated catalog in ``pgcat``; session values
 (``current_setting``, ``current_user``) become ``getvariable('cq_…')`` placeholders that the
-session replaces with literals when it runs the statement, so translations can be cached.
+session replaces with literals in the parse tree when it runs the statement, so translations can
+be cached.
 The result also says what the statement is (command tag, whether it returns rows);
 ``infer_params`` types its parameters from where they appear.
 """
@@ -23,7 +24,7 @@ from dialect.names import pg_column_name, type_name
 
 from gateway.tables import pg_catalog
 from gateway.pgwire import types as T
-from gateway.pgwire.errors import SyntaxError_, FeatureNotSupported
+from gateway.pgwire.errors import SyntaxError_, FeatureNotSupported, UndefinedFunction
 
 CAT = f"{pg_catalog.CATALOG}.main"
 VERSION = (f"PostgreSQL {pg_catalog.SERVER_VERSION} (cqgate) on x86_64-pc-linux-gnu, "
@@ -156,6 +157,8 @@ def _var(name: str) -> exp.Expression:
 
 
 SETTING_PREFIX = "cq_setting_"
+SIGNAL_FUNCTION = "cq_signal_backend"      # gateway/sessions/backend_signals.py
+SIGNALS = {"pg_cancel_backend": "cancel", "pg_terminate_backend": "terminate"}
 
 
 def setting_variable(name: str) -> str:
@@ -183,6 +186,11 @@ def _rewrite_anonymous(node: exp.Anonymous) -> exp.Expression:
         return _macro("cq_regclass_oid", *args)
     if name == "pg_backend_pid":
         return _var("cq_pid")
+    if name in SIGNALS and args:
+        # the caller's pid is bound by the session, so the signal knows whose it is
+        return exp.Anonymous(this=SIGNAL_FUNCTION, expressions=[
+            args[0], exp.Literal.string(SIGNALS[name]),
+            exp.Cast(this=_var("cq_pid"), to=exp.DataType.build("BIGINT"))])
     if name in ("inet_server_addr", "inet_client_addr"):
         return exp.Null()
     return node
@@ -200,18 +208,28 @@ def _rewrite_table(node: exp.Table, state: dict) -> exp.Expression:
     db = node.args.get("db")
     name = node.name.lower()
     dbname = db.name.lower() if db is not None else None
-    if name in pg_catalog.RELATIONS and dbname in (None, "pg_catalog") \
-            and node.args.get("catalog") is None:
-        state["catalog"] = True
-        node.set("db", exp.to_identifier("main"))
-        node.set("catalog", exp.to_identifier(pg_catalog.CATALOG))
-        node.set("this", exp.to_identifier(name))
+    unqualified = node.args.get("catalog") is None
+    if name in pg_catalog.RELATIONS and dbname in (None, "pg_catalog") and unqualified:
+        _to_catalog(node, name, state)
+    elif dbname == "information_schema" and name in pg_catalog.INFORMATION_SCHEMA \
+            and unqualified:
+        _to_catalog(node, f"cq_is_{name}", state)
+        if not node.alias:          # columns qualified by the view's own name still resolve
+            node.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
     elif isinstance(node.this, exp.Func):
         if dbname in ("pg_catalog", "information_schema"):
             node.set("db", None)       # pg_catalog.generate_series(...) and friends
     else:
         state["tables"].append((dbname, node.name, node.alias_or_name))
     return node
+
+
+def _to_catalog(node: exp.Table, name: str, state: dict) -> None:
+    """Point a table reference at the emulated catalog's relation ``name``."""
+    state["catalog"] = True
+    node.set("db", exp.to_identifier("main"))
+    node.set("catalog", exp.to_identifier(pg_catalog.CATALOG))
+    node.set("this", exp.to_identifier(name))
 
 
 def _rewrite_dot(node: exp.Dot, state: dict) -> exp.Expression:
@@ -418,6 +436,9 @@ def translate(sql: str) -> Translated:
     if is_stream_syntax(ast):
         tables = tuple((t.db or None, t.name, t.alias_or_name) for t in ast.find_all(exp.Table))
         return Translated("", _tag_for(ast), False, {}, tables, (), False, False, True, ast, ast)
+    for node in ast.find_all(exp.Anonymous):
+        if node.name.lower() == SIGNAL_FUNCTION:    # only the translator may call it
+            raise UndefinedFunction(f"function {node.name}() does not exist")
     state = {"catalog": False, "set_config": False, "tables": []}
     named = ast.copy()
     _name_outputs(named)
@@ -454,8 +475,9 @@ def _projections(ast: exp.Expression) -> tuple:
 translate_cached = lru_cache(maxsize=2048)(translate)
 
 
-def set_config_sql(t: Translated, params: list) -> tuple[str, list[tuple[str, str]]]:
-    """Evaluate ``set_config(name, value, is_local)`` calls; returns new SQL and the settings."""
+def set_config_ast(ast: exp.Expression, params: list) -> tuple[exp.Expression, list]:
+    """Evaluate ``set_config(name, value, is_local)`` calls; returns the new tree and the
+    settings."""
     changes = []
 
     def value_of(e):
@@ -476,5 +498,5 @@ def set_config_sql(t: Translated, params: list) -> tuple[str, list[tuple[str, st
             return exp.Literal.string(value or "")
         return node
 
-    return t.ast.copy().transform(fix).sql("duckdb"), changes
+    return ast.transform(fix), changes
 

@@ -1,4 +1,5 @@
-// Compiled and run by tests/test_jdbc.py against a live cqgate: DatabaseMetaData, a prepared
+// Compiled and run by tests/test_jdbc.py against a live cqgate: DatabaseMetaData (with the
+// table's privileges after a GRANT), a prepared
 // statement executed six times (pgjdbc switches to a named server statement on the 5th),
 // autocommit off with setFetchSize, and ResultSetMetaData. Prints facts; the test asserts them.
 import java.sql.*;
@@ -14,6 +15,7 @@ public class JdbcCheck {
                 s.execute("INSERT INTO " + table + " SELECT g, 'x' || g, g / 4.0, "
                           + "TIMESTAMP '2024-01-01 00:00:00' + g * INTERVAL 1 HOUR "
                           + "FROM generate_series(1, 10) g");
+                s.execute("GRANT SELECT ON " + table + " TO PUBLIC");
             }
             DatabaseMetaData md = c.getMetaData();
             System.out.println("product=" + md.getDatabaseProductName() + " "
@@ -39,6 +41,12 @@ public class JdbcCheck {
                 while (rs.next())
                     System.out.println("pk=" + rs.getString("COLUMN_NAME") + ":"
                                        + rs.getInt("KEY_SEQ") + ":" + rs.getString("PK_NAME"));
+            }
+            try (ResultSet rs = md.getTablePrivileges(null, "public", table)) {
+                while (rs.next())
+                    System.out.println("priv=" + rs.getString("GRANTOR") + ":"
+                                       + rs.getString("GRANTEE") + ":"
+                                       + rs.getString("PRIVILEGE"));
             }
             int types = 0;
             try (ResultSet rs = md.getTypeInfo()) {
