@@ -669,3 +669,52 @@ def test_what_a_statement_reads_cannot_hide(shared, tmp_path):
         f.write_text("b,t\nfrom-file,2024-01-01 00:00:03\n")
         assert su.execute(f"SELECT b FROM '{f}'").fetchall() == [("from-file",)]
         su.execute(f"INSERT INTO hid_s SELECT b, t FROM read_csv('{f}')")
+
+
+def test_privilege_functions_answer_for_the_session_role(shared):
+    """has_table_privilege and its kin, which BI tools use to list what a user may read."""
+    with connect(shared, *SUPER) as su:
+        rex = make_role(su, "rex_f")
+        su.execute("CREATE ROLE rex_grp")
+        su.execute("GRANT rex_grp TO rex_f")
+        su.execute("CREATE TABLE fn_t (a INT)")
+        su.execute("CREATE TABLE fn_u (a INT)")
+        su.execute("CREATE STREAM fn_s (a INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        su.execute("GRANT SELECT ON fn_t TO rex_grp")
+        su.execute("GRANT INSERT ON fn_s TO rex_f")
+        with connect(shared, *rex) as r:
+            assert r.execute(
+                "SELECT has_table_privilege('fn_t', 'SELECT'), "
+                "has_table_privilege('public.fn_u', 'select'), "
+                "has_table_privilege('fn_t', 'INSERT, SELECT'), "
+                "has_table_privilege('fn_s', 'INSERT'), has_table_privilege('fn_s', 'SELECT'), "
+                "has_table_privilege('rex_f', 'fn_t', 'SELECT WITH GRANT OPTION'), "
+                "has_column_privilege('fn_t', 'a', 'SELECT')").fetchone() == \
+                (True, False, True, True, False, True, True)
+            listed = r.execute("SELECT c.relname FROM pg_class c WHERE c.relname LIKE 'fn_%' "
+                               "AND has_table_privilege(c.oid, 'SELECT') ORDER BY 1").fetchall()
+            assert listed == [("fn_t",)]
+            assert r.execute("SELECT has_schema_privilege('public', 'USAGE'), "
+                             "has_schema_privilege('public', 'CREATE'), "
+                             "pg_has_role('rex_grp', 'MEMBER'), pg_has_role('cq', 'USAGE')"
+                             ).fetchone() == (True, False, True, False)
+        assert su.execute("SELECT has_table_privilege('fn_u', 'DELETE'), "
+                          "pg_has_role('rex_grp', 'USAGE')").fetchone() == (True, True)
+
+
+def test_the_catalog_reads_the_same_after_a_rollback(shared):
+    """The catalog's live rows are registered on the session's connection; a transaction that
+    rolls back takes its registrations with it, and the next statement registers again."""
+    with psycopg.connect(host="127.0.0.1", port=shared.port, user=SUPER[0],
+                         password=SUPER[1], dbname="cq", connect_timeout=10) as c:
+        c.execute("CREATE TABLE rb_t (a INT)")
+        c.commit()
+        for end in (c.rollback, c.commit, c.rollback):
+            assert c.execute("SELECT relname FROM pg_class WHERE relname = 'rb_t'").fetchall() \
+                == [("rb_t",)]
+            end()
+        c.execute("SAVEPOINT s")
+        c.execute("SELECT count(*) FROM pg_roles").fetchall()
+        c.execute("ROLLBACK TO SAVEPOINT s")
+        assert c.execute("SELECT count(*) FROM pg_roles WHERE rolname = 'cq'").fetchone() == (1,)
+        c.rollback()

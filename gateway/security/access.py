@@ -53,6 +53,12 @@ class Needs:
     replace: bool = False                            # CREATE OR REPLACE
     if_exists: bool = False                          # DROP … IF EXISTS
 
+    @property
+    def nothing(self) -> bool:
+        """Nothing to check (SELECT 1, SHOW-like reads of the catalog only)."""
+        return not (self.reads or self.writes or self.owns or self.creates or self.drops
+                    or self.files or self.superuser_only)
+
 
 # --------------------------------------------------------------------------- the tree
 def func_name(node: exp.Expression) -> str | None:
@@ -321,7 +327,7 @@ def check(session, n: Needs) -> list:
             f"permission denied for function {n.files[0]}",
             hint="Reading the server's files needs superuser or the privileges of the "
                  "pg_read_server_files role.")
-    own_temp = _temporary_relations(session) if any(
+    own_temp = session.relation_facts.fresh(session).temporary if any(
         s is None for _c, s, _n in n.reads + [w[1:] for w in n.writes]) else set()
     for catalog, schema, name in n.reads:
         if catalog in (None, database) and schema not in SYSTEM_SCHEMAS \
@@ -382,12 +388,39 @@ def _index_table(session, schema: str | None, index: str) -> str:
     return row[0][0] if row else index
 
 
-def _temporary_relations(session) -> set:
-    """Names of the session's own temporary tables and views (registered ones included)."""
-    rows = session.con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE temporary UNION ALL "
-        "SELECT view_name FROM duckdb_views() WHERE temporary").fetchall()
-    return {r[0].lower() for r in rows} - set(INTERNAL_LIVE)
+class RelationFacts:
+    """What ``check`` asks of DuckDB's catalog for one session, asked once per catalog version:
+    the session's temporary relations and the views there are (with what each reads, parsed
+    when first needed)."""
+
+    def __init__(self):
+        self.version = -1
+        self.temporary: set = set()
+        self.views: dict = {}         # (schema, lower name) -> SQL, then [(schema, name)]
+
+    def fresh(self, session) -> "RelationFacts":
+        version = session.services.store.catalog_version
+        if version != self.version:
+            con, db = session.con, session.services.store.name
+            self.temporary = {r[0].lower() for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE temporary UNION ALL "
+                "SELECT view_name FROM duckdb_views() WHERE temporary").fetchall()} \
+                - set(INTERNAL_LIVE)
+            self.views = {(r[0], r[1].lower()): r[2] for r in con.execute(
+                "SELECT schema_name, view_name, sql FROM duckdb_views() WHERE "
+                "database_name = ? AND NOT internal AND NOT temporary", [db]).fetchall()}
+            self.version = version
+        return self
+
+    def view_reads(self, schema: str | None, name: str) -> list | None:
+        """(schema, name) of the relations a view reads; None when it is no view."""
+        k = (schema or "public", name.lower())
+        found = self.views.get(k)
+        if isinstance(found, str):
+            found = self.views[k] = [
+                (t.db or schema, t.name) for t, function in
+                relations(sqlglot.parse_one(found, read="duckdb")) if function is None]
+        return found
 
 
 VIEW_DEPTH = 16      # views over views checked this deep
@@ -395,22 +428,17 @@ VIEW_DEPTH = 16      # views over views checked this deep
 
 def _through_view(session, schema: str | None, name: str, depth: int) -> None:
     """A view reads its relations with its owner's privileges, as in PostgreSQL: the owner
-    must hold SELECT on each (and so on through views it reads)."""
+    must hold SELECT on each (and so on through views it reads); DuckDB itself refuses a
+    view's file functions to everyone."""
     svc = session.services
-    rows = session.con.execute(
-        "SELECT sql FROM duckdb_views() WHERE database_name = ? AND schema_name = ? AND "
-        "lower(view_name) = ? AND NOT internal AND NOT temporary",
-        [svc.store.name, schema or "public", name.lower()]).fetchall()
-    if not rows or depth > VIEW_DEPTH:
+    reads = session.relation_facts.fresh(session).view_reads(schema, name)
+    if reads is None or depth > VIEW_DEPTH:
         return
     owner = svc.grants.owner(key(schema, name))
-    for t, function in relations(sqlglot.parse_one(rows[0][0], read="duckdb")):
-        if function is not None:
-            continue                     # DuckDB itself refuses files to everyone here
-        inner_schema = t.db or schema
-        if not svc.grants.allowed(owner, "SELECT", key(inner_schema, t.name)):
-            raise deny("table", t.name)
-        _through_view(session, inner_schema, t.name, depth + 1)
+    for inner_schema, inner in reads:
+        if not svc.grants.allowed(owner, "SELECT", key(inner_schema, inner)):
+            raise deny("table", inner)
+        _through_view(session, inner_schema, inner, depth + 1)
 
 
 def check_reads(session, tree: exp.Expression) -> None:

@@ -23,10 +23,11 @@ from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Done, Rows
+from gateway.security import access
 from gateway.services import Services
 from gateway.sessions import commands
-from gateway.sessions.activity import Activity
 from gateway.sessions import settings as S
+from gateway.sessions.activity import Activity
 from gateway.sessions.columns import ColumnInfo, table_key
 from gateway.sessions.command_syntax import read_command
 from gateway.sessions.lexer import Statement, split
@@ -34,13 +35,14 @@ from gateway.sessions.portals import Portals, TxStatus
 from gateway.sessions.prepared import Kind, Prepared
 from gateway.streams import queries
 from gateway.streams import statements as stream_statements
-from gateway.security import access
 from gateway.tables import activity, system_views
 from gateway.tables.catalog_live import LiveCatalog
+from gateway.tables.pg_catalog import CATALOG
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
 
 log = logging.getLogger("cqgate")
+CATALOG_REFERENCE = CATALOG + "."   # DuckDB SQL that reads the emulated catalog says so
 
 
 def _interval_setting(name: str, value: str, bare_unit: str = "s") -> str:
@@ -77,16 +79,19 @@ class Session:
     notices: list = field(default_factory=list)
     client_closed: object = None     # () -> task that ends when the client disconnects
     peer: tuple = ()                 # (client address, port), for pg_stat_activity
-    activity: Activity = field(default_factory=Activity)
+    activity: Activity | None = None  # for pg_stat_activity, on the server's clock
     terminate: object = None         # () -> None: ends the connection (pg_terminate_backend)
 
     def __post_init__(self):
         self.con = self.services.store.connect()
         self.columns = ColumnInfo(self.con, self.services.store, self.services.streams)
-        self.live = LiveCatalog(self.con, self.services)
+        self.live = LiveCatalog(self.con, self.services, self.user)
+        self.activity = self.activity or Activity(self.services.clock.now)
         self.file_tables: list = []           # server files read for the running statement
         self.at_commit: list = []             # owners to record when the transaction commits
         self.inflight = None                  # the last worker call (_call)
+        self.relation_facts = access.RelationFacts()   # views and temporary tables, cached
+        self.ddl_in_tx = False                # DDL in the open transaction block
         self.settings["session_authorization"] = self.user
         self.settings["is_superuser"] = "on" if self.services.roles.is_superuser(self.user) \
             else "off"
@@ -251,6 +256,8 @@ class Session:
             return None
         if p.needs.files:
             return await self._call(self._describe_with_files, p)
+        if CATALOG_REFERENCE in p.translated.duck_sql.lower():
+            await self._call(self.live.refresh)
         return await self._call(self.columns.describe, p.translated, p.param_oids,
                                 self.bind_session_values)
 
@@ -332,16 +339,26 @@ class Session:
         return await start()
 
     async def _run_table_sql(self, p: Prepared, params: list):
+        views = {}
+        if p.translated.catalog and system_views.wanted(p.stmt.text):
+            views.update(await system_views.gather(self.services, self.user))
+        if p.translated.catalog and activity.wanted(p.stmt.text):
+            views.update(activity.tables(self.services, self.user))
+        return await self._call(self._checked_run, p, params, views)
+
+    def _checked_run(self, p: Prepared, params: list, views: dict) -> Rows | Done:
+        """In a worker thread: the privileges checked, the system views the statement reads
+        registered, the statement run, and what it made given its owner."""
         try:
-            fresh = await self._call(access.check, self, p.needs)
+            fresh = [] if p.needs.nothing else access.check(self, p.needs)
         except E.PgError as e:
             raise _locate(e, p.stmt) from None
-        if p.translated.catalog and system_views.wanted(p.stmt.text):
-            self.live.register(await system_views.gather(self.services, self.user))
-        if p.translated.catalog and activity.wanted(p.stmt.text):
-            self.live.register(activity.tables(self.services, self.user))
-        done = await self._call(self._run_sql, p, params)
-        await self._call(access.record, self, p.needs, fresh)
+        if views:
+            self.live.refresh()
+            self.live.register(views)
+        done = self._run_sql(p, params)
+        if fresh or p.needs.drops or p.needs.renames:
+            access.record(self, p.needs, fresh)
         return done
 
     RUN = {Kind.STREAM: _run_stream, Kind.COMMAND: commands.run_command,
@@ -350,7 +367,8 @@ class Session:
     def _run_sql(self, p: Prepared, params: list) -> Rows | Done:
         tr = p.translated
         sql = tr.duck_sql
-        self.live.refresh()
+        if CATALOG_REFERENCE in sql.lower():
+            self.live.refresh()
         with self.server_files():
             if p.needs.files or tr.has_set_config or "getvariable('cq_" in sql.lower():
                 ast = tr.ast
@@ -389,6 +407,7 @@ class Session:
             self.written_tables.update(table_key(s, n) for s, n, _ in tr.tables)
         if tr.tag.startswith(("CREATE", "DROP", "ALTER", "COMMENT")):
             self.services.store.bump()
+            self.ddl_in_tx = self.status != TxStatus.IDLE
 
     def _dml_tag(self, tr: TR.Translated, cur) -> str:
         self._note_write(tr)
@@ -422,13 +441,18 @@ class Session:
         except duckdb.Error as e:
             self.status = TxStatus.IDLE
             self.at_commit.clear()
+            self.live.forget()
             self.drop_portals(keep_holdable=True)
             raise pg_error(e) from None
         self.status = TxStatus.IDLE
         self.savepoints.clear()
         done, self.at_commit = self.at_commit, []
+        if commit and not failed and self.ddl_in_tx:
+            self.services.store.bump()     # what it created shows to others from now on
+        self.ddl_in_tx = False
         if failed or not commit:
             self.written_tables.clear()
+            self.live.forget()         # registrations made in the transaction are undone
         else:
             for apply in done:
                 apply()

@@ -78,6 +78,7 @@ async def rollback_to(session, p, params):
         session.con.execute("BEGIN TRANSACTION")
 
     await session._call(restart)
+    session.live.forget()          # what it registered in the transaction is gone too
     session.status = TxStatus.IN_BLOCK
     session.savepoints[:] = kept
     return Done("ROLLBACK")

@@ -6,27 +6,65 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from gateway.security.access import SYSTEM_SCHEMAS, key
+from gateway.security.privileges import RELATION_PRIVILEGES, SCHEMA_PRIVILEGES
+
 
 class LiveCatalog:
     """The live tables registered on one session's connection, and what they were made
     from (streams', roles' and grants' versions), so they are made again only on a change."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, services):
-        self.con, self.services = con, services
+    def __init__(self, con: duckdb.DuckDBPyConnection, services, user: str):
+        self.con, self.services, self.user = con, services, user
         self._seen = None
-        schemas = services.store.live_schemas
-        # every live table exists from the start, empty until filled, so the views bind
-        self.register({name: schema.empty_table() for name, schema in schemas.items()})
-        self.refresh()
+        self._made = False
 
     def refresh(self) -> None:
-        """Register what changed since the session last looked."""
+        """Register what changed since the session last looked (everything, the first time
+        a statement of the session reads the catalog: a session that never does pays nothing)."""
         svc = self.services
+        if not self._made:
+            # every live table exists from then on, empty until filled, so the views bind
+            self.register({name: schema.empty_table()
+                           for name, schema in svc.store.live_schemas.items()})
+            self._made = True
         seen = (svc.store.catalog_version, svc.roles.version, svc.grants.version)
         if seen == self._seen:
             return
-        self.register({**svc.streams.catalog_tables(), **security_tables(svc)})
+        self.register({**svc.streams.catalog_tables(), **security_tables(svc),
+                       **self._own_privileges()})
         self._seen = seen
+
+    def _own_privileges(self) -> dict:
+        """``cq_me``, ``cq_my_roles``, ``cq_my_privileges`` and ``cq_my_schemas``: what the
+        session's role may do, which has_table_privilege() and its kin read."""
+        svc, user = self.services, self.user
+        roles, grants, db = svc.roles, svc.grants, svc.store.name
+        rels = self.con.execute(
+            "SELECT schema_name, table_name, table_oid FROM duckdb_tables() "
+            "WHERE database_name = ? AND NOT temporary UNION ALL "
+            "SELECT schema_name, view_name, view_oid FROM duckdb_views() "
+            "WHERE database_name = ? AND NOT internal AND NOT temporary", [db, db]).fetchall()
+        rels += [(o.schema, o.name, o.oid) for o in svc.streams.objects.values()
+                 if o.kind != "wrapper"]
+        schemas = [r[0] for r in self.con.execute(
+            "SELECT schema_name FROM duckdb_schemas() WHERE database_name = ?", [db]).fetchall()]
+        store = svc.store
+        return {
+            "cq_me": rows_table(store, "cq_me", [(user,)]),
+            "cq_my_roles": rows_table(store, "cq_my_roles", [
+                (r.name,) for r in roles.all() if roles.has_privs_of(user, r.name)]),
+            "cq_my_privileges": rows_table(store, "cq_my_privileges", [
+                (oid, [p for p in RELATION_PRIVILEGES if grants.allowed(user, p, key(s, n))])
+                for s, n, oid in rels]),
+            "cq_my_schemas": rows_table(store, "cq_my_schemas", [
+                (s, [p for p in SCHEMA_PRIVILEGES if grants.schema_allowed(user, p, s)])
+                for s in schemas] + [(s, ["USAGE"]) for s in SYSTEM_SCHEMAS])}
+
+    def forget(self) -> None:
+        """The connection's transaction rolled back, and with it what was registered in it:
+        register everything again before the next statement that reads the catalog."""
+        self._made, self._seen = False, None
 
     def register(self, tables: dict) -> None:
         schemas = self.services.store.live_schemas

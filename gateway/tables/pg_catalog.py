@@ -107,6 +107,11 @@ LIVE_TABLES = {
                 "rolvaliduntil TIMESTAMPTZ, rolbypassrls BOOLEAN, rolconfig VARCHAR[]",
     "cq_auth_members": f"roleid {OID}, member {OID}, grantor {OID}, admin_option BOOLEAN",
     "cq_acl": f"nspname VARCHAR, relname VARCHAR, owner {OID}, acl VARCHAR[]",
+    # what the session's own role may do (the privilege functions read these)
+    "cq_me": "rolname VARCHAR",
+    "cq_my_roles": "rolname VARCHAR",
+    "cq_my_privileges": "relid BIGINT, privileges VARCHAR[]",
+    "cq_my_schemas": "nspname VARCHAR, privileges VARCHAR[]",
     "pg_stat_activity": f"datid {OID}, datname VARCHAR, pid INTEGER, leader_pid INTEGER, "
                         f"usesysid {OID}, usename VARCHAR, application_name VARCHAR, "
                         "client_addr VARCHAR, client_hostname VARCHAR, client_port INTEGER, "
@@ -134,7 +139,8 @@ INFORMATION_SCHEMA = {
     "check_constraints": ("constraint_catalog", "constraint_schema"),
     "constraint_column_usage": ("table_catalog", "table_schema")}
 # the live tables only the catalog's own views read
-INTERNAL_LIVE = ("cq_relations", "cq_columns", "cq_roles", "cq_auth_members", "cq_acl")
+INTERNAL_LIVE = ("cq_relations", "cq_columns", "cq_roles", "cq_auth_members", "cq_acl",
+                 "cq_me", "cq_my_roles", "cq_my_privileges", "cq_my_schemas")
 
 # Views and static tables this module defines; the translator redirects these names.
 RELATIONS = set(EMPTY_TABLES) | (set(LIVE_TABLES) - set(INTERNAL_LIVE)) | {
@@ -454,6 +460,13 @@ def _lookup(table: str, key: str, value: str, arg: str, key2: str | None = None,
             f"list_position((SELECT list({k} ORDER BY {order}) FROM {table}), {want}))")
 
 
+def _for_me(role: str, mine: str, named: str, c: str, last: str = "c") -> str:
+    """A privilege function's body: without a role argument (``last`` is NULL) ``mine``;
+    with the session's own role named first, ``named``; with another role, NULL."""
+    return (f"CASE WHEN {last} IS NULL THEN {mine} "
+            f"WHEN {role}::VARCHAR IN (SELECT rolname FROM {c}.cq_me) THEN {named} END")
+
+
 def _macro_sql(c: str) -> list[str]:
     """pg_* functions: each becomes a DuckDB macro the translator calls by qualified name."""
     return [f"CREATE MACRO {c}.{sig} AS {body}" for sig, body in _macro_bodies(c).items()]
@@ -470,12 +483,6 @@ def _macro_bodies(c: str) -> dict:
         "pg_function_is_visible(o)": "true",
         "pg_collation_is_visible(o)": "true",
         "pg_relation_is_publishable(o)": "false",
-        "has_table_privilege(a, b, c := NULL)": "true",
-        "has_schema_privilege(a, b, c := NULL)": "true",
-        "has_database_privilege(a, b, c := NULL)": "true",
-        "has_column_privilege(a, b, c := NULL, d := NULL)": "true",
-        "has_sequence_privilege(a, b, c := NULL)": "true",
-        "pg_has_role(a, b, c := NULL)": "true",
         "pg_get_expr(e, r, p := false)": "e::VARCHAR",
         "pg_get_constraintdef(o, p := false)":
             _lookup(f"{c}.pg_constraint", "oid", "cq_def", "o"),
@@ -536,6 +543,34 @@ def _macro_bodies(c: str) -> dict:
         "cq_regnamespace_name(o)":
             _lookup(f"{c}.pg_namespace", "oid", "nspname", "o"),
         "cq_regproc_name(p)": "replace(p::VARCHAR, 'pg_catalog.', '')",
+        "has_database_privilege(a, b, c := NULL)": "true",
+        "has_sequence_privilege(a, b, c := NULL)": "true",
+        "cq_privileges(p)": "list_transform(string_split(upper(p::VARCHAR), ','), "
+                            "lambda x: trim(replace(x, 'WITH GRANT OPTION', '')))",
+        "cq_relid(t)": f"coalesce(TRY_CAST(t AS BIGINT), {c}.cq_regclass_oid(t))",
+        "cq_has_table(t, p)": "list_has_any(coalesce(" + _lookup(
+            f"{c}.cq_my_privileges", "relid", "privileges", f"{c}.cq_relid(t)") +
+            f", []), {c}.cq_privileges(p))",
+        "cq_has_schema(s, p)": "list_has_any(coalesce(" + _lookup(
+            f"{c}.cq_my_schemas", "nspname", "privileges",
+            "CASE WHEN TRY_CAST(s AS BIGINT) IS NULL THEN s::VARCHAR ELSE " +
+            _lookup(f"{c}.pg_namespace", "oid", "nspname", "s") + " END",
+            types=("VARCHAR", "VARCHAR")) + f", []), {c}.cq_privileges(p))",
+        "cq_has_role(r)": f"list_contains((SELECT list(rolname) FROM {c}.cq_my_roles), "
+                          "CASE WHEN TRY_CAST(r AS BIGINT) IS NULL THEN r::VARCHAR ELSE " +
+                          _lookup(f"{c}.cq_roles", "oid", "rolname", "r") + " END)",
+        # the privilege functions answer for the session's role (cq_my_*); given another
+        # role's name they answer NULL (cqgate does not work out other roles' privileges)
+        "has_table_privilege(a, b, c := NULL)": _for_me("a", f"{c}.cq_has_table(a, b)",
+                                                        f"{c}.cq_has_table(b, c)", c),
+        "has_any_column_privilege(a, b, c := NULL)": _for_me("a", f"{c}.cq_has_table(a, b)",
+                                                             f"{c}.cq_has_table(b, c)", c),
+        "has_column_privilege(a, b, c := NULL, d := NULL)": _for_me(
+            "a", f"{c}.cq_has_table(a, c)", f"{c}.cq_has_table(b, d)", c, last="d"),
+        "has_schema_privilege(a, b, c := NULL)": _for_me("a", f"{c}.cq_has_schema(a, b)",
+                                                         f"{c}.cq_has_schema(b, c)", c),
+        "pg_has_role(a, b, c := NULL)": _for_me("a", f"{c}.cq_has_role(a)",
+                                                f"{c}.cq_has_role(b)", c),
     }
 
 
