@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pyarrow as pa
 
@@ -91,11 +92,23 @@ class BackendLink:
         if self.transport is not None:
             self.transport.close()
         if self.proc is not None:
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            # the socket's end asks it to stop; a back end busy in a query is told by SIGTERM,
+            # then killed: the server exits within seconds whatever it was doing
+            for ask, wait_s in ((None, 1.0), (self.proc.terminate, 2.0), (self.proc.kill, 5.0)):
+                if ask is not None:
+                    ask()
+                if await self._exited(wait_s):
+                    return
+
+    async def _exited(self, seconds: float) -> bool:
+        """Whether the back end's process ends within ``seconds`` (polled: the loop goes on;
+        a process's exit is the machine's time, whatever clock the server runs on)."""
+        deadline = time.monotonic() + seconds
+        while self.proc.poll() is None:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     def _lost(self) -> None:
         """The socket to the back end closed: unless the server is stopping, it crashed."""

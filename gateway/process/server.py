@@ -75,6 +75,7 @@ class Server:
             self.ssl_context = ctx
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set = set()
+        self._connections: set = set()      # ended with 57P01 at shutdown
         self._source_tasks: set = set()     # one per source connection
         self._heartbeats: asyncio.Task | None = None
         self._sources: asyncio.base_events.Server | None = None
@@ -114,12 +115,15 @@ class Server:
     async def _client(self, reader, writer) -> None:
         task = asyncio.current_task()
         self._tasks.add(task)
+        connection = Connection(self, reader, writer)
+        self._connections.add(connection)
         try:
-            await Connection(self, reader, writer).run()
+            await connection.run()
         except asyncio.CancelledError:
             pass
         finally:
             self._tasks.discard(task)
+            self._connections.discard(connection)
 
     async def start(self) -> int:
         svc, config = self.services, self.services.config
@@ -153,12 +157,16 @@ class Server:
                         log.warning("compacting the archive of %s failed: %s", obj.name, e)
 
     async def stop(self) -> None:
+        """A fast shutdown, as PostgreSQL's: no new connections; every session's running
+        statement is interrupted and its client gets 57P01; then the back end and Spark stop."""
         if self._server is not None:
             self._server.close()
         if self._sources is not None:
             self._sources.close()
+        for connection in list(self._connections):
+            connection.terminate()
         tasks = self._tasks | self._source_tasks
-        for t in list(tasks):
+        for t in list(self._source_tasks):
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
@@ -188,5 +196,13 @@ async def serve(config: Config, ready=print) -> None:
           f"(data directory {config.data_dir}, auth {config.auth}"
           f"{', TLS' if server.ssl_context else ''})")
     await stop.wait()
-    log.info("shutting down")
+    log.info("shutting down: running statements are interrupted (a second signal exits at once)")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _exit_now)
     await server.stop()
+
+
+def _exit_now() -> None:
+    """A second SIGTERM or SIGINT during shutdown: PostgreSQL's immediate shutdown."""
+    log.warning("exiting at once")
+    os._exit(1)

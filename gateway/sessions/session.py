@@ -92,6 +92,7 @@ class Session:
         self.inflight = None                  # the last worker call (_call)
         self.relation_facts = access.RelationFacts()   # views and temporary tables, cached
         self.ddl_in_tx = False                # DDL in the open transaction block
+        self.timed_out = False                # statement_timeout interrupted DuckDB
         self.settings["session_authorization"] = self.user
         self.settings["is_superuser"] = "on" if self.services.roles.is_superuser(self.user) \
             else "off"
@@ -133,7 +134,7 @@ class Session:
         self.inflight = self.services.pool.submit(fn, *args)
         return await asyncio.wrap_future(self.inflight)
 
-    async def settled(self, timeout: float = 10) -> None:
+    async def settled(self, timeout: float = 3) -> None:
         """Wait (a while) for the last worker call to end: its DuckDB connection must not be
         used by two threads at once."""
         call = self.inflight
@@ -344,7 +345,23 @@ class Session:
             views.update(await system_views.gather(self.services, self.user))
         if p.translated.catalog and activity.wanted(p.stmt.text):
             views.update(activity.tables(self.services, self.user))
-        return await self._call(self._checked_run, p, params, views)
+        deadline = self.statement_deadline()
+        timer = None if deadline is None else asyncio.get_running_loop().call_later(
+            max(0.0, deadline - self.services.clock.monotonic()), self._time_out)
+        try:
+            return await self._call(self._checked_run, p, params, views)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self.timed_out = False
+
+    def _time_out(self) -> None:
+        """statement_timeout reached while DuckDB runs the statement: interrupt it (57014)."""
+        self.timed_out = True
+        try:
+            self.con.interrupt()
+        except duckdb.Error:
+            pass
 
     def _checked_run(self, p: Prepared, params: list, views: dict) -> Rows | Done:
         """In a worker thread: the privileges checked, the system views the statement reads
@@ -396,7 +413,9 @@ class Session:
             return Done(self._dml_tag(tr, cur))
         except duckdb.Error as e:
             err = pg_error(e)
-            if self.canceled:
+            if self.timed_out:
+                err = E.QueryCanceled("canceling statement due to statement timeout")
+            elif self.canceled:
                 err = E.QueryCanceled("canceling statement due to user request")
             raise _locate(err, p.stmt) from None
 

@@ -1,0 +1,71 @@
+"""Statements that stop when asked: statement_timeout ends a long DuckDB statement with 57014,
+and SIGTERM is a fast shutdown (running statements interrupted, clients told 57P01, the
+process gone within seconds, a clean start after)."""
+import signal
+import threading
+import time
+
+import psycopg
+
+from conftest import ServerProcess
+
+LONG = "SELECT count(*) FROM range(100000000) a, range(100000) b"    # minutes of DuckDB work
+
+
+def _run(conn, sql: str, out: dict, key: str) -> threading.Thread:
+    def run():
+        try:
+            conn.execute(sql).fetchall()
+            out[key] = None
+        except psycopg.Error as e:
+            out[key] = e.sqlstate
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_statement_timeout_ends_a_long_duckdb_statement(server):
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute("SET statement_timeout = '500ms'")
+        started = time.monotonic()
+        try:
+            c.execute(LONG).fetchall()
+            raised = None
+        except psycopg.errors.QueryCanceled as e:
+            raised = str(e)
+        assert raised == "canceling statement due to statement timeout"
+        assert time.monotonic() - started < 5
+        assert c.execute("SELECT 1").fetchone() == (1,)          # the session goes on
+        c.execute("SET statement_timeout = 0")
+        assert c.execute("SELECT count(*) FROM range(1000)").fetchone() == (1000,)
+
+
+def test_sigterm_interrupts_statements_and_exits_within_seconds(tmp_path):
+    data = str(tmp_path / "data")
+    s = ServerProcess(data)
+    try:
+        c1 = psycopg.connect(s.dsn, autocommit=True)
+        c2 = psycopg.connect(s.dsn, autocommit=True)
+        c2.execute("CREATE STREAM shut_s (a INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        c2.execute("BEGIN")
+        c2.execute("DECLARE w CURSOR FOR SELECT a FROM shut_s")
+        out = {}
+        threads = [_run(c1, LONG, out, "long"),
+                   _run(c2, "FETCH 1 FROM w WITH (timeout = '60s')", out, "fetch")]
+        time.sleep(1.5)                          # both running
+        started = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(30) == 0
+        assert time.monotonic() - started < 5
+        for t in threads:
+            t.join(10)
+        assert out == {"long": "57P01", "fetch": "57P01"}
+    finally:
+        s.stop()
+    again = ServerProcess(data)
+    try:
+        with psycopg.connect(again.dsn, autocommit=True) as c:
+            assert c.execute("SELECT relname FROM pg_class WHERE relname = 'shut_s'").fetchall() \
+                == [("shut_s",)]
+    finally:
+        again.stop()
