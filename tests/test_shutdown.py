@@ -1,7 +1,9 @@
 """Statements that stop when asked: statement_timeout ends a long DuckDB statement with 57014,
 and SIGTERM is a fast shutdown (running statements interrupted, clients told 57P01, the
-process gone within seconds, a clean start after)."""
+process gone within seconds, a clean start after); DuckDB's memory is bounded."""
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -69,3 +71,39 @@ def test_sigterm_interrupts_statements_and_exits_within_seconds(tmp_path):
                 == [("shut_s",)]
     finally:
         again.stop()
+
+
+def test_duckdb_memory_is_bounded_and_a_bad_bound_is_refused_at_start(tmp_path):
+    s = ServerProcess(str(tmp_path / "data"), "--duckdb-memory", "256MB")
+    try:
+        with psycopg.connect(s.dsn, autocommit=True) as c:
+            assert c.execute("SELECT value FROM duckdb_settings() WHERE name = 'memory_limit'"
+                             ).fetchone() == ("244.1 MiB",)
+            # a sort bigger than the bound spills to the data directory instead of failing
+            assert c.execute("SELECT count(*) FROM (SELECT i, repeat('x', 100) AS s FROM "
+                             "range(3000000) t(i) ORDER BY s, i DESC)").fetchone() == (3000000,)
+    finally:
+        s.stop()
+    r = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "0",
+                        "--ingest-port", "0", "--data-dir", str(tmp_path / "other"),
+                        "--duckdb-memory", "lots"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("cqgate: --duckdb-memory 'lots'"), r.stderr
+
+
+def test_a_session_idle_in_a_transaction_too_long_ends_with_25P03(server):
+    with psycopg.connect(server.dsn, autocommit=True) as other, \
+            psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute("SET idle_in_transaction_session_timeout = 300")     # milliseconds
+        time.sleep(0.6)                    # idle outside a transaction: nothing happens
+        assert c.execute("SELECT 1").fetchone() == (1,)
+        c.execute("BEGIN")
+        c.execute("SELECT 1")
+        time.sleep(1.0)
+        try:
+            c.execute("SELECT 2")
+            ended = None
+        except psycopg.Error as e:
+            ended = (e.sqlstate, str(e))
+        assert ended == ("25P03", "terminating connection due to idle-in-transaction timeout")
+        assert c.closed or c.broken
+        assert other.execute("SELECT 3").fetchone() == (3,)       # nobody else is touched

@@ -121,6 +121,10 @@ class QueryCanceled(PgError):
     sqlstate = "57014"
 
 
+class IdleInTransactionTimeout(PgError):
+    sqlstate = "25P03"
+
+
 class AdminShutdown(PgError):
     sqlstate = "57P01"
 

@@ -132,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-connections", type=int, default=d.max_connections,
                    help="sessions at once; the next is refused with 53300 (default "
                         f"{d.max_connections}; env CQGATE_MAX_CONNECTIONS)")
+    s.add_argument("--duckdb-memory", default=d.duckdb_memory,
+                   help="memory DuckDB may use for SQL on tables (a size such as 4GB, or a "
+                        "share of the machine's memory such as 50%%); larger queries spill to "
+                        f"DATA_DIR/duckdb_tmp (default {d.duckdb_memory.replace('%', '%%')}; env "
+                        "CQGATE_DUCKDB_MEMORY)")
     s.add_argument("--ingest-role", default=d.ingest_role,
                    help="the role whose INSERT privilege a source on the ingest port uses "
                         "when its first line names none (default: the superuser of a fresh "

@@ -21,6 +21,7 @@ class Config:
     users: str | None = None             # inline "user:password,user2:password2"
     superuser: str = "cq"                # the superuser role a fresh data directory gets
     max_connections: int = 100           # sessions at once; the next is refused (53300)
+    duckdb_memory: str = "50%"           # DuckDB's memory limit; bigger queries spill, then fail
     ingest_role: str | None = None       # the role of sources that name none
     tls_cert: str | None = None
     tls_key: str | None = None

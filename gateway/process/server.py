@@ -10,6 +10,8 @@ import signal
 import ssl
 from concurrent.futures import ThreadPoolExecutor
 
+import duckdb
+
 from executor import plan as P
 
 from gateway.archive.spark import Spark
@@ -45,7 +47,10 @@ class Server:
     def __init__(self, config: Config, clock: Clock = SYSTEM):
         if config.auth not in METHODS:
             raise ConfigError(f"unknown auth method {config.auth!r}; use one of {METHODS}")
-        store = Store(config.data_dir)
+        try:
+            store = Store(config.data_dir, config.duckdb_memory)
+        except duckdb.Error as e:
+            raise ConfigError(f"--duckdb-memory {config.duckdb_memory!r}: {e}") from None
         streams = StreamRegistry(store, config.data_dir)
         self.roles = Roles(config.data_dir, config.superuser)
         try:

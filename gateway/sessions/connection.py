@@ -19,7 +19,8 @@ from gateway.pgwire import messages as M
 from gateway.pgwire import types as T
 from gateway.pgwire.errors import (AdminShutdown, PgError, DuplicatePreparedStatement,
                                    DuplicateCursor, InvalidSqlStatementName, InvalidCursorName,
-                                   QueryCanceled, TooManyConnections)
+                                   IdleInTransactionTimeout, QueryCanceled,
+                                   TooManyConnections)
 from gateway.pgwire.protocol import (Authenticated, CopyInFailed, Fatal, ServerProtocol,
                                      StartTLS, State)
 from gateway.pgwire.results import Done, Rows
@@ -70,7 +71,7 @@ class Connection:
             await self._stop_watching()          # one reader at a time (COPY inside a FETCH)
             if self.session is None:
                 await self.flush()
-            data = await self.reader.read(65536)
+            data = await self._read_between_statements()
             if not data:
                 raise Closed()
             self.events.extend(self.core.receive_data(data))
@@ -79,6 +80,19 @@ class Connection:
             await self._flush_quietly()
             raise Closed()
         return event
+
+    async def _read_between_statements(self) -> bytes:
+        """The client's next bytes; a client silent longer than
+        idle_in_transaction_session_timeout inside a transaction block loses its session."""
+        limit = self.session.idle_in_transaction_limit() if self.session else None
+        if limit is None:
+            return await self.reader.read(65536)
+        try:
+            return await asyncio.wait_for(self.reader.read(65536), limit)
+        except asyncio.TimeoutError:
+            log.info("pid=%d idle in a transaction too long; session ended", self.session.pid)
+            raise IdleInTransactionTimeout(
+                "terminating connection due to idle-in-transaction timeout") from None
 
     def send(self, data: bytes) -> None:
         self.core.send(data)

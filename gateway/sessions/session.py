@@ -43,6 +43,9 @@ from gateway.tables.store import pg_error
 
 log = logging.getLogger("cqgate")
 CATALOG_REFERENCE = CATALOG + "."   # DuckDB SQL that reads the emulated catalog says so
+# duration settings -> the unit of a bare number (PostgreSQL's timeouts count milliseconds)
+_DURATIONS = {"cq.progress_interval": "s", "statement_timeout": "ms",
+              "idle_in_transaction_session_timeout": "ms"}
 
 
 def _interval_setting(name: str, value: str, bare_unit: str = "s") -> str:
@@ -164,6 +167,14 @@ class Session:
         us = interval_us(self.settings.get("statement_timeout", "0ms"))
         return self.services.clock.monotonic() + us / 1e6 if us > 0 else None
 
+    def idle_in_transaction_limit(self) -> float | None:
+        """Seconds the client may stay silent inside a transaction block before the session
+        ends with 25P03 (idle_in_transaction_session_timeout); None: no limit."""
+        if self.status == TxStatus.IDLE:
+            return None
+        us = interval_us(self.settings.get("idle_in_transaction_session_timeout") or "0ms")
+        return us / 1e6 if us > 0 else None
+
     # ------------------------------------------------------------------ settings
     def set_setting(self, name: str, value: str, *, local: bool = False) -> None:
         key = S.canonical(name)
@@ -181,9 +192,8 @@ class Session:
             value = "UTF8"
         if key == "TimeZone":
             value = value.strip("'")
-        if key in ("cq.progress_interval", "statement_timeout"):
-            value = _interval_setting(name, value, bare_unit="ms" if key == "statement_timeout"
-                                      else "s")
+        if key in _DURATIONS:
+            value = _interval_setting(name, value, bare_unit=_DURATIONS[key])
         self.settings[key] = value
         if key in S.REPORTED:
             self.pending_status.append((key, value))

@@ -21,7 +21,7 @@ SESSION_CONFIGS = ("integer_division", "schema", "search_path")
 
 
 class Store:
-    def __init__(self, data_dir: str):
+    def __init__(self, data_dir: str, memory_limit: str = "50%"):
         os.makedirs(data_dir, exist_ok=True)
         self.path = os.path.join(data_dir, f"{DB_NAME}.duckdb")
         self.db = duckdb.connect(self.path, config={
@@ -32,7 +32,7 @@ class Store:
         self.live_schemas = pg_catalog.build(catalog, self.name, DEFAULTS)
         self.db.execute(f"ATTACH '{_literal(catalog)}' AS {pg_catalog.CATALOG} (READ_ONLY)")
         self.spill_dir = os.path.join(data_dir, SPILL_DIR)
-        _lock_down(self.db, self.spill_dir)
+        _lock_down(self.db, self.spill_dir, memory_limit)
         self.catalog_version = 0
         self._lock = threading.Lock()
 
@@ -55,11 +55,12 @@ def _literal(text: str) -> str:
     return text.replace("'", "''")
 
 
-def _lock_down(db: duckdb.DuckDBPyConnection, spill_dir: str) -> None:
+def _lock_down(db: duckdb.DuckDBPyConnection, spill_dir: str, memory_limit: str) -> None:
     """After this, no statement on ``db`` reaches a file, loads an extension or changes a
     setting beyond SESSION_CONFIGS, whatever its spelling: DuckDB refuses it (a role that may
     read server files gets them through ``gateway/security/server_files.py`` instead)."""
     db.execute(f"SET temp_directory = '{_literal(spill_dir)}'")
+    db.execute(f"SET memory_limit = '{_literal(memory_limit)}'")
     db.execute("SET allowed_configs = [" + ", ".join(f"'{c}'" for c in SESSION_CONFIGS) + "]")
     db.execute("SET enable_external_access = false")
     db.execute("SET lock_configuration = true")
