@@ -36,9 +36,10 @@ def shared(tmp_path_factory):
     s.stop()
 
 
-def connect(server, user: str, password: str, **kw) -> psycopg.Connection:
+def connect(server, user: str, password: str, autocommit: bool = True,
+            **kw) -> psycopg.Connection:
     return psycopg.connect(host="127.0.0.1", port=server.port, user=user, password=password,
-                           dbname="cq", autocommit=True, connect_timeout=10, **kw)
+                           dbname="cq", autocommit=autocommit, connect_timeout=10, **kw)
 
 
 def sqlstate(conn, sql: str, params=None) -> str | None:
@@ -705,8 +706,7 @@ def test_privilege_functions_answer_for_the_session_role(shared):
 def test_the_catalog_reads_the_same_after_a_rollback(shared):
     """The catalog's live rows are registered on the session's connection; a transaction that
     rolls back takes its registrations with it, and the next statement registers again."""
-    with psycopg.connect(host="127.0.0.1", port=shared.port, user=SUPER[0],
-                         password=SUPER[1], dbname="cq", connect_timeout=10) as c:
+    with connect(shared, *SUPER, autocommit=False) as c:
         c.execute("CREATE TABLE rb_t (a INT)")
         c.commit()
         for end in (c.rollback, c.commit, c.rollback):

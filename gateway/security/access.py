@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from gateway.pgwire import errors as E
 from gateway.security.privileges import deny, must_own
+from gateway.security.roles import READ_SERVER_FILES
 from gateway.tables.pg_catalog import CATALOG, INTERNAL_LIVE
 
 # DuckDB table functions that read the server's files or list its folders (for roles that may
@@ -51,7 +52,6 @@ class Needs:
     files: list = field(default_factory=list)        # file-reading functions it names
     superuser_only: str | None = None                # what only a superuser may run
     replace: bool = False                            # CREATE OR REPLACE
-    if_exists: bool = False                          # DROP … IF EXISTS
 
     @property
     def nothing(self) -> bool:
@@ -204,7 +204,6 @@ def _drop_alter_comment(n: Needs, node: exp.Expression, targets: set) -> None:
         return
     tables = node.args.get("tables") or (
         [node.this] if isinstance(node.this, exp.Table) else [])
-    n.if_exists = bool(node.args.get("exists"))
     for t in tables:
         targets.add(id(t))
         where = (None, None, t.db or t.name) if noun == "schema" else _where(t)
@@ -322,7 +321,7 @@ def check(session, n: Needs) -> list:
     if n.superuser_only:
         raise E.InsufficientPrivilege(f"permission denied to run {n.superuser_only}",
                                       hint="Only a superuser may run it.")
-    if n.files and not roles.has_privs_of(role, "pg_read_server_files"):
+    if n.files and not roles.has_privs_of(role, READ_SERVER_FILES):
         raise E.InsufficientPrivilege(
             f"permission denied for function {n.files[0]}",
             hint="Reading the server's files needs superuser or the privileges of the "
@@ -451,8 +450,7 @@ def check_reads(session, tree: exp.Expression) -> None:
     database = session.services.store.name.lower()
     for t, function in relations(tree):
         if function is not None:
-            if function in FILE_READERS and roles.has_privs_of(session.user,
-                                                               "pg_read_server_files"):
+            if function in FILE_READERS and roles.has_privs_of(session.user, READ_SERVER_FILES):
                 continue
             if function not in ROW_MAKERS:
                 raise E.InsufficientPrivilege(f"permission denied for function {function}")

@@ -9,9 +9,9 @@ import threading
 
 from gateway import catalog_files
 from gateway.pgwire import errors as E
+from gateway.security.roles import PUBLIC
 
 DOCUMENT = "privileges.json"
-PUBLIC = "public"
 # privilege -> its letter in an aclitem, in PostgreSQL's order (as psql's \dp shows it)
 RELATION_PRIVILEGES = {"INSERT": "a", "SELECT": "r", "UPDATE": "w", "DELETE": "d",
                        "TRUNCATE": "D", "REFERENCES": "x", "TRIGGER": "t"}

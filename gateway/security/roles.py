@@ -15,8 +15,9 @@ from gateway.pgwire.scram import check_password, make_verifier, parse_verifier
 DOCUMENT = "roles.json"
 BOOTSTRAP_OID = 10                 # the superuser initdb makes
 FIRST_NORMAL_OID = 16384           # PostgreSQL's FirstNormalObjectId
-PREDEFINED = {"pg_signal_backend": 4200, "pg_read_server_files": 4569,
-              "pg_write_server_files": 4570}
+READ_SERVER_FILES, WRITE_SERVER_FILES = "pg_read_server_files", "pg_write_server_files"
+SIGNAL_BACKEND = "pg_signal_backend"
+PREDEFINED = {SIGNAL_BACKEND: 4200, READ_SERVER_FILES: 4569, WRITE_SERVER_FILES: 4570}
 PUBLIC = "public"
 # names the grammar takes for something else (RoleSpec's PUBLIC and NONE)
 _GRAMMAR_RESERVED = (PUBLIC, "none")

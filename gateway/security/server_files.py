@@ -15,24 +15,24 @@ from sqlglot import exp
 
 from gateway.pgwire import errors as E
 from gateway.security.access import FILE_READERS, func_name, relations
+from gateway.security.roles import READ_SERVER_FILES, WRITE_SERVER_FILES
 from gateway.tables.store import pg_error
 
-READ_ROLE, WRITE_ROLE = "pg_read_server_files", "pg_write_server_files"
 
 
 def may_read(session) -> bool:
     """Whether the session's role may read the server's files (PostgreSQL's rule)."""
-    return session.services.roles.has_privs_of(session.user, READ_ROLE)
+    return session.services.roles.has_privs_of(session.user, READ_SERVER_FILES)
 
 
 def may_write(session) -> bool:
     """Whether the session's role may write the server's files."""
-    return session.services.roles.has_privs_of(session.user, WRITE_ROLE)
+    return session.services.roles.has_privs_of(session.user, WRITE_SERVER_FILES)
 
 
 def copy_denied(direction: str) -> E.PgError:
     """PostgreSQL's words for COPY with a file by a role that may not."""
-    role, prep = (READ_ROLE, "from") if direction == "in" else (WRITE_ROLE, "to")
+    role, prep = (READ_SERVER_FILES, "from") if direction == "in" else (WRITE_SERVER_FILES, "to")
     return E.InsufficientPrivilege(
         f"permission denied to COPY {prep} a file",
         detail=f"Only roles with privileges of the \"{role}\" role may COPY {prep} a file.",

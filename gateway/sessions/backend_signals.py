@@ -9,9 +9,9 @@ import asyncio
 import duckdb
 from duckdb.sqltypes import BIGINT, BOOLEAN, VARCHAR
 
+from gateway.security.roles import SIGNAL_BACKEND
 from gateway.tables.translate import SIGNAL_FUNCTION
 
-SIGNAL_ROLE = "pg_signal_backend"
 _DENIED = {"cancel": ("permission denied to cancel query", "cancel this query"),
            "terminate": ("permission denied to terminate process", "terminate this process")}
 
@@ -39,8 +39,8 @@ def send(services, loop, caller_pid: int, pid: int, action: str) -> bool:
     if roles.is_superuser(target.user) and not roles.is_superuser(caller.user):
         raise PermissionError(f"{message}: only superusers can {what} of a superuser")
     if not (roles.has_privs_of(caller.user, target.user)
-            or roles.has_privs_of(caller.user, SIGNAL_ROLE)):
+            or roles.has_privs_of(caller.user, SIGNAL_BACKEND)):
         raise PermissionError(f'{message}: only roles with privileges of the role whose '
-                              f'process it is, or of "{SIGNAL_ROLE}", may {what}')
+                              f'process it is, or of "{SIGNAL_BACKEND}", may {what}')
     loop.call_soon_threadsafe(target.cancel if action == "cancel" else target.terminate)
     return True

@@ -6,8 +6,8 @@ from __future__ import annotations
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
 from gateway.security import access
-from gateway.security.privileges import (PUBLIC, RELATION_PRIVILEGES, SCHEMA_PRIVILEGES,
-                                         must_own)
+from gateway.security.privileges import RELATION_PRIVILEGES, SCHEMA_PRIVILEGES, must_own
+from gateway.security.roles import PUBLIC
 from gateway.sessions import role_syntax as R
 
 

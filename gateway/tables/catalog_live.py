@@ -3,6 +3,8 @@ them: registered on its own DuckDB connection, again before a statement whenever
 roles or privileges changed, so each session reads current rows and no session can write them."""
 from __future__ import annotations
 
+import weakref
+
 import duckdb
 import pyarrow as pa
 
@@ -94,8 +96,22 @@ def rows_table(store, name: str, rows: list) -> pa.Table:
                     schema=schema)
 
 
+# grants -> ((roles' version, grants' version), tables): made once per change, for all sessions
+_SECURITY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def security_tables(services) -> dict:
-    """``cq_roles``, ``cq_auth_members`` and ``cq_acl`` from the roles and the grants."""
+    """``cq_roles``, ``cq_auth_members`` and ``cq_acl`` from the roles and the grants, made
+    again only when either changed (every session registers the same tables)."""
+    roles, grants = services.roles, services.grants
+    versions = (roles.version, grants.version)
+    made = _SECURITY.get(grants)
+    if made is None or made[0] != versions:
+        made = _SECURITY[grants] = (versions, _security_rows(services))
+    return made[1]
+
+
+def _security_rows(services) -> dict:
     roles, grants = services.roles, services.grants
     everyone = roles.all()
     oid = {r.name: r.oid for r in everyone}
