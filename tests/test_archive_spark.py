@@ -1,7 +1,8 @@
 """Queries over the past on Spark: ``[BETWEEN t1 AND t2]`` over an archived stream, through
 the real server (its one warm SparkSession), each answer compared with DuckDB reading the same
-Parquet files on its own; and one query on a real standalone Spark master and worker started
-here on 127.0.0.1."""
+Parquet files on its own; a long archive query ended by statement_timeout, a CancelRequest and
+pg_cancel_backend (57014, its Spark jobs cancelled, the session and Spark free at once); and
+one query on a real standalone Spark master and worker started here on 127.0.0.1."""
 from __future__ import annotations
 
 import glob
@@ -10,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import duckdb
@@ -113,6 +115,131 @@ def test_archive_answers_stream_back_with_progress_notices_psql_prints(server):
     with pytest.raises(psycopg.errors.InvalidParameterValue):
         with psycopg.connect(server.dsn) as c:
             c.execute("SET cq.progress_interval = 'soon'")
+
+
+# ---------------------------------------------------------------- cancelling a long query
+def _cancelled_line(pid: int) -> str:
+    return f"archive query cancelled on Spark (pid {pid}, job group cqgate-"
+
+
+@pytest.fixture(scope="module")
+def long_archive(server):
+    """Two archived streams of the same 120 tuples: ``sparse`` one tuple a Parquet file (Spark
+    checks a cancelled task's kill flag between the batches it reads, here after every
+    tuple), ``dense`` all in two files (few files for Spark to list)."""
+    names = unique("sparse"), unique("dense")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        for name, fragment in zip(names, ("1 second", "1 minute")):
+            c.execute(f"CREATE STREAM {name} (k INT, v DOUBLE, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      f"TYPE ARCHIVED WITH (fragment = '{fragment}')")
+            with c.cursor().copy(f"COPY {name} FROM STDIN") as cp:
+                for i in range(120):
+                    cp.write_row((i % 4, 1 + i / 1000, at(i)))
+    return names
+
+
+def _long_query(names) -> str:
+    """A 5-way cross join over the archive (120⁵ rows summed): about 90 s on Spark's two
+    cores here, and a task stops within a fraction of a second of its kill flag."""
+    sparse, dense = names
+    w = f"[BETWEEN {_lit(0)} AND {_lit(120)}]"
+    return (f"SELECT sum(a.v * b.v * c.v * d.v * e.v) FROM {sparse} {w} a, {dense} {w} b, "
+            f"{dense} {w} c, {dense} {w} d, {dense} {w} e")
+
+
+def _quick(c, names) -> float:
+    """An archive query over the one-tuple files, checked; returns how long it took: a few
+    seconds at most when no cancelled job holds Spark's cores (then ~90 s)."""
+    started = time.monotonic()
+    got = c.execute(f"SELECT count(*) FROM {names[0]} [BETWEEN {_lit(0)} AND {_lit(120)}]") \
+        .fetchall()
+    assert got == [(120,)]
+    return time.monotonic() - started
+
+
+def _in_thread(c, sql: str, params=None) -> tuple[threading.Thread, dict, threading.Event]:
+    """Run ``sql`` on ``c`` in a thread; ``out`` gets the error (or None) and when it ended;
+    the event is set at the first progress NOTICE (Spark lists the job's stages: it runs).
+    The connection must have cq.progress_interval = 0."""
+    out, on_spark = {}, threading.Event()
+    c.add_notice_handler(lambda d: "archive query on Spark" in (d.message_primary or "")
+                         and on_spark.set())
+
+    def run():
+        try:
+            c.execute(sql, params).fetchall()
+            out["error"] = None
+        except psycopg.Error as e:
+            out["error"] = e
+        out["ended"] = time.monotonic()
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out, on_spark
+
+
+def _wait_cancelled_on_spark(server, c, timeout: float = 10) -> None:
+    """Wait for the server to log that Spark ended the jobs of ``c``'s cancelled query."""
+    said = _cancelled_line(c.info.backend_pid)
+    deadline = time.monotonic() + timeout
+    while not any(said in ln for ln in server.lines):
+        assert time.monotonic() < deadline, "Spark's jobs were not reported cancelled:\n" + \
+            "".join(server.lines[-20:])
+        time.sleep(0.05)
+    assert not any("Spark still lists jobs" in ln for ln in server.lines)
+
+
+def _ended_by_user(server, c, names, out, t, signalled: float) -> None:
+    t.join(10)
+    assert not t.is_alive(), "the archive query was not interrupted"
+    assert isinstance(out["error"], psycopg.errors.QueryCanceled), out
+    assert out["ended"] - signalled < 5
+    assert str(out["error"]) == "canceling statement due to user request"
+    _wait_cancelled_on_spark(server, c)
+    assert c.execute("SELECT 1").fetchone() == (1,)            # the session goes on
+    assert _quick(c, names) < 10                               # and Spark's cores are free
+
+
+def test_statement_timeout_ends_a_long_archive_query_and_its_spark_jobs(server,
+                                                                       long_archive):
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        _quick(c, long_archive)                       # Spark started and warm
+        c.execute("SET statement_timeout = '1s'")
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled) as e:
+            c.execute(_long_query(long_archive)).fetchall()
+        assert str(e.value) == "canceling statement due to statement timeout"
+        assert time.monotonic() - started < 6
+        _wait_cancelled_on_spark(server, c)
+        c.execute("SET statement_timeout = 0")
+        assert c.execute("SELECT 1").fetchone() == (1,)
+        assert _quick(c, long_archive) < 10
+
+
+def test_a_cancel_request_interrupts_a_long_archive_query(server, long_archive):
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        _quick(c, long_archive)
+        c.execute("SET cq.progress_interval = 0")
+        # with a parameter: the extended protocol, its portal dropped at Sync
+        t, out, on_spark = _in_thread(c, _long_query(long_archive) + " WHERE a.k >= %s", [0])
+        # the first NOTICE comes as the broadcasts run: a cancel now often falls between two
+        # of the query's Spark jobs, and the next must not run on
+        assert on_spark.wait(20), out
+        signalled = time.monotonic()
+        c.cancel()                                    # psycopg's CancelRequest
+        _ended_by_user(server, c, long_archive, out, t, signalled)
+
+
+def test_pg_cancel_backend_interrupts_a_long_archive_query(server, long_archive):
+    with psycopg.connect(server.dsn, autocommit=True) as c, \
+            psycopg.connect(server.dsn, autocommit=True) as other:
+        _quick(c, long_archive)
+        c.execute("SET cq.progress_interval = 0")
+        t, out, on_spark = _in_thread(c, _long_query(long_archive))
+        assert on_spark.wait(20), out
+        signalled = time.monotonic()
+        assert other.execute("SELECT pg_cancel_backend(%s)",
+                             [c.info.backend_pid]).fetchone() == (True,)
+        _ended_by_user(server, c, long_archive, out, t, signalled)
 
 
 def _free_port() -> int:

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("gateway", "dialect", "executor")
-LAZY_ALLOWED = ("pyspark",)       # loaded on first use: the archive's Spark session
+LAZY_ALLOWED = ("pyspark", "py4j")   # loaded on first use: the archive's Spark session and its bridge
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -24,7 +24,7 @@ from dialect.planner.apply_default_windows import window_of
 from dialect.planner.build import timestamp_us
 
 from gateway.pgwire import errors as E
-from gateway.link.live_rows import LiveRows
+from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
 from gateway.archive.spark import ArchiveView
 
 
@@ -80,8 +80,8 @@ class PastRows(LiveRows):
     progress lines become NOTICEs. Read like a continuous query's rows (forward only);
     closing it early cancels the Spark jobs."""
 
-    def __init__(self, fields: list, schema: pa.Schema, clock):
-        super().__init__(fields, schema, 0, "", 0, "", None, clock)
+    def __init__(self, fields: list, schema: pa.Schema, clock, bounds: Bounds = UNBOUNDED):
+        super().__init__(fields, schema, 0, "", 0, "", None, clock, bounds)
         self.job = None
 
     def note(self, message: str) -> None:
@@ -89,10 +89,14 @@ class PastRows(LiveRows):
         self._changed.set()
 
     def close(self) -> None:
+        self._discard()
         if not self.ended:
             self.finish()
-            if self.job is not None:
-                self.job.cancel()
+            self._stop_source("closed")
+
+    def _stop_source(self, how: str) -> None:
+        if self.job is not None:
+            self.job.cancel()
 
 
 def _spark_error(e: Exception) -> E.PgError:
@@ -108,7 +112,7 @@ def run(session, tree: exp.Expression, fields: list, schema: pa.Schema) -> PastR
     when it has one, otherwise as Spark's partitions finish)."""
     from pyspark.errors import PySparkException
     loop = session.services.backend.loop
-    rows = PastRows(fields, schema, session.services.clock)
+    rows = PastRows(fields, schema, session.services.clock, session.result_bounds())
     holds = contextlib.ExitStack()
     sql, views = spark_sql(session, tree, holds)
 
@@ -125,7 +129,7 @@ def run(session, tree: exp.Expression, fields: list, schema: pa.Schema) -> PastR
             sql, views, ordered=tree.args.get("order") is not None,
             every=interval_us(session.settings.get("cq.progress_interval", "1s")) / 1e6,
             on_batch=batch, on_progress=lambda m: loop.call_soon_threadsafe(rows.note, m),
-            on_end=end)
+            on_end=end, label=f"pid {session.pid}")
     except PySparkException as e:
         holds.close()
         raise _spark_error(e) from None

@@ -6,6 +6,14 @@ default, a standalone cluster with ``--spark-master spark://host:7077``.
 restricted to a time range, in a thread of its own (a Job): Arrow batches come back as
 Spark's partitions finish, and progress (stages done / total) as lines. Timestamps are
 TIMESTAMP_NTZ in UTC throughout, as the archive writes them.
+
+A cancelled Job (a cancel, statement_timeout, a closed cursor) cancels its Spark job group, and
+again every _RECANCEL_S until its thread ends: Spark cancels only the jobs running at that
+moment, and one query runs several (broadcasts, then the stages after them), so a cancel that
+falls between two would leave the next to run to its end. Once Spark's tracker reports the
+group's jobs ended the server logs "archive query cancelled on Spark (pid …, job group …)" at
+INFO. Spark stops a cancelled job's running tasks at their next check (between the batches
+a task reads).
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ from sqlglot import exp
 
 log = logging.getLogger("cqgate")
 _SETTLE_S = 2.0       # how long the last progress line waits for the tracker to hear the end
+_RECANCEL_S = 0.1     # how often a cancelled Job cancels its group again while it runs
 
 
 @dataclass(frozen=True)
@@ -86,9 +95,10 @@ class Spark:
             return self._session
 
     def start(self, sql: str, views: dict, *, ordered: bool, every: float, on_batch,
-              on_progress, on_end) -> "Job":
+              on_progress, on_end, label: str = "") -> "Job":
         """Start ``sql`` (Spark SQL) with each name in ``views`` bound to its ArchiveView;
-        Spark's analysis errors are raised here, before any row; see Job for the rest."""
+        Spark's analysis errors are raised here, before any row; see Job for the rest.
+        ``label`` names whose query it is in the log (``pid 42``)."""
         spark = self.session()
         made = []
 
@@ -116,7 +126,8 @@ class Spark:
         except BaseException:
             drop()
             raise
-        return Job(self, df, ordered, every, on_batch, on_progress, on_end, drop).start()
+        return Job(self, df, ordered, every, on_batch, on_progress, on_end, drop,
+                   label).start()
 
     def stop(self) -> None:
         with self._lock:
@@ -205,8 +216,9 @@ class Job:
     ``every`` is 0, ``on_end`` the error or None; ``cancel`` stops the Spark jobs."""
 
     def __init__(self, spark: "Spark", df, ordered: bool, every: float, on_batch, on_progress,
-                 on_end, cleanup):
+                 on_end, cleanup, label: str = ""):
         self.spark, self.df, self.ordered, self.every = spark, df, ordered, every
+        self.label = label
         self.on_batch, self.on_progress, self.on_end, self.cleanup = \
             on_batch, on_progress, on_end, cleanup
         self.group = f"cqgate-{uuid.uuid4().hex}"
@@ -219,13 +231,32 @@ class Job:
         return self
 
     def cancel(self) -> None:
+        """Cancel the Spark jobs, from a thread of its own: the caller (the server's loop)
+        does not wait for Spark."""
+        if self.cancelled:
+            return
         self.cancelled = True
-        self.spark.session().sparkContext.cancelJobGroup(self.group)
+        threading.Thread(target=self._cancel_until_over, name="cqgate-spark-cancel",
+                         daemon=True).start()
+
+    def _cancel_until_over(self) -> None:
+        """cancelJobGroup now and every _RECANCEL_S until the query's thread ends, so a job
+        the query submits after a cancel (its next one) is cancelled too. The query's own
+        SparkContext, never ``Spark.session()``: that would start a new one after a stop."""
+        from py4j.protocol import Py4JError
+        sc = self.df.sparkSession.sparkContext
+        try:
+            sc.cancelJobGroup(self.group)
+            while not self._over.wait(_RECANCEL_S):
+                sc.cancelJobGroup(self.group)
+        except (Py4JError, AttributeError):     # Spark stopped (shutdown): its jobs with it
+            pass
 
     def _run(self) -> None:
         sc = self.spark.session().sparkContext
         sc.setJobGroup(self.group, "cqgate archive query", interruptOnCancel=True)
-        watcher = threading.Thread(target=self._watch, args=(Progress(sc, self.group),),
+        progress = Progress(sc, self.group)
+        watcher = threading.Thread(target=self._watch, args=(progress,),
                                    name="cqgate-spark-progress", daemon=True)
         watcher.start()
         error = None
@@ -242,6 +273,27 @@ class Job:
             watcher.join()
             self.cleanup()
             self.on_end(None if self.cancelled else error)
+        if self.cancelled:
+            self._log_cancelled(progress)
+
+    def _log_cancelled(self, progress: Progress) -> None:
+        """Say (once Spark's tracker has heard, or after _SETTLE_S) that the group's jobs
+        ended: what an operator, and the tests, see of a cancel reaching Spark."""
+        from py4j.protocol import Py4JError
+        waited = time.monotonic() + _SETTLE_S
+        try:
+            while not progress.settled() and time.monotonic() < waited:
+                time.sleep(0.02)
+            settled = progress.settled()
+        except (Py4JError, AttributeError):     # Spark stopped (shutdown): its jobs with it
+            return
+        whose = f"{self.label}, " if self.label else ""
+        if settled:
+            log.info("archive query cancelled on Spark (%sjob group %s): its jobs ended",
+                     whose, self.group)
+        else:
+            log.warning("archive query cancelled on Spark (%sjob group %s): Spark still lists "
+                        "jobs of it running after %.0f s", whose, self.group, _SETTLE_S)
 
     def _watch(self, progress: Progress) -> None:
         said = None                       # what the last line reported

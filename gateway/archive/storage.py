@@ -4,9 +4,12 @@ fragments of the stream's ``fragment`` length r (seed 002's S[t0+ir, t0+(i+1)r],
 epoch) as hive partitions ``fragment=<start µs>``, so Spark and DuckDB prune by time.
 
 Each append is durable before it returns (written to a temporary name, fsynced, renamed, the
-directory fsynced), so an acknowledged COPY survives ``kill -9``. Small files are compacted
-into one per fragment; readers hold ``reading(stream)`` while they list and read files, and
-compaction waits for them, so no reader sees a tuple twice or misses one.
+directory fsynced), so an acknowledged COPY survives ``kill -9``. An append is all or nothing:
+one that touches several fragments (a file each) names its files in a journal before it
+renames any, so a crash part-way is finished at the next start, and one before the journal
+leaves none of them (a COPY the server did not acknowledge is never half in). Small files are
+compacted into one per fragment; readers hold ``reading(stream)`` while they list and read
+files, and compaction waits for them, so no reader sees a tuple twice or misses one.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ COMPACT_AT = 8                 # parts in a fragment before they are merged into
 
 
 JOURNAL = ".compaction.json"
+APPENDING = ".append-"         # + stamp + ".json": an append's journal, in the stream's folder
 
 
 def _finish_compaction(folder: str) -> None:
@@ -54,16 +58,56 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_durably(table: pa.Table, path: str) -> None:
-    """``table`` as the Parquet file ``path``, on disk before this returns."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, "." + os.path.basename(path) + ".tmp")
+def _hidden(path: str) -> str:
+    """The temporary name ``path`` is written under (readers and compaction skip it; the
+    next start removes it unless an append's journal names it)."""
+    return os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+
+
+def _write_hidden(table: pa.Table, path: str) -> None:
+    """``table`` as Parquet under ``path``'s temporary name, on disk, not yet visible."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = _hidden(path)
     pq.write_table(table, tmp)
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(folder)
+
+
+def write_durably(table: pa.Table, path: str) -> None:
+    """``table`` as the Parquet file ``path``, on disk before this returns."""
+    _write_hidden(table, path)
+    os.replace(_hidden(path), path)
+    _fsync_dir(os.path.dirname(path))
+
+
+def _commit_together(base: str, paths: list) -> None:
+    """Make ``paths`` (files under ``base`` already on disk under their temporary names)
+    visible together: the journal naming them is on disk before the first rename, so a crash
+    after it is finished at the next start (``_finish_append``), and one before it leaves
+    only temporary files, which that start removes."""
+    journal = os.path.join(base, f"{APPENDING}{time.time_ns()}-{threading.get_ident()}.json")
+    tmp = journal + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump([os.path.relpath(p, base) for p in paths], f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, journal)
+    _fsync_dir(base)
+    _finish_append(base, journal)
+
+
+def _finish_append(base: str, journal: str) -> None:
+    """Rename every file an append's journal names to its visible name (one renamed before a
+    crash is already there), then the journal goes."""
+    with open(journal) as f:
+        paths = [os.path.join(base, p) for p in json.load(f)]
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):    # renamed before the crash
+            os.replace(_hidden(path), path)
+    for folder in {os.path.dirname(p) for p in paths}:
+        _fsync_dir(folder)
+    os.remove(journal)
+    _fsync_dir(base)
 
 
 def _top(path: str, ts_column: str) -> int | None:
@@ -127,7 +171,15 @@ class Archive:
         self._recover()
 
     def _recover(self) -> None:
-        """Finish compactions a crash interrupted; drop half-written temporary files."""
+        """Finish appends and compactions a crash interrupted; drop half-written temporary
+        files (appends first: the temporary files their journals name are kept)."""
+        streams = os.listdir(self.root) if os.path.isdir(self.root) else []
+        for stream in streams:
+            base = os.path.join(self.root, stream)
+            if os.path.isdir(base):
+                for n in sorted(os.listdir(base)):
+                    if n.startswith(APPENDING) and n.endswith(".json"):
+                        _finish_append(base, os.path.join(base, n))
         for folder, _, names in os.walk(self.root):
             if JOURNAL in names:
                 _finish_compaction(folder)
@@ -157,12 +209,20 @@ class Archive:
         starts = ts // r * r
         stamp = f"{time.time_ns()}-{os.getpid()}"
         with self._lock(key).read():        # appends may run while others read, not compaction
+            paths = []
             for start in np.unique(starts):
                 rows = table.filter(pa.array(starts == start))
                 folder = os.path.join(self.path(key), f"fragment={int(start)}")
-                write_durably(rows, os.path.join(folder,
-                                                 f"part-{stamp}-{next(self._seq)}.parquet"))
-                with self._guard:
+                paths.append(os.path.join(folder, f"part-{stamp}-{next(self._seq)}.parquet"))
+                _write_hidden(rows, paths[-1])
+            if len(paths) == 1:              # one rename is all or nothing by itself
+                os.replace(_hidden(paths[0]), paths[0])
+                _fsync_dir(os.path.dirname(paths[0]))
+            else:
+                _commit_together(self.path(key), paths)
+            with self._guard:
+                for path in paths:
+                    folder = os.path.dirname(path)
                     self._parts[folder] = self._parts.get(folder, 0) + 1
 
     def reading(self, key: str):

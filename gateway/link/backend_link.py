@@ -26,7 +26,7 @@ from gateway.clock import SYSTEM, Clock
 from gateway.link.frames import BackendFrames
 from gateway.link.outbox import Outbox
 from gateway.pgwire import errors as E
-from gateway.link.live_rows import LiveRows
+from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
 
 log = logging.getLogger("cqgate")
 HIGH_WATER = 8 << 20       # bytes queued towards the back end before ingest waits
@@ -202,13 +202,14 @@ class BackendLink:
 
     async def open(self, plan: P.Plan, fields: list, schema: pa.Schema, sql: str, owner: int,
                    name: str, tables: dict | None = None, history: dict | None = None,
-                   seam: int | None = None, label: str = "query") -> LiveRows:
+                   seam: int | None = None, label: str = "query",
+                   bounds: Bounds = UNBOUNDED) -> LiveRows:
         """Start a continuous query; its rows arrive in the returned queue. ``tables``: the
         current contents of the tables it joins; ``history``/``seam``: archived tuples its
         windows reach back to, and where live data takes over; ``label``: how the log names
-        it (a cursor, or a plain query)."""
+        it (a cursor, or a plain query); ``bounds``: how much its queue may hold."""
         qid = self.new_qid()
-        live = LiveRows(fields, schema, qid, sql, owner, name, self, self.clock)
+        live = LiveRows(fields, schema, qid, sql, owner, name, self, self.clock, bounds)
         live.streams = P.streams_read(plan.root)
         self._live[qid] = live
         self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
@@ -289,10 +290,15 @@ class BackendLink:
 
     def drop(self, qid: int) -> None:
         """End a query (safe from any thread)."""
-        self.persistent.pop(qid, None)
         self._live.pop(qid, None)
+        self.end_query(qid, "stopped")
+
+    def end_query(self, qid: int, how: str) -> None:
+        """End a query in the back end; its queue stays listed (cq_queries shows why it
+        failed) until its cursor closes."""
+        self.persistent.pop(qid, None)
         self._release_tables(qid)
-        self._log_stop(qid, "stopped")
+        self._log_stop(qid, how)
         self._write_soon(wire.encode(wire.Drop(qid)))
 
     def _log_stop(self, qid: int, how: str) -> None:

@@ -20,7 +20,7 @@ _ESC_RE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|.)")
 
 def _unescape_one(m: re.Match) -> str:
     s = m.group(1)
-    if s[0] == "x":
+    if s[0] == "x" and len(s) > 1:      # a bare \x, no hex digit after it, is a plain x
         return chr(int(s[1:], 16))
     if s[0].isdigit():
         return chr(int(s, 8))

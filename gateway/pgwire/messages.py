@@ -288,7 +288,10 @@ class FrontendParser:
                 return None
             body = bytes(buf[4:length])
             del buf[:length]
-            msg = parse_startup(body)
+            try:
+                msg = parse_startup(body)
+            except UnicodeDecodeError as e:   # a parameter that is not UTF-8
+                raise ProtocolViolation("invalid byte sequence for encoding \"UTF8\"") from e
             if isinstance(msg, Startup):
                 self.startup = False
             return msg

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from dialect.names import pg_type_name
 
-from gateway.pgwire.errors import InvalidTextRepresentation, FeatureNotSupported
+from gateway.pgwire.errors import InvalidTextRepresentation, FeatureNotSupported, PgError
 
 PG_EPOCH_DATE = dt.date(2000, 1, 1)
 PG_EPOCH = dt.datetime(2000, 1, 1)
@@ -634,7 +634,23 @@ BINARY_PARSERS: dict[int, Callable[[bytes], object]] = {
 
 
 def decode_param(raw: bytes | None, oid: int, fmt: int):
-    """Turn one Bind parameter into the Python value handed to DuckDB."""
+    """Turn one Bind parameter into the Python value handed to DuckDB. Bytes that do not
+    decode are the client's mistake, as in PostgreSQL: 22021 (not UTF-8), 22P03 (binary),
+    22P02 (text), never an internal error."""
+    try:
+        return _decode_param(raw, oid, fmt)
+    except (struct.error, ValueError, ArithmeticError, IndexError) as e:
+        if isinstance(e, UnicodeDecodeError) and e.encoding == "utf-8":
+            raise PgError('invalid byte sequence for encoding "UTF8"',
+                          sqlstate="22021") from None
+        name = BY_OID[oid].sql_name if oid in BY_OID else f"oid {oid}"
+        if fmt == 1:
+            raise PgError(f"incorrect binary data format in bind parameter of type {name}",
+                          sqlstate="22P03") from None
+        raise InvalidTextRepresentation(f"invalid input syntax for type {name}: {e}") from None
+
+
+def _decode_param(raw: bytes | None, oid: int, fmt: int):
     if raw is None:
         return None
     pgt = BY_OID.get(oid)

@@ -137,6 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "share of the machine's memory such as 50%%); larger queries spill to "
                         f"DATA_DIR/duckdb_tmp (default {d.duckdb_memory.replace('%', '%%')}; env "
                         "CQGATE_DUCKDB_MEMORY)")
+    s.add_argument("--result-memory", default=d.result_memory,
+                   help="a continuous query's rows its client has not read yet, held in "
+                        "memory; more goes to DATA_DIR/result_spill (default "
+                        f"{d.result_memory}; env CQGATE_RESULT_MEMORY; a session may set "
+                        "cq.result_memory lower)")
+    s.add_argument("--result-spill", default=d.result_spill,
+                   help="how much of those rows may wait on disk before the query ends with "
+                        f"54000 (default {d.result_spill}; env CQGATE_RESULT_SPILL; a session "
+                        "may set cq.result_spill lower)")
     s.add_argument("--ingest-role", default=d.ingest_role,
                    help="the role whose INSERT privilege a source on the ingest port uses "
                         "when its first line names none (default: the superuser of a fresh "

@@ -22,6 +22,8 @@ class Config:
     superuser: str = "cq"                # the superuser role a fresh data directory gets
     max_connections: int = 100           # sessions at once; the next is refused (53300)
     duckdb_memory: str = "50%"           # DuckDB's memory limit; bigger queries spill, then fail
+    result_memory: str = "16MB"          # a continuous query's unread rows held in memory …
+    result_spill: str = "1GB"            # … then on disk; past that the query ends (54000)
     ingest_role: str | None = None       # the role of sources that name none
     tls_cert: str | None = None
     tls_key: str | None = None

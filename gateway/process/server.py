@@ -20,6 +20,7 @@ from gateway.clearinghouse import sources
 from gateway.clearinghouse.ingest import Ingest
 from gateway.clearinghouse.source_stream import SourceStream
 from gateway.clock import SYSTEM, Clock
+from gateway.link import spill
 from gateway.link.backend_link import BackendLink
 from gateway.pgwire.auth import METHODS
 from gateway.pgwire.errors import PgError
@@ -28,7 +29,7 @@ from gateway.security.privileges import Grants
 from gateway.security.roles import Roles, load_passwords
 from gateway.security.server_files import ServerFiles
 from gateway.services import Services
-from gateway.sessions import backend_signals
+from gateway.sessions import backend_signals, settings
 from gateway.sessions.connection import Connection
 from gateway.sessions.session import Session
 from gateway.streams import ddl
@@ -51,6 +52,12 @@ class Server:
             store = Store(config.data_dir, config.duckdb_memory)
         except duckdb.Error as e:
             raise ConfigError(f"--duckdb-memory {config.duckdb_memory!r}: {e}") from None
+        for flag, key in (("--result-memory", "result_memory"), ("--result-spill", "result_spill")):
+            try:
+                settings.size_bytes(getattr(config, key))
+            except ValueError as e:
+                raise ConfigError(f"{flag}: {e}") from None
+        spill.clear(config.data_dir)
         streams = StreamRegistry(store, config.data_dir)
         self.roles = Roles(config.data_dir, config.superuser)
         try:

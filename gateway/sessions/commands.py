@@ -28,20 +28,25 @@ async def _set(session, p, params):
         return Done("SET")
     value = cmd.value
     if value is None or (cmd.name == "TimeZone" and value.lower() == "local"):
-        value = S.DEFAULTS.get(S.canonical(cmd.name), "")
+        value = session.default_setting(S.canonical(cmd.name))
     session.set_setting(cmd.name, value)
     return Done("SET")
+
+
+def _reset_all(session) -> None:
+    """RESET ALL: every setting a session may change back to its default."""
+    for k in S.DEFAULTS:
+        v = session.default_setting(k)
+        if k not in S.READ_ONLY and k != "session_authorization" and session.settings.get(k) != v:
+            session.set_setting(k, v)
 
 
 async def _reset(session, p, params):
     name = p.command.name
     if name is None:
-        for k, v in S.DEFAULTS.items():
-            if k not in S.READ_ONLY and k not in ("session_authorization",) and \
-                    session.settings.get(k) != v:
-                session.set_setting(k, v)
+        _reset_all(session)
         return Done("RESET")
-    session.set_setting(name, S.DEFAULTS.get(S.canonical(name), ""))
+    session.set_setting(name, session.default_setting(S.canonical(name)))
     return Done("RESET")
 
 
@@ -86,10 +91,7 @@ async def _discard(session, p, params):
                             sqlstate="25001")
         session.portals.clear()
         session.statements.clear()
-        for k, v in S.DEFAULTS.items():
-            if k not in S.READ_ONLY and k != "session_authorization" and \
-                    session.settings.get(k) != v:
-                session.set_setting(k, v)
+        _reset_all(session)
     elif what == "plans":
         pass
     return Done("DISCARD " + what.upper())

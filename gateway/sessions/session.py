@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -19,7 +20,8 @@ from sqlglot import exp
 from dialect.errors import PlanError
 from dialect.intervals import interval_us
 
-from gateway.link.live_rows import LiveRows
+from gateway.link import spill
+from gateway.link.live_rows import Bounds, LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Done, Rows
@@ -99,6 +101,8 @@ class Session:
         self.settings["session_authorization"] = self.user
         self.settings["is_superuser"] = "on" if self.services.roles.is_superuser(self.user) \
             else "off"
+        for key in S.SERVER_BOUNDS:
+            self.settings[key] = self.default_setting(key)
         self.cancel_event = asyncio.Event()
         self.written_tables: set = set()      # tables written since the last refresh
         self.plans: dict = {}                 # gateway/streams/queries.py: plan_query
@@ -176,6 +180,35 @@ class Session:
         return us / 1e6 if us > 0 else None
 
     # ------------------------------------------------------------------ settings
+    def default_setting(self, key: str) -> str:
+        """What RESET gives ``key``: the server's value for the bounds its flags set."""
+        flag = S.SERVER_BOUNDS.get(key)
+        return getattr(self.services.config, flag) if flag else S.DEFAULTS.get(key, "")
+
+    def _bound_setting(self, name: str, key: str, value: str) -> str:
+        """A memory bound, checked: a size, and no higher than the server's unless the
+        session's role is a superuser (one role must not take the server's memory)."""
+        value = value.strip().strip("'")
+        try:
+            size = S.size_bytes(value)
+        except ValueError as e:
+            raise E.InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"',
+                                          hint=str(e).split(": ", 1)[1].capitalize() + ".") \
+                from None
+        server = self.default_setting(key)
+        if size > S.size_bytes(server) and not self.services.roles.is_superuser(self.user):
+            raise E.InsufficientPrivilege(
+                f'permission denied to set parameter "{name}" above the server\'s {server}',
+                hint="A superuser may raise it, or the server's --" +
+                     S.SERVER_BOUNDS[key].replace("_", "-") + " flag.")
+        return value
+
+    def result_bounds(self) -> Bounds:
+        """How much of a continuous query's unread rows this session's queues may hold."""
+        return Bounds(S.size_bytes(self.settings["cq.result_memory"]),
+                      S.size_bytes(self.settings["cq.result_spill"]),
+                      os.path.join(self.services.config.data_dir, spill.FOLDER))
+
     def set_setting(self, name: str, value: str, *, local: bool = False) -> None:
         key = S.canonical(name)
         if not S.is_known(key):
@@ -194,6 +227,8 @@ class Session:
             value = value.strip("'")
         if key in _DURATIONS:
             value = _interval_setting(name, value, bare_unit=_DURATIONS[key])
+        if key in S.SERVER_BOUNDS:
+            value = self._bound_setting(name, key, value)
         self.settings[key] = value
         if key in S.REPORTED:
             self.pending_status.append((key, value))
@@ -344,7 +379,7 @@ class Session:
             return self.services.backend.open(res.plan, res.fields, res.schema, p.stmt.text,
                                               self.pid, p.cursor or p.name, res.tables, history,
                                               seam, label=f"cursor {p.cursor}" if p.cursor
-                                              else "query")
+                                              else "query", bounds=self.result_bounds())
         if res.history:        # windows reaching into an archive start primed
             return await self.services.ingest.start_primed(list(res.history), start)
         return await start()

@@ -2,6 +2,8 @@
 canonical spelling; SET/SHOW/RESET, ``-c`` startup options and set_config all go through here."""
 from __future__ import annotations
 
+import re
+
 from gateway.tables.pg_catalog import SERVER_VERSION
 
 DEFAULTS = {
@@ -41,7 +43,13 @@ DEFAULTS = {
     "transaction_read_only": "off",
     "cq.mode": "continuous",
     "cq.progress_interval": "1s",      # how often a long archive query reports progress
+    "cq.result_memory": "16MB",        # a continuous query's rows held for its client …
+    "cq.result_spill": "1GB",          # … and spilled to disk past that (server flags set them)
 }
+
+# settings whose default is the server's (a flag), and which only a superuser may raise above it
+SERVER_BOUNDS = {"cq.result_memory": "result_memory", "cq.result_spill": "result_spill"}
+_SIZE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
 
 REPORTED = ("application_name", "client_encoding", "DateStyle", "default_transaction_read_only",
             "in_hot_standby", "integer_datetimes", "IntervalStyle", "is_superuser",
@@ -64,3 +72,14 @@ def canonical(name: str) -> str:
 def is_known(name: str) -> bool:
     n = canonical(name)
     return n in DEFAULTS or "." in n  # dotted names are custom settings, as in PostgreSQL
+
+
+def size_bytes(text: str, bare_unit: str = "kB") -> int:
+    """A memory size as PostgreSQL writes it (``64kB``, ``16MB``, ``1GB``; a bare number is in
+    ``bare_unit``, kilobytes as for work_mem); ValueError if it is not one."""
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text.strip("'"))
+    unit = (m.group(2) or bare_unit).lower() if m else ""
+    if unit not in _SIZE_UNITS:
+        raise ValueError(f"invalid memory size {text!r}: write a number with B, kB, MB, GB "
+                         "or TB")
+    return int(m.group(1)) * _SIZE_UNITS[unit]

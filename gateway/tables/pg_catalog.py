@@ -123,7 +123,8 @@ LIVE_TABLES = {
     # cqgate's system views, from the back end just before a statement reads them
     "cq_queries": "pid INTEGER, name VARCHAR, kind VARCHAR, query VARCHAR, state VARCHAR, "
                   "started TIMESTAMPTZ, rows_in BIGINT, rows_out BIGINT, state_size BIGINT, "
-                  "last_emit TIMESTAMPTZ, error VARCHAR",
+                  "last_emit TIMESTAMPTZ, error VARCHAR, unread_rows BIGINT, "
+                  "memory_bytes BIGINT, spill_bytes BIGINT",
     "cq_streams": "stream VARCHAR, tuples BIGINT, rate DOUBLE, watermark TIMESTAMP, "
                   "late BIGINT, errors BIGINT, dropped BIGINT, slack INTERVAL, "
                   "heartbeat INTERVAL, watermark_follows VARCHAR",

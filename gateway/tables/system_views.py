@@ -47,18 +47,19 @@ async def gather(services, viewer: str) -> dict:
             else HIDDEN
         rows.append((live.owner, live.name, "cursor", sql, state, _when(live.started),
                      c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
-                     _when(c.get("last_emit")), live.failure))
+                     _when(c.get("last_emit")), live.failure, live.n_pending,
+                     live.memory_bytes, live.spilled_bytes))
     kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
     for qid, (plan, feeds) in list(link.persistent.items()):
         c = counters.get(qid, {})
         rows.append((None, feeds, kinds.get(feeds.lower(), "window"), plan.sql, "running",
                      _when(c.get("started")), c.get("rows_in", 0), c.get("rows_out", 0),
-                     c.get("state", 0), _when(c.get("last_emit")), None))
+                     c.get("state", 0), _when(c.get("last_emit")), None, 0, 0, 0))
     names = ["pid", "name", "kind", "query", "state", "started", "rows_in", "rows_out",
-             "state_size", "last_emit", "error"]
+             "state_size", "last_emit", "error", "unread_rows", "memory_bytes", "spill_bytes"]
     types = [pa.int32(), pa.string(), pa.string(), pa.string(), pa.string(),
              pa.timestamp("us", tz="UTC"), pa.int64(), pa.int64(), pa.int64(),
-             pa.timestamp("us", tz="UTC"), pa.string()]
+             pa.timestamp("us", tz="UTC"), pa.string(), pa.int64(), pa.int64(), pa.int64()]
     queries = pa.table({n: pa.array([r[i] for r in rows], t)
                         for i, (n, t) in enumerate(zip(names, types))})
     s = stats["streams"]
