@@ -73,11 +73,16 @@ def _write_hidden(table: pa.Table, path: str) -> None:
         os.fsync(f.fileno())
 
 
+def _reveal(path: str) -> None:
+    """The file written under ``path``'s temporary name becomes ``path``, durably."""
+    os.replace(_hidden(path), path)
+    _fsync_dir(os.path.dirname(path))
+
+
 def write_durably(table: pa.Table, path: str) -> None:
     """``table`` as the Parquet file ``path``, on disk before this returns."""
     _write_hidden(table, path)
-    os.replace(_hidden(path), path)
-    _fsync_dir(os.path.dirname(path))
+    _reveal(path)
 
 
 def _commit_together(base: str, paths: list) -> None:
@@ -216,8 +221,7 @@ class Archive:
                 paths.append(os.path.join(folder, f"part-{stamp}-{next(self._seq)}.parquet"))
                 _write_hidden(rows, paths[-1])
             if len(paths) == 1:              # one rename is all or nothing by itself
-                os.replace(_hidden(paths[0]), paths[0])
-                _fsync_dir(os.path.dirname(paths[0]))
+                _reveal(paths[0])
             else:
                 _commit_together(self.path(key), paths)
             with self._guard:

@@ -54,7 +54,6 @@ class Spill:
         self.segment_bytes = max(1 << 16, segment_bytes)
         self.segments: collections.deque = collections.deque()
         self.rows = 0                 # rows on disk, not yet read back
-        self.written_bytes = 0        # Arrow bytes ever spilled (for cq_queries)
         self._closed_disk = 0         # compressed bytes of the closed, unread segments
 
     @property
@@ -72,11 +71,9 @@ class Spill:
             seg = _Segment(path, table.schema)
             self.segments.append(seg)
         seg.writer.write_table(table)
-        size = table.get_total_buffer_size()
         seg.rows += table.num_rows
-        seg.arrow_bytes += size
+        seg.arrow_bytes += table.get_total_buffer_size()
         self.rows += table.num_rows
-        self.written_bytes += size
 
     def _seal(self, seg: _Segment) -> None:
         seg.close()

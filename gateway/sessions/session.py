@@ -191,9 +191,9 @@ class Session:
         value = value.strip().strip("'")
         try:
             size = S.size_bytes(value)
-        except ValueError as e:
+        except ValueError:
             raise E.InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"',
-                                          hint=str(e).split(": ", 1)[1].capitalize() + ".") \
+                                          hint="Write a size such as 512kB, 16MB or 1GB.") \
                 from None
         server = self.default_setting(key)
         if size > S.size_bytes(server) and not self.services.roles.is_superuser(self.user):
