@@ -1,6 +1,7 @@
 """Statements that stop when asked: statement_timeout ends a long DuckDB statement with 57014,
 and SIGTERM is a fast shutdown (running statements interrupted, clients told 57P01, the
 process gone within seconds, a clean start after); DuckDB's memory is bounded."""
+import asyncio
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 import psycopg
 
 from conftest import ServerProcess
+from gateway.process import server as srv_mod
 
 LONG = "SELECT count(*) FROM range(100000000) a, range(100000) b"    # minutes of DuckDB work
 
@@ -40,6 +42,24 @@ def test_statement_timeout_ends_a_long_duckdb_statement(server):
         assert c.execute("SELECT 1").fetchone() == (1,)          # the session goes on
         c.execute("SET statement_timeout = 0")
         assert c.execute("SELECT count(*) FROM range(1000)").fetchone() == (1000,)
+
+
+def test_an_interrupt_that_comes_before_duckdb_starts_is_not_lost(server):
+    """statement_timeout = 1ms ends the statement while the worker is still checking
+    privileges, before DuckDB runs the query; DuckDB drops an interrupt it gets then, so the
+    server repeats it until the statement ends (a CancelRequest and SIGTERM alike)."""
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute("SET statement_timeout = '1ms'")
+        for _ in range(5):
+            started = time.monotonic()
+            try:                  # the catalog's views are registered before the query runs
+                c.execute(LONG + ", (SELECT 1 FROM pg_class LIMIT 1) c").fetchall()
+                raised = None
+            except psycopg.errors.QueryCanceled as e:
+                raised = str(e)
+            assert raised == "canceling statement due to statement timeout"
+            assert time.monotonic() - started < 5
+        assert c.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_sigterm_interrupts_statements_and_exits_within_seconds(tmp_path):
@@ -107,3 +127,24 @@ def test_a_session_idle_in_a_transaction_too_long_ends_with_25P03(server):
         assert ended == ("25P03", "terminating connection due to idle-in-transaction timeout")
         assert c.closed or c.broken
         assert other.execute("SELECT 3").fetchone() == (3,)       # nobody else is touched
+
+
+def test_a_worker_that_ignores_its_interrupt_does_not_hold_the_shutdown(tmp_path, caplog):
+    """A call in a worker thread that no interrupt reaches (here one waiting on an event) is
+    given WORKERS_WAIT_S, then left behind with a warning; the shutdown ends on time."""
+    stuck = threading.Event()
+
+    async def main():
+        server = srv_mod.Server(srv_mod.Config(data_dir=str(tmp_path / "data")))
+        await server.start()
+        server.services.pool.submit(stuck.wait, 60)
+        began = time.monotonic()
+        await server.stop()
+        return server.abandoned, time.monotonic() - began
+    try:
+        with caplog.at_level("INFO", logger="cqgate"):
+            abandoned, took = asyncio.run(main())
+    finally:
+        stuck.set()
+    assert abandoned and took < srv_mod.WORKERS_WAIT_S + 2, took
+    assert "worker threads still busy" in caplog.text

@@ -8,6 +8,9 @@ import logging
 import os
 import signal
 import ssl
+import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
@@ -38,6 +41,7 @@ from gateway.tables.store import Store
 
 log = logging.getLogger("cqgate")
 COMPACT_EVERY_S = 5.0      # how often archived streams' small files are merged
+WORKERS_WAIT_S = 3.0       # how long a shutdown waits for worker threads' running calls
 
 
 class ConfigError(ValueError):
@@ -87,6 +91,7 @@ class Server:
             self.ssl_context = ctx
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set = set()
+        self.abandoned = False     # a shutdown left busy worker threads behind
         self._connections: set = set()      # ended with 57P01 at shutdown
         self._source_tasks: set = set()     # one per source connection
         self._heartbeats: asyncio.Task | None = None
@@ -170,11 +175,46 @@ class Server:
 
     async def stop(self) -> None:
         """A fast shutdown, as PostgreSQL's: no new connections; every session's running
-        statement is interrupted and its client gets 57P01; then the back end and Spark stop."""
+        statement is interrupted and its client gets 57P01; then the back end and Spark stop.
+        Each step's time is logged, so a slow shutdown says which step held it."""
         if self._server is not None:
             self._server.close()
         if self._sources is not None:
             self._sources.close()
+        loop, svc = asyncio.get_running_loop(), self.services
+        spark_stop = lambda: loop.run_in_executor(svc.pool, svc.spark.stop)  # noqa: E731
+        for step, run in (("sessions ended", self._end_sessions),
+                          ("back end stopped", svc.backend.stop),
+                          ("Spark stopped", spark_stop)):
+            began = time.monotonic()
+            await run()
+            log.info("shutdown: %s in %.2f s", step, time.monotonic() - began)
+        began = time.monotonic()
+        if await self._workers_ended(WORKERS_WAIT_S):
+            svc.store.close()
+            log.info("shutdown: worker threads and DuckDB closed in %.2f s",
+                     time.monotonic() - began)
+            return
+        # a worker that ignores its interrupt must not hold the process: everything a client
+        # was told is committed is already on disk (DuckDB's WAL, the archive's fsynced files)
+        log.warning("shutdown: worker threads still busy after %.0f s; exiting without them",
+                    WORKERS_WAIT_S)
+        self.abandoned = True
+
+    async def _workers_ended(self, seconds: float) -> bool:
+        """The worker pool shut down (queued calls dropped), its running calls given
+        ``seconds`` to end; joined in a thread of its own so the wait is bounded."""
+        done = threading.Event()
+        threading.Thread(target=lambda: (self.services.pool.shutdown(wait=True,
+                                                                      cancel_futures=True),
+                                         done.set()), daemon=True).start()
+        deadline = time.monotonic() + seconds
+        while not done.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return done.is_set()
+
+    async def _end_sessions(self) -> None:
+        """Every connection terminated, every source cut; their tasks given 5 s to end."""
         for connection in list(self._connections):
             connection.terminate()
         tasks = self._tasks | self._source_tasks
@@ -185,11 +225,6 @@ class Server:
         if self._heartbeats is not None:
             self._heartbeats.cancel()
             self._compactor.cancel()
-        svc = self.services
-        await svc.backend.stop()
-        await asyncio.get_running_loop().run_in_executor(svc.pool, svc.spark.stop)
-        svc.pool.shutdown(wait=True, cancel_futures=True)
-        svc.store.close()
 
 
 async def serve(config: Config, ready=print) -> None:
@@ -212,6 +247,10 @@ async def serve(config: Config, ready=print) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _exit_now)
     await server.stop()
+    if server.abandoned:       # the interpreter's exit would join the busy worker threads
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
 
 
 def _exit_now() -> None:

@@ -45,6 +45,7 @@ from gateway.tables.store import pg_error
 
 log = logging.getLogger("cqgate")
 CATALOG_REFERENCE = CATALOG + "."   # DuckDB SQL that reads the emulated catalog says so
+REINTERRUPT_S, REINTERRUPTS = 0.05, 100   # a cancel is repeated for up to 5 s
 # duration settings -> the unit of a bare number (PostgreSQL's timeouts count milliseconds)
 _DURATIONS = {"cq.progress_interval": "s", "statement_timeout": "ms",
               "idle_in_transaction_session_timeout": "ms"}
@@ -149,12 +150,22 @@ class Session:
             await asyncio.wait([asyncio.wrap_future(call)], timeout=timeout)
 
     def cancel(self) -> None:
+        """On the event loop: the running statement is interrupted. DuckDB drops an interrupt
+        that comes before its query starts (the worker may still be checking privileges),
+        so the interrupt is repeated until the worker call ends."""
         self.canceled = True
         self.cancel_event.set()
+        self._interrupt(self.inflight, REINTERRUPTS)
+
+    def _interrupt(self, call, left: int) -> None:
+        if call is not None and (call.done() or not (self.canceled or self.timed_out)):
+            return
         try:
             self.con.interrupt()
         except duckdb.Error:
             pass
+        if call is not None and left:
+            asyncio.get_running_loop().call_later(REINTERRUPT_S, self._interrupt, call, left - 1)
 
     def close(self) -> None:
         self.portals.clear()
@@ -403,10 +414,7 @@ class Session:
     def _time_out(self) -> None:
         """statement_timeout reached while DuckDB runs the statement: interrupt it (57014)."""
         self.timed_out = True
-        try:
-            self.con.interrupt()
-        except duckdb.Error:
-            pass
+        self._interrupt(self.inflight, REINTERRUPTS)
 
     def _checked_run(self, p: Prepared, params: list, views: dict) -> Rows | Done:
         """In a worker thread: the privileges checked, the system views the statement reads
