@@ -40,3 +40,13 @@ class Unsupported(PlanError):
 
 class InvalidWindow(PlanError):
     sqlstate = "22023"
+
+
+class PatternSyntax(PlanError):
+    """A pattern that cannot mean anything: one that matches the empty sequence, a negation
+    with nothing to bound it."""
+    sqlstate = "42601"
+
+
+class DuplicateAlias(PlanError):
+    sqlstate = "42712"

@@ -107,6 +107,19 @@ class StreamOption(exp.Expression):
 
 
 
+class EventPattern(exp.Expression):
+    """``EVENT SEQ(A a, B b, !(C c), D d)`` in FROM (seed 004, SASE), with its window
+    (``WITHIN``) and selection strategy (``USING SKIP TILL NEXT MATCH`` …), which may be
+    written after SEQ(...) or after WHERE. ``bare``: the statement had no SELECT."""
+    arg_types = {"expressions": True, "within": False, "strategy": False, "bare": False}
+
+
+class PatternItem(exp.Expression):
+    """One component of a pattern: ``this`` is the stream (an ``exp.Table`` with its
+    alias, so privilege checks see it as any table); ``negated`` for ``!( … )``."""
+    arg_types = {"this": True, "negated": False}
+
+
 class Explain(exp.Expression):
     """``EXPLAIN [ANALYZE] [VERBOSE] statement``: the gateway prints the temporal-algebra plan."""
     arg_types = {"this": True, "options": False}
@@ -121,7 +134,7 @@ class Recompute(exp.Expression):
 # Statements only cqgate understands, and nodes that make a query a stream query.
 STREAM_STATEMENTS = (CreateStream, CreateWindow, CreateWrapper, DropStreamObject, AlterStream,
                      Explain, Recompute)
-STREAM_NODES = (StreamRef, StreamOf, StreamWindowClause, StreaQueLLoop)
+STREAM_NODES = (StreamRef, StreamOf, StreamWindowClause, StreaQueLLoop, EventPattern)
 
 
 def is_stream_syntax(tree: exp.Expression) -> bool:

@@ -67,8 +67,24 @@ class CQLGenerator(PostgresGenerator):
         return (f"for ({self.sql(e, 'this')} = {self.sql(e, 'init')}; "
                 f"{self.sql(e, 'condition')}; {self.sql(e, 'step')}) {{ {body} }}")
 
+    def eventpattern_sql(self, e: X.EventPattern) -> str:
+        sql = f"EVENT SEQ({self.expressions(e, flat=True)})"
+        if e.args.get("within") is not None:
+            sql += f" WITHIN {self.sql(e, 'within')}"
+        if e.args.get("strategy"):
+            sql += f" USING {e.args['strategy']}"
+        return sql
+
+    def patternitem_sql(self, e: X.PatternItem) -> str:
+        item = self.sql(e, "this")
+        return f"!({item})" if e.args.get("negated") else item
+
     def select_sql(self, e: exp.Select) -> str:
         sql = super().select_sql(e)
+        f = e.args.get("from_")
+        if f is not None and isinstance(f.this, X.EventPattern) and f.this.args.get("bare") \
+                and sql.startswith("SELECT * FROM "):
+            sql = sql[len("SELECT * FROM "):]          # SASE's bare statement, as written
         loop = e.args.get("streaquel")
         return f"{sql} {self.sql(loop)}" if loop is not None else sql
 

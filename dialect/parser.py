@@ -16,6 +16,10 @@ from . import expressions as X
 LOOP_SEMICOLON = TokenType.SETTINGS
 
 OVERLOAD_POLICIES = ("BLOCK", "DROP", "KEEP COUNTS", "KEEP SAMPLE")
+# a pattern's selection strategies (SASE+), as written after USING -> the plan's name
+STRATEGIES = {"SKIP TILL ANY MATCH": "any", "SKIP TILL NEXT MATCH": "next",
+              "STRICT CONTIGUITY": "strict"}
+STRATEGY_WORDS = {w for s in STRATEGIES for w in s.split()}
 
 
 class CQLParser(PostgresParser):
@@ -61,6 +65,8 @@ class CQLParser(PostgresParser):
         return super()._parse_bracket(this)
 
     def _parse_table(self, *args, **kwargs):
+        if not kwargs.get("schema") and self._at_event_seq():
+            return self._parse_event_pattern()
         this = super()._parse_table(*args, **kwargs)
         if isinstance(this, exp.Table) and isinstance(this.this, exp.Anonymous) \
                 and this.this.name.upper() == "STREAM" and len(this.this.expressions) == 1:
@@ -82,6 +88,83 @@ class CQLParser(PostgresParser):
             return self.expression(X.StreamRef(this=this, window=window, alias=alias,
                                                alias_first=alias_first or None))
         return this
+
+    # ------------------------------------------------------------------ event patterns
+    def _at_event_seq(self) -> bool:
+        """``EVENT SEQ (`` next (both words are plain identifiers to sqlglot)."""
+        t, i = self._tokens, self._index
+        return (self._curr is not None and self._curr.text.upper() == "EVENT"
+                and i + 2 < len(t) and t[i + 1].text.upper() == "SEQ"
+                and t[i + 2].token_type == TokenType.L_PAREN)
+
+    def _parse_event_pattern(self) -> X.EventPattern:
+        """``EVENT SEQ(A a, !(C c), …)`` then, optionally, its WITHIN and USING clauses."""
+        start = self._curr.start
+        for _ in range(3):                              # EVENT SEQ (
+            self._advance()
+        items = []
+        while True:
+            at = self._curr.start if self._curr is not None else start
+            negated = self._match(TokenType.NOT)        # sqlglot reads '!' as NOT
+            if negated:
+                self._expect(TokenType.L_PAREN, "( after ! in SEQ")
+            table = self._parse_table_parts()
+            alias = self._parse_table_alias()
+            if alias is not None:
+                table.set("alias", alias)
+            if negated:
+                self._expect(TokenType.R_PAREN, ") to close !( … ) in SEQ")
+            items.append(self.expression(X.PatternItem(this=table, negated=negated or None)))
+            items[-1].meta["start"] = at
+            if not self._match(TokenType.COMMA):
+                break
+        self._expect(TokenType.R_PAREN, ") to close SEQ( … )")
+        node = self.expression(X.EventPattern(expressions=items))
+        node.meta["start"] = start
+        self._parse_pattern_clauses(node)
+        return node
+
+    def _parse_pattern_clauses(self, node: X.EventPattern) -> bool:
+        """WITHIN size and USING <strategy>, in either order; whether any was there."""
+        found = False
+        while True:
+            if self._match_text_seq("WITHIN"):
+                if node.args.get("within") is not None:
+                    self.raise_error("WITHIN is written twice")
+                node.set("within", self._parse_window_interval())
+            elif self._curr is not None and self._curr.token_type == TokenType.USING:
+                self._advance()
+                words = []
+                while self._curr is not None and self._curr.text.upper() in STRATEGY_WORDS:
+                    words.append(self._curr.text.upper())
+                    self._advance()
+                strategy = " ".join(words)
+                if strategy not in STRATEGIES:
+                    self.raise_error("Expected SKIP TILL ANY MATCH, SKIP TILL NEXT MATCH or "
+                                     "STRICT CONTIGUITY after USING")
+                node.set("strategy", strategy)
+            else:
+                return found
+            found = True
+
+    def _parse_query_modifiers(self, this):
+        # a pattern's WITHIN and USING may also follow WHERE (as SASE writes them)
+        this = super()._parse_query_modifiers(this)
+        f = this.args.get("from_") if isinstance(this, exp.Select) else None
+        if f is not None and isinstance(f.this, X.EventPattern) \
+                and self._parse_pattern_clauses(f.this):
+            this = super()._parse_query_modifiers(this)
+        return this
+
+    def _parse_statement(self):
+        # SASE's bare statement, EVENT SEQ(…) WHERE … WITHIN …: a SELECT of every positive
+        # component's columns (the planner names them alias_column)
+        if self._at_event_seq():
+            pattern = self._parse_event_pattern()
+            pattern.set("bare", True)
+            return self._parse_query_modifiers(self.expression(exp.Select(
+                expressions=[exp.Star()], from_=exp.From(this=pattern))))
+        return super()._parse_statement()
 
     def _parse_window_interval(self) -> exp.Expression:
         """'2 minutes' | INTERVAL '1 day' | 2 sec | 10 | an expression (START AT, BETWEEN);

@@ -173,8 +173,39 @@ class Limit:
     schema: tuple
 
 
+@dataclass(frozen=True)
+class PatternComponent:
+    """One component of an event pattern: the input it reads (by port), its alias, whether
+    it is negated (``!(C c)``), its own predicate (over its columns only), its equivalence
+    attributes' values (one Expr per attribute of the ``[a, b]`` test, over its columns) and,
+    for a negated component, the predicate naming it and positive components."""
+    alias: str
+    negated: bool = False
+    predicate: Expr | None = None
+    partition: tuple = ()         # tuple[Expr]
+    against: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Pattern:                                             # SEQ (seed 004, SASE)
+    """Sequences of events, one per positive component, in strictly increasing event time,
+    by sequence scan and construction over (partitioned) Active Instance Stacks. ``where``:
+    the cross-event predicates over positive components' columns; ``within_us``: the last
+    positive event is less than this after the first; ``strategy``: ``any`` (skip till any
+    match), ``next`` (skip till next match) or ``strict`` (strict contiguity). A match is a
+    stream tuple stamped when it became known (the last positive event's time, or the
+    first's plus the window when a negation closes the pattern); its columns are the
+    positive components', ``alias.col``."""
+    inputs: tuple                 # one Node per component, in SEQ order
+    components: tuple             # tuple[PatternComponent]
+    where: Expr | None = None
+    within_us: int | None = None
+    strategy: str = "any"
+    schema: tuple = ()
+
+
 Node = Union[StreamScan, TableScan, WindowRelationScan, Window, Filter, Map, Join, Union_,
-             Aggregate, Distinct, Difference, Limit]
+             Aggregate, Distinct, Difference, Limit, Pattern]
 
 PSEUDO_COLUMNS = ("valid_from", "valid_to", "wtime")
 
@@ -194,7 +225,8 @@ class Plan:
 _TYPES = {cls.__name__: cls for cls in (
     Column, Expr, NamedExpr, RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
     FixedWindow, IntervalWindow, LoopWindow, StreamScan, TableScan, WindowRelationScan, Window,
-    Filter, Map, Join, Union_, Partial, Aggregate, Distinct, Difference, Limit, Plan)}
+    Filter, Map, Join, Union_, Partial, Aggregate, Distinct, Difference, Limit, Plan,
+    PatternComponent, Pattern)}
 
 
 def to_dict(obj):
@@ -283,7 +315,31 @@ _LABELS = {
     Distinct: lambda n: "δ",
     Difference: lambda n: "−",
     Limit: lambda n: f"limit {n.count}",
+    Pattern: lambda n: _pattern_text(n),
 }
+
+_STRATEGIES = {"any": "skip till any match", "next": "skip till next match",
+               "strict": "strict contiguity"}
+
+
+def _pattern_text(n: "Pattern") -> str:
+    """SEQ's NFA as EXPLAIN shows it: states (the positive components), stacks (partitioned
+    by the equivalence test: PAIS), the predicates pushed into scan and construction, the
+    negations and the window."""
+    pos = [c for c in n.components if not c.negated]
+    parts = [f"SEQ({', '.join(('!' if c.negated else '') + c.alias for c in n.components)})",
+             f"NFA states 0→{len(pos)} on " + " → ".join(c.alias for c in pos),
+             ("PAIS by " + ", ".join(e.sql for e in pos[0].partition)) if pos[0].partition
+             else "AIS (unpartitioned)",
+             _STRATEGIES[n.strategy]]
+    parts += [f"scan {c.alias}: {c.predicate.sql}" for c in n.components
+              if c.predicate is not None]
+    if n.where is not None:
+        parts.append(f"construction: {n.where.sql}")
+    parts += [f"negation !{c.alias}" + (f": {c.against.sql}" if c.against is not None else "")
+              for c in n.components if c.negated]
+    parts.append(f"within {_us_text(n.within_us)}" if n.within_us else "no window")
+    return "⊳ " + "; ".join(parts)
 
 
 def tables_read(node) -> set:
@@ -308,7 +364,7 @@ def _names_read(node, name_of) -> set:
 def children(node) -> tuple:
     if isinstance(node, (Join, Difference)):
         return (node.left, node.right)
-    if isinstance(node, Union_):
+    if isinstance(node, (Union_, Pattern)):
         return node.inputs
     inp = getattr(node, "input", None)
     return (inp,) if inp is not None else ()

@@ -3,9 +3,9 @@ real server, in order, and the other pages with SQL show exactly what their exam
 The timeline picture is current and drawn from the rows the server returns, and every link
 between the pages leads somewhere."""
 import datetime as dt
+import importlib.util
 import os
 import re
-import sys
 
 import psycopg
 import pyarrow as pa
@@ -31,6 +31,15 @@ def statements(block: str) -> list[str]:
     return [s.text.strip() for s in split(block)]
 
 
+def _script(name: str):
+    """A drawing program of scripts/, imported as a module."""
+    path = os.path.join(os.path.dirname(DOCS), "scripts", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_doc_sql_runs(start_server):
     s = start_server()
     ran = 0
@@ -54,7 +63,7 @@ def _cell(v) -> str:
 
 
 @pytest.mark.parametrize("doc", ["getting-started.md", "concepts.md", "reference.md",
-                                 "continuous.md", "ingest.md", "archive.md"])
+                                 "continuous.md", "ingest.md", "archive.md", "patterns.md"])
 def test_doc_shows_what_runs(start_server, server, doc):
     """The page, in order on one connection: ``sql`` blocks run, a ``source`` block is sent to
     the ingest port as one source, and each ``text`` block is exactly the rows of the last
@@ -87,12 +96,7 @@ def test_timeline_picture_is_current_and_shows_the_rows_the_server_returns(tmp_p
     """scripts/draw_timeline.py computes the intervals on its own; concepts.md's first two
     result blocks (checked against the server above) must be exactly those, and the SVG in
     docs/img must be what the script draws now."""
-    scripts = os.path.join(os.path.dirname(DOCS), "scripts")
-    sys.path.insert(0, scripts)
-    try:
-        import draw_timeline
-    finally:
-        sys.path.remove(scripts)
+    draw_timeline = _script("draw_timeline")
     readings, counts = draw_timeline.rows()
     shown = [b.strip().splitlines() for b in blocks("concepts.md", "text")]
     assert shown[0] == readings and shown[1] == counts
@@ -100,15 +104,22 @@ def test_timeline_picture_is_current_and_shows_the_rows_the_server_returns(tmp_p
         assert f.read() == draw_timeline.svg(), "run: python scripts/draw_timeline.py"
 
 
+def test_pattern_picture_is_current_and_its_match_is_what_the_server_returns():
+    """scripts/draw_pattern.py decides which tags match on its own; the SVG in docs/img must
+    be what it draws now, and patterns.md's result (checked against the server above) must
+    be the one tag it calls a match."""
+    draw_pattern = _script("draw_pattern")
+    with open(os.path.join(DOCS, "img", "pattern.svg"), encoding="utf-8") as f:
+        assert f.read() == draw_pattern.svg(), "run: python scripts/draw_pattern.py"
+    matched = [t for t, why in draw_pattern.verdicts().items() if why.startswith("match")]
+    shown = blocks("patterns.md", "text")[0].strip().splitlines()
+    assert [int(line.split(" | ")[0]) for line in shown] == matched
+
+
 def test_quiet_key_picture_is_current_and_is_what_the_executor_sends(tmp_path):
     """scripts/draw_quiet_key.py cuts each reading at the BOUNDARYs on its own; the back end's
     operators, fed the same readings and BOUNDARYs, must send exactly those rows."""
-    scripts = os.path.join(os.path.dirname(DOCS), "scripts")
-    sys.path.insert(0, scripts)
-    try:
-        import draw_quiet_key as drawn
-    finally:
-        sys.path.remove(scripts)
+    drawn = _script("draw_quiet_key")
     with open(os.path.join(DOCS, "img", "quiet_key.svg"), encoding="utf-8") as f:
         assert f.read() == drawn.svg(), "run: python scripts/draw_quiet_key.py"
     catalog = MemoryCatalog().add(Relation("temps", "stream", (

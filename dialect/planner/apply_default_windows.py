@@ -18,12 +18,12 @@ from ..errors import InvalidWindow, Unsupported
 from ..intervals import interval_us
 
 
-def _size_us(e: exp.Expression) -> int:
+def size_us(e: exp.Expression) -> int:
     """A window size: '2 minutes', INTERVAL '1 DAY', 2 sec, or a bare number of seconds."""
     try:
         return _interval_of(e)
     except InvalidWindow as err:
-        err.position = err.position or _at(e)
+        err.position = err.position or written_at(e)
         raise
 
 
@@ -42,11 +42,11 @@ def _interval_of(e: exp.Expression) -> int:
 def _timestamp_us(e: exp.Expression, to_us) -> int:
     if not isinstance(e, (exp.Literal, exp.Cast)):
         raise InvalidWindow(f"window edge must be a constant timestamp, not {e.sql('cql')}",
-                            position=_at(e))
+                            position=written_at(e))
     try:
         return to_us(e.name if isinstance(e, exp.Literal) else e.this.name)
     except InvalidWindow as err:
-        err.position = err.position or _at(e)
+        err.position = err.position or written_at(e)
         raise
 
 
@@ -54,20 +54,18 @@ def _rows(spec: X.WindowSpec, to_expr) -> P.RowsWindow:
     n = spec.args["rows"]
     if not (isinstance(n, exp.Literal) and n.is_int and int(n.name) > 0):
         raise InvalidWindow(f"ROWS needs a positive integer, not {n.sql('cql')}",
-                            position=_at(n))
+                            position=written_at(n))
     where = spec.args.get("where")
     return P.RowsWindow(int(n.name), tuple(to_expr(p) for p in spec.args.get("partition_by")
                                            or ()),
                         to_expr(where) if where is not None else None)
 
 
-def _at(node: exp.Expression) -> int | None:
-    """Where ``node`` was written (1-based, in the statement), from the first of its parts the
+def written_at(node: exp.Expression) -> int | None:
+    """Where ``node`` was written (1-based, in the statement): the earliest of its parts the
     parser placed."""
-    for n in node.walk():
-        if "start" in n.meta:
-            return n.meta["start"] + 1
-    return None
+    starts = [n.meta["start"] for n in node.walk() if "start" in n.meta]
+    return min(starts) + 1 if starts else None
 
 
 def window_of(spec: X.WindowSpec, to_expr, to_us):
@@ -77,7 +75,7 @@ def window_of(spec: X.WindowSpec, to_expr, to_us):
         return _window_of(spec, to_expr, to_us)
     except InvalidWindow as e:
         if e.position is None:
-            e.position = _at(spec)
+            e.position = written_at(spec)
         raise
 
 
@@ -94,11 +92,11 @@ def _window_of(spec: X.WindowSpec, to_expr, to_us):
         if high <= low:
             raise InvalidWindow("[BETWEEN t1 AND t2] needs t1 < t2")
         return P.FixedWindow(low, high)
-    size = _size_us(spec.args["size"])
+    size = size_us(spec.args["size"])
     if size <= 0:
         raise InvalidWindow("a window's size must be positive")
     if kind == "slide":
-        slide = _size_us(spec.args["slide"])
+        slide = size_us(spec.args["slide"])
         if slide <= 0:
             raise InvalidWindow("a window's SLIDE must be positive")
         start = spec.args.get("start")

@@ -8,7 +8,6 @@ aggregates into two phases (``split_aggregates``), refuses unbounded state
 from __future__ import annotations
 
 import datetime as dt
-import functools
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -23,7 +22,9 @@ from .apply_default_windows import apply_default_windows, window_of
 from .catalog import Catalog, Relation
 from .check_bounded_state import check_bounded_state
 from .kernel_trees import kernel_tree
-from .push_down_filters import Conjunct, push_down_filters
+from .patterns import pattern_source
+from .push_down_filters import Conjunct, conjunction, push_down_filters
+from .scope import Scope, Source, columns_hint
 from .split_aggregates import is_aggregate, split_aggregates
 from .types import UNKNOWN, check_boolean, infer, normalize
 
@@ -42,62 +43,6 @@ def timestamp_us(text: str) -> int:
         value = value.replace(tzinfo=dt.timezone.utc)
     d = value - _EPOCH
     return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
-
-
-@dataclass
-class Source:
-    alias: str
-    relation: Relation
-    node: object                  # the scan (and window) in the algebra
-    is_stream: bool
-
-
-class Scope:
-    """The relations of one SELECT, for name resolution: internal column names are
-    ``alias.column``."""
-
-    def __init__(self, sources: list):
-        self.sources = sources
-
-    def find(self, alias: str) -> Source | None:
-        for s in self.sources:
-            if s.alias.lower() == alias.lower():
-                return s
-        return None
-
-    def resolve(self, col: exp.Column) -> tuple[str, str]:
-        """(internal name, type) of a column reference."""
-        name = col.name
-        if col.table:
-            src = self.find(col.table)
-            if src is None:
-                raise UndefinedRelation(
-                    f'missing FROM-clause entry for table "{col.table}"',
-                    hint="Qualify columns with a relation or alias named in FROM.")
-            typ = src.relation.column_type(name)
-            if typ is None:
-                raise UndefinedColumn(f'column {col.table}.{name} does not exist',
-                                      hint=_columns_hint(src))
-            return f"{src.alias}.{_canonical(src.relation, name)}", normalize(typ)
-        hits = [s for s in self.sources if s.relation.column_type(name) is not None]
-        if not hits:
-            raise UndefinedColumn(f'column "{name}" does not exist',
-                                  hint=" ".join(_columns_hint(s) for s in self.sources))
-        if len(hits) > 1:
-            raise AmbiguousColumn(f'column reference "{name}" is ambiguous',
-                                  hint="Qualify it: " + " or ".join(
-                                      f"{s.alias}.{name}" for s in hits))
-        src = hits[0]
-        return (f"{src.alias}.{_canonical(src.relation, name)}",
-                normalize(src.relation.column_type(name)))
-
-
-def _canonical(rel: Relation, name: str) -> str:
-    return next(c for c, _ in rel.columns if c.lower() == name.lower())
-
-
-def _columns_hint(src: Source) -> str:
-    return f"{src.alias} has " + ", ".join(c for c, _ in src.relation.columns) + "."
 
 
 def _unstream_dots(e: exp.Expression) -> exp.Expression:
@@ -261,6 +206,8 @@ class Builder:
         from_ = sel.args.get("from_")
         if from_ is None:
             raise Unsupported("a continuous query needs a FROM clause")
+        if isinstance(from_.this, X.EventPattern):
+            return self.project(sel, *pattern_source(self, sel, from_.this))
         items = [from_.this] + [j.this for j in sel.args.get("joins") or []]
         for j in sel.args.get("joins") or []:
             if j.side or (j.kind and j.kind.upper() not in ("INNER", "CROSS")):
@@ -313,7 +260,7 @@ class Builder:
                 continue
             equi, residual = placement.joins.get(k, ([], []))
             kind = "stream-table" if src.relation.kind == "table" else "stream-stream"
-            node = P.Join(node, part, tuple(equi), _and(residual), kind,
+            node = P.Join(node, part, tuple(equi), conjunction(residual), kind,
                           node.schema + part.schema)
         for pred in placement.top:
             node = P.Filter(node, pred, node.schema)
@@ -548,12 +495,3 @@ def _conjuncts(e: exp.Expression) -> list:
     return [e]
 
 
-def _and(exprs: list) -> P.Expr | None:
-    if not exprs:
-        return None
-    if len(exprs) == 1:
-        return exprs[0]
-    cols = tuple(dict.fromkeys(c for e in exprs for c in e.columns))
-    trees = [e.tree for e in exprs]
-    tree = None if None in trees else functools.reduce(lambda a, b: ("and", a, b), trees)
-    return P.Expr(" AND ".join(f"({e.sql})" for e in exprs), cols, "BOOLEAN", tree)

@@ -12,7 +12,10 @@ has them all, as a hash key when it is an equality between the two sides, else a
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+
+from executor import plan as P
 
 
 @dataclass(frozen=True)
@@ -55,3 +58,15 @@ def push_down_filters(conjuncts: list, order: list) -> Placement:
 def _splits(sides: tuple, before: set, new: str) -> bool:
     a, b = sides
     return (a <= before and b == {new}) or (b <= before and a == {new})
+
+
+def conjunction(exprs: list) -> P.Expr | None:
+    """The AND of algebra expressions (None for none; kernel trees kept when all have one)."""
+    if not exprs:
+        return None
+    if len(exprs) == 1:
+        return exprs[0]
+    cols = tuple(dict.fromkeys(c for e in exprs for c in e.columns))
+    trees = [e.tree for e in exprs]
+    tree = None if None in trees else functools.reduce(lambda a, b: ("and", a, b), trees)
+    return P.Expr(" AND ".join(f"({e.sql})" for e in exprs), cols, "BOOLEAN", tree)

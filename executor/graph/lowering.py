@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import plan as P
 from ..duck import quote
-from ..operators import (aggregate, filter_map, join, loop_window, range_aggregate,
+from ..operators import (aggregate, filter_map, join, loop_window, pattern, range_aggregate,
                         rows_window, slide_aggregate, union, window)
 from ..operators.limit import Limit
 from ..operators.scan import RelationScan, Scan
@@ -162,6 +162,7 @@ _BUILDERS = {
     P.Aggregate: _each(_aggregate),
     P.Limit: _each(Limit),
     P.Join: _join,
+    P.Pattern: _each(pattern.Pattern),
 }
 
 # a time window under an aggregate runs with it as one vectorised operator, when the

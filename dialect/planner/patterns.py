@@ -1,0 +1,163 @@
+"""``FROM EVENT SEQ(...)`` to the algebra's pattern node (⊳): one scan per component, the
+WHERE clause divided among them (each component's own predicate, the equivalence test
+``[a, b]`` as its partition, the cross-event terms for construction and for the negations),
+the window and the strategy; refused with a position and a hint when it cannot mean anything.
+
+A pattern's WHERE belongs to the pattern: every term is decided on events, none on rows
+after it. The result is a stream of matches, read as a bare stream is (its default window)."""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from executor import plan as P
+
+from .. import expressions as X
+from ..errors import (DuplicateAlias, PatternSyntax, UndefinedColumn, UndefinedRelation,
+                      Unsupported)
+from ..parser import STRATEGIES
+from .apply_default_windows import apply_default_windows, size_us, written_at
+from .push_down_filters import conjunction
+from .scope import Scope
+from .types import check_boolean
+
+
+def pattern_source(builder, sel: exp.Select, pattern: X.EventPattern):
+    """(the pattern's node under its default window, the scope of its positive components,
+    {alias: window}) for ``builder.project``."""
+    if sel.args.get("joins"):
+        raise Unsupported("a pattern cannot be joined in the same SELECT",
+                          hint="CREATE STREAM m AS SELECT … FROM EVENT SEQ(…) …; join m.",
+                          position=written_at(sel.args["joins"][0]))
+    if sel.args.get("streaquel") is not None or sel.args.get("windows"):
+        raise Unsupported("a pattern takes no WINDOW clause or loop; its window is WITHIN",
+                          position=written_at(pattern))
+    items = pattern.expressions
+    sources, negated = _components(builder, items)
+    positive = [s for s, n in zip(sources, negated) if not n]
+    if not positive:
+        raise PatternSyntax("a pattern of negations only would match the empty sequence",
+                            hint="Give SEQ at least one component without !( ).",
+                            position=written_at(pattern))
+    within = pattern.args.get("within")
+    within_us = size_us(within) if within is not None else None
+    if within_us is not None and within_us <= 0:
+        raise PatternSyntax("WITHIN must be a positive interval", position=written_at(within))
+    if within_us is None and (negated[0] or negated[-1]):
+        where = "begins" if negated[0] else "ends"
+        raise PatternSyntax(f"a pattern that {where} with a negation needs WITHIN",
+                            hint="Nothing else bounds how long the absence must last: add "
+                                 "WITHIN '10 seconds' (for example).",
+                            position=written_at(items[0] if negated[0] else items[-1]))
+    scope = Scope(sources)
+    parts = _divide(builder, sel.args.get("where"), scope, sources, negated)
+    equiv = _equivalence(builder, parts.pop("equivalence"), sources)
+    order = {s.alias.lower(): i for i, s in enumerate(sources)}
+    components = []
+    for i, (src, neg) in enumerate(zip(sources, negated)):
+        own = parts["own"].get(i, [])
+        if neg:
+            against = parts["negation"].get(i, [])
+        else:           # the cross terms this component is the latest of (skip till next)
+            against = [e for e in parts["cross"]
+                       if max(order[a] for a in _aliases(e)) == i]
+        components.append(P.PatternComponent(src.alias, neg, conjunction(own),
+                                             tuple(e[i] for e in equiv), conjunction(against)))
+    schema = tuple(c for s in positive for c in s.node.schema)
+    strategy = STRATEGIES[pattern.args["strategy"]] if pattern.args.get("strategy") else "any"
+    node = P.Pattern(tuple(s.node for s in sources), tuple(components),
+                     conjunction(parts["cross"] + parts["constant"]), within_us, strategy, schema)
+    window = apply_default_windows(None, None, has_end_column=False)
+    if pattern.args.get("bare"):
+        sel.set("expressions", [exp.alias_(exp.column(c, table=s.alias),
+                                           f"{s.alias}_{c}", quoted=False)
+                                for s in positive for c, _ in s.relation.columns])
+    return (P.Window(node, window, schema), Scope(positive),
+            {s.alias: window for s in positive})
+
+
+def _components(builder, items: list) -> tuple[list, list]:
+    sources, negated, seen = [], [], {}
+    for item in items:
+        table = item.this
+        try:
+            src, _ = builder.source(table, {})
+        except UndefinedRelation as e:
+            e.position = e.position or written_at(table)
+            raise
+        if not isinstance(src.node, (P.StreamScan, P.WindowRelationScan)) \
+                or src.relation.kind == "table":
+            raise Unsupported(f'"{src.relation.name}" is a table; a pattern reads streams, '
+                              "named windows and derived streams", position=written_at(table))
+        if isinstance(src.node, P.WindowRelationScan) and not src.node.follow:
+            src.node = P.WindowRelationScan(src.node.name, src.node.alias, src.node.schema,
+                                            src.node.kind, follow=True)
+        key = src.alias.lower()
+        if key in seen:
+            raise DuplicateAlias(f'table name "{src.alias}" specified more than once',
+                                 hint="Give each component of SEQ its own alias: "
+                                      f"SEQ({src.relation.name} x1, {src.relation.name} x2).",
+                                 position=written_at(table))
+        seen[key] = True
+        sources.append(src)
+        negated.append(bool(item.args.get("negated")))
+    return sources, negated
+
+
+def _aliases(e: P.Expr) -> set:
+    return {c.split(".", 1)[0].lower() for c in e.columns}
+
+
+def _divide(builder, where, scope: Scope, sources: list, negated: list) -> dict:
+    """WHERE's terms by what they name: one component (its own), positive ones (cross),
+    a negated one with positive ones (its negation), none (constant); the ``[a, b]``
+    terms apart."""
+    parts = {"own": {}, "cross": [], "negation": {}, "constant": [], "equivalence": []}
+    if where is None:
+        return parts
+    cond = where.this
+    index = {s.alias.lower(): i for i, s in enumerate(sources)}
+    terms = list(cond.flatten()) if isinstance(cond, exp.And) else [cond]
+    for term in terms:
+        while isinstance(term, exp.Paren):
+            term = term.this
+        if isinstance(term, exp.Array):
+            parts["equivalence"].append(term)
+            continue
+        check_boolean(term, lambda c: scope.resolve(c)[1], "WHERE")
+        e = builder.expr(term, scope.resolve)
+        names = _aliases(e)
+        negs = [index[a] for a in names if negated[index[a]]]
+        if len(negs) > 1:
+            raise Unsupported("a condition may name one negated component only",
+                              hint="Each !( ) is checked on its own; split the condition.",
+                              position=written_at(term))
+        if not names:
+            parts["constant"].append(e)
+        elif len(names) == 1:
+            parts["own"].setdefault(index[next(iter(names))], []).append(e)
+        elif negs:
+            parts["negation"].setdefault(negs[0], []).append(e)
+        else:
+            parts["cross"].append(e)
+    return parts
+
+
+def _equivalence(builder, arrays: list, sources: list) -> list:
+    """``[a, b]``: per attribute, its value in every component (negated ones too)."""
+    out = []
+    for array in arrays:
+        for attr in array.expressions:
+            if not isinstance(attr, exp.Column) or attr.table:
+                raise PatternSyntax("an equivalence test names attributes: [attr1, attr2]",
+                                    hint="Write the bare column name every component has.",
+                                    position=written_at(attr))
+            row = []
+            for s in sources:
+                if s.relation.column_type(attr.name) is None:
+                    raise UndefinedColumn(f'column {s.alias}.{attr.name} does not exist',
+                                          hint=f"[{attr.name}] needs it in every component "
+                                               "of SEQ.", position=written_at(attr))
+                row.append(builder.expr(exp.column(attr.name, table=s.alias),
+                                        Scope([s]).resolve))
+            out.append(row)
+    return out
