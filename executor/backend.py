@@ -234,8 +234,8 @@ class Backend:
                 self.queries[qid].last_emit = now
             for b in batches:
                 self.send(wire.rows(qid, b))
-        for qid, error in self.graph.take_failures().items():
-            self._end(qid, error, "XX000")
+        for qid, (error, sqlstate) in self.graph.take_failures().items():
+            self._end(qid, error, sqlstate)
         for qid in self.graph.finished():
             self._end(qid)
 

@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pytest
 import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from executor.batches import TE, TS, Watermark
 from executor.context import OperatorContext
 from executor.duck import Database, quote
 from executor.operators import pattern as pattern_module
+from executor.operators.base import QueryError
 from executor.operators.pattern import Pattern
 
 STREAMS = "ABCD"
@@ -432,3 +434,24 @@ def test_state_is_purged_as_the_frontier_passes_the_window():
     assert op.state_size() < 200, op.state_size()
     op.close()
     db.close()
+
+
+def test_too_many_candidates_are_built_in_slices_or_end_the_query_with_54000():
+    """Skip till any match over a dense stream with no partitions: the candidates are built
+    in slices under the limit (the answer is the oracle's); one event that alone would build
+    more ends the query with 54000 and a hint, not the back end."""
+    events = {"A": [{"id": i, "ts": i, "k": 0, "v": 0} for i in range(1, 41)],
+              "B": [{"id": 100 + i, "ts": 40 + i, "k": 0, "v": 0} for i in range(1, 31)],
+              "C": [], "D": []}
+    comps = [A, B]
+    limit = pattern_module.CANDIDATE_LIMIT
+    pattern_module.CANDIDATE_LIMIT = 100          # 30 B events × 40 A events = 1,200
+    try:
+        got, _ = run(node(comps, [], False, 1000), comps, events, random.Random(5))
+        assert got == oracle(events, comps, [], False, 1000) and sum(got.values()) == 1200
+        pattern_module.CANDIDATE_LIMIT = 30       # one B event alone: 40
+        with pytest.raises(QueryError) as e:
+            run(node(comps, [], False, 1000), comps, events, random.Random(5))
+        assert e.value.sqlstate == "54000" and "equivalence test" in e.value.hint
+    finally:
+        pattern_module.CANDIDATE_LIMIT = limit

@@ -155,3 +155,26 @@ def test_the_bare_statement_names_columns_alias_column(streams):
         cur.execute("FETCH 0 FROM bare")
         assert [d.name for d in cur.description] == [
             "a_id", "a_k", "a_v", "a_t", "b_id", "b_k", "b_v", "b_t"]
+
+
+def test_a_pattern_that_would_build_too_many_candidates_ends_with_54000(streams):
+    """2,100 pa events, then one pb: SEQ(pa x, pa y, pb b) would build 2.2 million candidate
+    sequences for that one event. The query ends with 54000; the server and session go on."""
+    with psycopg.connect(streams.dsn, autocommit=True) as feed, \
+            psycopg.connect(streams.dsn) as reader:
+        cur = reader.cursor()
+        cur.execute("DECLARE dense CURSOR FOR SELECT x.id, y.id, b.id FROM "
+                    "EVENT SEQ(pa x, pa y, pb b) WITHIN '1 hour'")
+        now = feed.execute("SELECT CAST(now() AT TIME ZONE 'UTC' AS TIMESTAMP)").fetchone()[0]
+        base = _us(now) + 60_000_000
+        feed.execute("INSERT INTO pa VALUES " + ", ".join(
+            f"({i}, 0, 0, '{_timestamp(base + i * 1000)}')" for i in range(2100)))
+        feed.execute(f"INSERT INTO pb VALUES (9999, 0, 0, '{_timestamp(base + 3_000_000)}')")
+        for s in ("pa", "pb", "pc"):
+            feed.execute(f"ALTER STREAM {s} ADVANCE TO '{_timestamp(base + 4_000_000)}'")
+        with pytest.raises(psycopg.Error) as e:
+            cur.execute("FETCH 1 FROM dense WITH (timeout = '30s')")
+        assert e.value.sqlstate == "54000", e.value
+        assert "candidate sequences" in str(e.value)
+    with psycopg.connect(streams.dsn, autocommit=True) as c:
+        assert c.execute("SELECT 1").fetchone() == (1,)

@@ -14,6 +14,7 @@ from .. import plan as P
 from ..batches import TS, Watermark
 from ..context import OperatorContext, wall_clock
 from ..duck import Database
+from ..operators.base import QueryError
 from ..operators.filter_map import GroupedFilter
 from . import lowering
 from .results import client_batch
@@ -86,7 +87,7 @@ class RunningGraph:
         self.scans: dict = {}           # stream name (lower) -> [vertex]
         self.shared: dict = {}          # canonical subtree -> vertex
         self.queries: dict = {}         # query id -> _Query
-        self.failures: dict = {}        # query id -> error, for queries an operator failed
+        self.failures: dict = {}   # query id -> (error, SQLSTATE), for queries an operator failed
         self.tables: dict = {}          # table name (lower) -> [operators reading it]
         self._private = False           # building a query that shares nothing
         self._qid = None                # the query being built
@@ -248,6 +249,9 @@ class RunningGraph:
                         nxt.extend(op.on_mask(m, masks[k][op]))
                     else:
                         nxt.extend(op.on_batch(m, port))
+            except QueryError as e:        # the query asked for too much: its SQLSTATE
+                self._fail(parent, str(e), e.sqlstate)
+                continue
             except Exception as e:  # noqa: BLE001 - an operator's error ends its queries only
                 self._fail(parent, f"{type(e).__name__}: {e}")
                 continue
@@ -280,11 +284,11 @@ class RunningGraph:
             v.grouped.close()
         v.grouped = GroupedFilter(filters, self.context.cursor()) if filters else None
 
-    def _fail(self, v: _Vertex, error: str) -> None:
+    def _fail(self, v: _Vertex, error: str, sqlstate: str = "XX000") -> None:
         for qid in v.sinks:
-            self.failures.setdefault(qid, error)
+            self.failures.setdefault(qid, (error, sqlstate))
         for parent, _ in v.parents:
-            self._fail(parent, error)
+            self._fail(parent, error, sqlstate)
 
     def take_failures(self) -> dict:
         out, self.failures = self.failures, {}

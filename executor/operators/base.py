@@ -14,6 +14,15 @@ from ..batches import Watermark
 from ..context import OperatorContext
 
 
+class QueryError(Exception):
+    """An error of the query, not of the system: the client gets its SQLSTATE (and hint)
+    instead of XX000."""
+
+    def __init__(self, message: str, sqlstate: str, hint: str | None = None):
+        super().__init__(message)
+        self.sqlstate, self.hint = sqlstate, hint
+
+
 class Operator:
     inputs = 1
     source: str | None = None       # a scan: the stream or relation (lower) whose rows enter

@@ -21,7 +21,7 @@ from .. import duck, kernels
 from .. import plan as P
 from ..batches import INF, TE, TS, Watermark
 from ..duck import quote
-from .base import Operator
+from .base import Operator, QueryError
 from .filter_map import Fast
 from .merge import Merger
 
@@ -29,7 +29,16 @@ PART = "__part"          # an event's partition id (the equivalence attributes' 
 KNOWN = "__known"        # when a match became known: its event time as a stream tuple
 KEY_LIMIT = 1 << 62      # composite (partition, ts) keys above this: searched per partition
 NONE = -(1 << 62)        # "no bound" among event times
+CANDIDATE_LIMIT = 2_000_000   # sequences built at once (more: built in slices, or 54000)
 INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER")
+
+
+class _TooMany(Exception):
+    """A slice of events would build more than CANDIDATE_LIMIT candidate sequences."""
+
+    def __init__(self, count: int):
+        super().__init__(count)
+        self.count = count
 
 
 def _ts(i: int) -> str:
@@ -458,6 +467,9 @@ class Pattern(Operator):
         for state in range(len(self.positive) - 2, -1, -1):
             stack = self.stacks[state]
             lo, hi = stack.find(part, low, frontier)
+            count = int(np.maximum(hi - lo, 0).sum())
+            if count > CANDIDATE_LIMIT:
+                raise _TooMany(count)
             owner, pos = _ranges(lo, hi)
             levels = [stack.ids[pos]] + [lv[owner] for lv in levels]
             frontier, part = stack.ts[pos], part[owner]
@@ -469,12 +481,43 @@ class Pattern(Operator):
         return levels
 
     def _matches(self, found) -> pa.Table | None:
+        """The step's matches: candidates constructed from the last state's events in
+        slices small enough that no slice builds more than CANDIDATE_LIMIT sequences (a
+        single event that alone would is an error: 54000), each slice filtered at once."""
         if found is None or len(found[1]) == 0:
             return None
-        levels = self._construct(*found) if len(self.positive) > 1 else [found[2]]
-        self.candidates += len(levels[0])
-        if len(levels[0]) == 0:
+        kept, todo = [], [(0, len(found[1]))]
+        while todo:
+            a, b = todo.pop()
+            piece = tuple(x[a:b] if x is not None else None for x in found)
+            try:
+                levels = self._construct(*piece) if len(self.positive) > 1 else [piece[2]]
+            except _TooMany as e:
+                if b - a == 1:
+                    raise QueryError(
+                        f"a pattern would build more than {CANDIDATE_LIMIT:,} candidate "
+                        f"sequences for one event ({e.count:,})", "54000",
+                        hint="Add an equivalence test [attr], narrow WITHIN, or choose "
+                             "USING SKIP TILL NEXT MATCH.") from None
+                mid = (a + b) // 2
+                todo += [(mid, b), (a, mid)]
+                continue
+            self.candidates += len(levels[0])
+            if len(levels[0]):
+                kept.append(self._keep(levels))
+        kept = [k for k in kept if k.num_rows]
+        if not kept:
             return None
+        kept = pa.concat_tables(kept)
+        if self.closing:
+            self.pending = kept if self.pending is None else pa.concat_tables([self.pending,
+                                                                              kept])
+            return None
+        return self._stamped(kept)
+
+    def _keep(self, levels: list) -> pa.Table:
+        """The candidates (one id array per positive component) that are matches, with
+        their components' columns and times."""
         cols, names = [], []
         for j, k in enumerate(self.positive):
             rows = self.events[k].take(levels[j])
@@ -491,11 +534,7 @@ class Pattern(Operator):
         kept = self._kept(cand) if self.vectorised else None
         if kept is None:
             kept = duck.run(self.con, self._visible(cand), None, self.keep_sql)
-        if self.closing:
-            self.pending = kept if self.pending is None else pa.concat_tables([self.pending,
-                                                                              kept])
-            return None
-        return self._stamped(kept)
+        return kept
 
     def _kept(self, cand: pa.Table) -> pa.Table | None:
         """``keep_sql`` with Arrow's kernels and binary searches (None: DuckDB must)."""
