@@ -23,7 +23,8 @@ class CQL(Postgres):
     class Tokenizer(Postgres.Tokenizer):
         # PostgreSQL's oid is an unsigned 4-byte integer; as a type token it also takes [].
         KEYWORDS = {**Postgres.Tokenizer.KEYWORDS, "OID": TokenType.UINT,
-                    "EXPLAIN": TokenType.DESCRIBE, "RECOMPUTE": TokenType.DESCRIBE}
+                    "EXPLAIN": TokenType.DESCRIBE, "RECOMPUTE": TokenType.DESCRIBE,
+                    "MATCH_RECOGNIZE": TokenType.MATCH_RECOGNIZE}
 
         def tokenize(self, sql: str):
             tokens = super().tokenize(sql)

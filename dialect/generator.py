@@ -79,6 +79,17 @@ class CQLGenerator(PostgresGenerator):
         item = self.sql(e, "this")
         return f"!({item})" if e.args.get("negated") else item
 
+    def matchrecognize_sql(self, e: exp.MatchRecognize) -> str:
+        if e.args.get("define") is None:           # sqlglot's generator needs a list
+            e = e.copy()
+            e.set("define", [])
+        sql = super().matchrecognize_sql(e)
+        within = e.args.get("within")
+        if within is None:
+            return sql
+        pattern = f"PATTERN ({self.sql(e, 'pattern')})"
+        return sql.replace(pattern, f"{pattern} WITHIN {self.sql(within)}", 1)
+
     def select_sql(self, e: exp.Select) -> str:
         sql = super().select_sql(e)
         f = e.args.get("from_")

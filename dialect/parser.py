@@ -166,6 +166,56 @@ class CQLParser(PostgresParser):
                 expressions=[exp.Star()], from_=exp.From(this=pattern))))
         return super()._parse_statement()
 
+    # ------------------------------------------------------------------ MATCH_RECOGNIZE
+    def _parse_match_recognize(self):
+        """sqlglot's MATCH_RECOGNIZE, plus Flink's ``WITHIN INTERVAL …`` after PATTERN (…),
+        which is lifted out of the tokens first and kept as the node's ``within``."""
+        within = self._take_pattern_within() if self._curr is not None \
+            and self._curr.token_type == TokenType.MATCH_RECOGNIZE else None
+        node = super()._parse_match_recognize()
+        if node is not None and within is not None:
+            node.set("within", within)
+        return node
+
+    def _take_pattern_within(self) -> exp.Expression | None:
+        """The tokens ``WITHIN <interval>`` between PATTERN (…) and DEFINE, removed and
+        parsed on their own (sqlglot's MATCH_RECOGNIZE knows no WITHIN)."""
+        tokens, i, depth = self._tokens, self._index + 1, 0
+        while i < len(tokens):
+            t = tokens[i]
+            depth += (t.token_type == TokenType.L_PAREN) - (t.token_type == TokenType.R_PAREN)
+            if depth == 0:
+                return None                                  # the clause ended: no WITHIN
+            if depth == 1 and t.text.upper() == "PATTERN":
+                break
+            i += 1
+        else:
+            return None
+        j, inner = i + 1, 0                                  # past PATTERN's parentheses
+        while j < len(tokens):
+            inner += (tokens[j].token_type == TokenType.L_PAREN) \
+                - (tokens[j].token_type == TokenType.R_PAREN)
+            j += 1
+            if inner == 0:
+                break
+        if j >= len(tokens) or tokens[j].text.upper() != "WITHIN":
+            return None
+        end = j + 1
+        while end < len(tokens) and tokens[end].text.upper() != "DEFINE" \
+                and tokens[end].token_type != TokenType.R_PAREN:
+            end += 1
+        if end == j + 1:
+            self.raise_error("Expected an interval after WITHIN", tokens[j])
+        here = self._index
+        self._advance(j + 1 - here)                      # parse it where it stands …
+        within = self._parse_window_interval()
+        if self._index != end:
+            self.raise_error("Expected an interval after WITHIN, such as INTERVAL '10' SECOND")
+        self._retreat(here)                              # … then take it out
+        del tokens[j:end]
+        self._tokens_size = len(tokens)
+        return within
+
     def _parse_window_interval(self) -> exp.Expression:
         """'2 minutes' | INTERVAL '1 day' | 2 sec | 10 | an expression (START AT, BETWEEN);
         None where a window's next word begins (``[RANGE SLIDE …]`` has no size)."""

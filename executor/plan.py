@@ -202,6 +202,7 @@ class Pattern:                                             # SEQ (seed 004, SASE
     within_us: int | None = None
     strategy: str = "any"
     schema: tuple = ()
+    skip: str = "all"             # "past_last": AFTER MATCH SKIP PAST LAST ROW (no overlap)
 
 
 Node = Union[StreamScan, TableScan, WindowRelationScan, Window, Filter, Map, Join, Union_,
@@ -339,6 +340,8 @@ def _pattern_text(n: "Pattern") -> str:
     parts += [f"negation !{c.alias}" + (f": {c.against.sql}" if c.against is not None else "")
               for c in n.components if c.negated]
     parts.append(f"within {_us_text(n.within_us)}" if n.within_us else "no window")
+    if n.skip == "past_last":
+        parts.append("after match skip past last row")
     return "⊳ " + "; ".join(parts)
 
 

@@ -22,7 +22,7 @@ from .apply_default_windows import apply_default_windows, window_of
 from .catalog import Catalog, Relation
 from .check_bounded_state import check_bounded_state
 from .kernel_trees import kernel_tree
-from .patterns import pattern_source
+from .patterns import match_recognize_source, pattern_source
 from .push_down_filters import Conjunct, conjunction, push_down_filters
 from .scope import Scope, Source, columns_hint
 from .split_aggregates import is_aggregate, split_aggregates
@@ -217,6 +217,9 @@ class Builder:
                           for w in sel.args.get("windows") or []
                           if isinstance(w, X.StreamWindowClause)}
         pairs = [self.source(item, clause_windows) for item in items]
+        if sel.args.get("match") is not None:      # the first FROM item, row patterns on it
+            pairs[0] = (match_recognize_source(self, items[0], sel.args["match"]),
+                        (None, None))
         if clause_windows:
             raise UndefinedRelation(f'WINDOW names "{next(iter(clause_windows))}", which is '
                                     "not in FROM")

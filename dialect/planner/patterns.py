@@ -17,7 +17,8 @@ from ..errors import (DuplicateAlias, PatternSyntax, UndefinedColumn, UndefinedR
 from ..parser import STRATEGIES
 from .apply_default_windows import apply_default_windows, size_us, written_at
 from .push_down_filters import conjunction
-from .scope import Scope
+from .catalog import Relation
+from .scope import Scope, Source
 from .types import check_boolean
 
 
@@ -161,3 +162,142 @@ def _equivalence(builder, arrays: list, sources: list) -> list:
                                         Scope([s]).resolve))
             out.append(row)
     return out
+
+
+# ---------------------------------------------------------------------- MATCH_RECOGNIZE
+_SKIPS = {None: "past_last", "AFTER MATCH SKIP PAST LAST ROW": "past_last",
+          "AFTER MATCH SKIP TO NEXT ROW": "all"}
+# a variable's rows, when each variable is one row: these functions are the row's value
+_ONE_ROW = {exp.First: lambda a: a, exp.Last: lambda a: a, exp.Sum: lambda a: a,
+            exp.Min: lambda a: a, exp.Max: lambda a: a, exp.Avg: lambda a: a}
+
+
+def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecognize):
+    """``t MATCH_RECOGNIZE (…) AS m`` as a relation of its own (PARTITION BY columns, then
+    MEASURES), for the SELECT around it. PATTERN is a concatenation of variables, one row
+    each, rows consecutive in the partition: the pattern operator's strict contiguity, with
+    PARTITION BY as its equivalence test and DEFINE as its predicates."""
+    at = written_at(match)
+    variables = _variables(match)
+    defines = {d.alias.upper(): d.this for d in match.args.get("define") or []}
+    for name in defines:
+        if name not in variables:
+            raise PatternSyntax(f'DEFINE names "{name}", which PATTERN does not use',
+                                position=at)
+    if match.args.get("rows") is not None and match.args["rows"].name != "ONE ROW PER MATCH":
+        raise Unsupported(f"{match.args['rows'].name} is not supported yet",
+                          hint="Write ONE ROW PER MATCH (the default).", position=at)
+    after = match.args.get("after")
+    skip = _SKIPS.get(after.name if after is not None else None)
+    if skip is None:
+        raise Unsupported(f"{after.name} is not supported yet", position=at,
+                          hint="Write AFTER MATCH SKIP PAST LAST ROW or TO NEXT ROW.")
+    sources = []
+    for var in variables:
+        src, _ = builder.source(exp.Table(this=table.this.copy(), db=table.args.get("db"),
+                                          alias=exp.TableAlias(this=exp.to_identifier(var))),
+                                {})
+        if src.relation.kind == "table":
+            raise Unsupported(f'"{src.relation.name}" is a table; MATCH_RECOGNIZE reads a '
+                              "stream here", position=written_at(table))
+        sources.append(src)
+    _check_order(match, sources[0], at)
+    scope = Scope(sources)
+    keys = []
+    for p in match.args.get("partition_by") or []:
+        if not isinstance(p, exp.Column) or p.table:
+            raise Unsupported("PARTITION BY takes columns here", position=written_at(p))
+        keys.append(p.name)
+    components, cross = [], []
+    for var, src in zip(variables, sources):
+        cond = defines.get(var)
+        own, against = [], []
+        if cond is not None:
+            _refuse_navigation(cond, "DEFINE")
+            cond = _qualified(cond, var, variables)
+            check_boolean(cond, lambda c: scope.resolve(c)[1], "DEFINE")
+            e = builder.expr(cond, scope.resolve)
+            (own if _aliases(e) <= {var.lower()} else against).append(e)
+            cross += against
+        partition = tuple(builder.expr(exp.column(k, table=var), Scope([src]).resolve)
+                          for k in keys)
+        components.append(P.PatternComponent(var, False, conjunction(own), partition,
+                                             conjunction(against)))
+    within = match.args.get("within")
+    within_us = size_us(within) if within is not None else None
+    schema = tuple(c for s in sources for c in s.node.schema)
+    node = P.Pattern(tuple(s.node for s in sources), tuple(components), conjunction(cross),
+                     within_us, "strict", schema, skip)
+    node = P.Window(node, apply_default_windows(None, None, has_end_column=False), schema)
+    alias = match.alias or "match_recognize"
+    outputs = [P.NamedExpr(f"{alias}.{k}", builder.expr(exp.column(k, table=variables[0]),
+                                                        scope.resolve)) for k in keys]
+    for m in match.args.get("measures") or []:
+        item = m.this
+        if not isinstance(item, exp.Alias):
+            raise PatternSyntax("each MEASURES item needs a name: expr AS name",
+                                position=written_at(item))
+        _refuse_navigation(item.this, "MEASURES", allowed=tuple(_ONE_ROW))
+        value = _qualified(item.this.transform(_one_row), variables[-1], variables)
+        outputs.append(P.NamedExpr(f"{alias}.{item.alias}", builder.expr(value, scope.resolve)))
+    columns = tuple(P.Column(o.name, o.expr.type) for o in outputs)
+    mapped = P.Map(node, tuple(outputs), columns)
+    rel = Relation(alias, "subquery", tuple((c.name.split(".", 1)[1], c.type) for c in columns))
+    return Source(alias, rel, mapped, True)
+
+
+def _variables(match: exp.MatchRecognize) -> list:
+    """PATTERN's variables, in order: a concatenation of distinct names."""
+    text = match.args["pattern"].name
+    words = text.split()
+    for w in words:
+        if not w.replace("_", "").isalnum():
+            raise Unsupported(f"PATTERN ({text}): quantifiers, alternation and grouping are "
+                              "not supported yet",
+                              hint="Write a concatenation of variables, PATTERN (A B C), or "
+                                   "use EVENT SEQ(…) (docs/patterns.md).",
+                              position=written_at(match))
+    upper = [w.upper() for w in words]
+    if len(set(upper)) != len(upper) or not upper:
+        raise Unsupported(f"PATTERN ({text}): a variable used twice is not supported yet",
+                          position=written_at(match))
+    return upper
+
+
+def _check_order(match: exp.MatchRecognize, src, at) -> None:
+    order = match.args.get("order")
+    cols = order.expressions if order is not None else []
+    ts = src.relation.timestamp_column
+    if len(cols) != 1 or not isinstance(cols[0].this, exp.Column) or cols[0].args.get("desc") \
+            or ts is None or cols[0].this.name.lower() != ts.lower():
+        raise Unsupported("MATCH_RECOGNIZE over a stream is ordered by its event time",
+                          hint=f"Write ORDER BY {ts}." if ts else None, position=at)
+
+
+def _qualified(e: exp.Expression, var: str, variables: list) -> exp.Expression:
+    """Unqualified columns name ``var``'s row (in DEFINE: the row being classified; in
+    MEASURES: the match's last row); ``X.col`` names variable X's row."""
+    def fix(node):
+        if isinstance(node, exp.Column) and not node.table:
+            return exp.column(node.name, table=var)
+        if isinstance(node, exp.Column) and node.table.upper() in variables:
+            return exp.column(node.name, table=node.table.upper())
+        return node
+    return e.copy().transform(fix)
+
+
+def _one_row(node):
+    """FIRST, LAST and aggregates over a one-row variable are its row's value."""
+    f = _ONE_ROW.get(type(node))
+    return f(node.this) if f is not None else node
+
+
+def _refuse_navigation(e: exp.Expression, where: str, allowed: tuple = ()) -> None:
+    for node in e.walk():
+        name = node.name.upper() if isinstance(node, exp.Anonymous) else None
+        if name in ("PREV", "NEXT", "MATCH_NUMBER", "CLASSIFIER") or (
+                isinstance(node, (exp.First, exp.Last, exp.AggFunc, exp.Count))
+                and not isinstance(node, allowed)):
+            raise Unsupported(f"{node.sql('cql')} in {where} is not supported yet",
+                              hint="Compare the variables' rows directly (B.v > A.v).",
+                              position=written_at(node))
