@@ -58,3 +58,12 @@ def run(con: duckdb.DuckDBPyConnection, name, data, sql: str) -> pa.Table:
     finally:
         for n in inputs:
             con.unregister(n)
+
+
+def typed_empty(con: duckdb.DuckDBPyConnection, columns, extra: str = "") -> pa.Table:
+    """No rows, with the Arrow types DuckDB gives ``columns`` (plan Columns: name, DuckDB
+    type); ``extra`` adds more select items."""
+    cols = [f"CAST(NULL AS {c.type or 'VARCHAR'}) AS {quote(c.name)}" for c in columns]
+    if extra:
+        cols.append(extra)
+    return con.sql(f"SELECT {', '.join(cols)} LIMIT 0").to_arrow_table()

@@ -187,6 +187,16 @@ class PatternComponent:
 
 
 @dataclass(frozen=True)
+class RowMeasure:
+    """One value a row pattern's match gives (MATCH_RECOGNIZE's MEASURES, taken apart):
+    ``func`` first, last, sum, min, max, avg or count of ``column`` over the rows mapped to
+    ``var`` (None: every row of the match), or classifier / match_number."""
+    func: str
+    var: str | None = None
+    column: str | None = None
+
+
+@dataclass(frozen=True)
 class Pattern:                                             # SEQ (seed 004, SASE)
     """Sequences of events, one per positive component, in strictly increasing event time,
     by sequence scan and construction over (partitioned) Active Instance Stacks. ``where``:
@@ -203,6 +213,12 @@ class Pattern:                                             # SEQ (seed 004, SASE
     strategy: str = "any"
     schema: tuple = ()
     skip: str = "all"             # "past_last": AFTER MATCH SKIP PAST LAST ROW (no overlap)
+    # a row pattern (MATCH_RECOGNIZE with quantifiers or alternation): its tree over the
+    # components' names (dialect/planner/row_pattern.py), one input whose rows each
+    # component classifies, and the measures; the schema is the partition's columns, then
+    # one per measure
+    regex: tuple | None = None
+    measures: tuple = ()          # tuple[RowMeasure]
 
 
 Node = Union[StreamScan, TableScan, WindowRelationScan, Window, Filter, Map, Join, Union_,
@@ -227,7 +243,7 @@ _TYPES = {cls.__name__: cls for cls in (
     Column, Expr, NamedExpr, RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
     FixedWindow, IntervalWindow, LoopWindow, StreamScan, TableScan, WindowRelationScan, Window,
     Filter, Map, Join, Union_, Partial, Aggregate, Distinct, Difference, Limit, Plan,
-    PatternComponent, Pattern)}
+    PatternComponent, Pattern, RowMeasure)}
 
 
 def to_dict(obj):
@@ -323,10 +339,37 @@ _STRATEGIES = {"any": "skip till any match", "next": "skip till next match",
                "strict": "strict contiguity"}
 
 
+def _regex_text(tree) -> str:
+    kind = tree[0]
+    if kind == "var":
+        return tree[1]
+    if kind == "seq":
+        return " ".join(_regex_text(t) if t[0] != "alt" else f"({_regex_text(t)})"
+                        for t in tree[1])
+    if kind == "alt":
+        return " | ".join(_regex_text(t) for t in tree[1])
+    _, item, low, high, greedy = tree
+    inner = _regex_text(item) if item[0] == "var" else f"({_regex_text(item)})"
+    q = {(0, None): "*", (1, None): "+", (0, 1): "?"}.get((low, high))
+    if q is None:
+        q = f"{{{low}}}" if low == high else f"{{{low},{'' if high is None else high}}}"
+    return inner + q + ("" if greedy else "?")
+
+
 def _pattern_text(n: "Pattern") -> str:
     """SEQ's NFA as EXPLAIN shows it: states (the positive components), stacks (partitioned
     by the equivalence test: PAIS), the predicates pushed into scan and construction, the
     negations and the window."""
+    if n.regex is not None:
+        return "⊳ " + "; ".join(
+            [f"PATTERN ({_regex_text(n.regex)})", "backtracking over each partition's rows",
+             ("partition by " + ", ".join(e.sql for e in n.components[0].partition))
+             if n.components[0].partition else "one partition"]
+            + [f"define {c.alias}: {c.predicate.sql}" for c in n.components
+               if c.predicate is not None]
+            + [f"within {_us_text(n.within_us)}" if n.within_us else "no window",
+               "after match skip " + ("past last row" if n.skip == "past_last"
+                                      else "to next row")])
     pos = [c for c in n.components if not c.negated]
     parts = [f"SEQ({', '.join(('!' if c.negated else '') + c.alias for c in n.components)})",
              f"NFA states 0→{len(pos)} on " + " → ".join(c.alias for c in pos),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import random
+import re
 
 import psycopg
 import pyarrow as pa
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 import dialect  # noqa: F401 - registers the cql dialect
 from dialect.planner import MemoryCatalog, Relation, plan
+from dialect.planner.row_pattern import parse as parse_pattern
 from executor.graph import RunningQuery
 
 CATALOG = MemoryCatalog().add(Relation("ev", "stream", (
@@ -55,7 +57,10 @@ def oracle(rows: list, skip: str, within_s: int) -> collections.Counter:
     return out
 
 
-def run(sql: str, rows: list, rng: random.Random) -> collections.Counter:
+def run(sql: str, rows: list, rng: random.Random,
+        key=lambda r: (r["k"], r["av"], r["bv"], r["cv"])) -> collections.Counter:
+    """The query in process: rows pushed in batches of random sizes, a watermark after some,
+    then the end; its rows as a multiset of ``key``."""
     q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), CATALOG))
     rows = sorted(rows, key=lambda r: r["ts"])
     out, i = [], 0
@@ -71,8 +76,7 @@ def run(sql: str, rows: list, rng: random.Random) -> collections.Counter:
         if rng.random() < 0.5:
             out += q.watermark("ev", chunk[-1]["ts"] + 1)
     out += q.end()
-    return collections.Counter((r["k"], r["av"], r["bv"], r["cv"])
-                               for b in out for r in b.to_pylist())
+    return collections.Counter(key(r) for b in out for r in b.to_pylist())
 
 
 rows_strategy = st.lists(st.tuples(st.integers(0, 2), st.sampled_from(KINDS),
@@ -105,9 +109,12 @@ def test_overlapping_matches_are_skipped_past_the_last_row():
 
 
 BAD = [
-    ("PATTERN (A B+)", "0A000", "quantifiers, alternation and grouping are not supported yet"),
-    ("PATTERN (A | B)", "0A000", "quantifiers, alternation and grouping are not supported yet"),
-    ("PATTERN (A B A)", "0A000", "a variable used twice is not supported yet"),
+    ("PATTERN (A {- B -} C) DEFINE A AS kind = 'a'", "0A000",
+     "exclusion {- … -} is not supported"),
+    ("PATTERN (A B*) DEFINE B AS B.v > A.v", "0A000",
+     "a DEFINE may name only its own row yet"),
+    ("PATTERN (A? B*) DEFINE A AS kind = 'a'", "42601", "can match no rows at all"),
+    ("PATTERN (A B) DEFINE A AS PREV(v) > 1", "0A000", "is not supported yet"),
 ]
 
 
@@ -118,7 +125,7 @@ def test_what_is_not_supported_yet_says_so(server, pattern, state, message):
                   "ts TIMESTAMP TIMESTAMPCOLUMN)")
         with pytest.raises(psycopg.Error) as e:
             c.execute(f"SELECT * FROM mr_ev MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts "
-                      f"MEASURES A.v AS av {pattern} DEFINE A AS kind = 'a') AS m")
+                      f"MEASURES A.v AS av {pattern}) AS m")
         assert e.value.sqlstate == state and message in e.value.diag.message_primary
         assert e.value.diag.statement_position is not None
 
@@ -149,3 +156,96 @@ def test_match_recognize_through_a_server(server):
                 break
             got.update(batch)
         assert got == want and sum(want.values()) > 5
+
+
+# ---------------------------------------------------------------------- quantifiers
+ROW_DEFINE = {"A": lambda r: r["kind"] == "a", "B": lambda r: r["v"] > 2,
+              "C": lambda r: r["kind"] != "a"}
+PATTERNS = ["A B+ C", "A B*? C", "(A | B)+ C", "A{2,3} B?", "A (B C)+", "A+? B", "(A B | C)*? A"]
+
+
+def _python_regex(tree) -> str:
+    """The pattern tree as Python's re, each row a character of its variables' bits: re's
+    backtracking order is the SQL standard's order of preference."""
+    kind = tree[0]
+    if kind == "var":
+        bit = "ABC".index(tree[1])
+        chars = "".join(chr(0x100 + m) for m in range(8) if m >> bit & 1)
+        return f"(?P<{tree[1]}_{next(_GROUPS)}>[{chars}])"
+    if kind == "seq":
+        return "".join(_python_regex(t) for t in tree[1])
+    if kind == "alt":
+        return "(?:" + "|".join(_python_regex(t) for t in tree[1]) + ")"
+    _, item, low, high, greedy = tree
+    return (f"(?:{_python_regex(item)}){{{low},{'' if high is None else high}}}"
+            + ("" if greedy else "?"))
+
+
+_GROUPS = iter(range(10**9))
+
+
+def regex_oracle(rows: list, pattern: str, skip: str, within_s: int) -> collections.Counter:
+    """(k, first v, last v, rows, classifier, match number) of every match, by Python's re
+    over each partition's rows."""
+    compiled = re.compile(_python_regex(parse_pattern(pattern)))
+    out = collections.Counter()
+    by_key = collections.defaultdict(list)
+    for r in rows:
+        by_key[r["k"]].append(r)
+    for k, part in by_key.items():
+        part.sort(key=lambda r: r["ts"])
+        text = "".join(chr(0x100 + sum(1 << i for i, v in enumerate("ABC")
+                                       if ROW_DEFINE[v](r))) for r in part)
+        pos, number = 0, 0
+        while pos < len(part):
+            cut = next((i for i, r in enumerate(part)
+                        if r["ts"] >= part[pos]["ts"] + within_s * 1_000_000), len(part))
+            m = compiled.match(text, pos, cut)
+            if m is None or m.end() == pos:
+                pos += 1
+                continue
+            number += 1
+            out[(k, part[pos]["v"], part[m.end() - 1]["v"], m.end() - pos,
+                 m.lastgroup.split("_")[0], number)] += 1
+            pos = m.end() if skip == "past" else pos + 1
+    return out
+
+
+ROW_SQL = ("SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts "
+           "MEASURES FIRST(v) AS fv, LAST(v) AS lv, COUNT(*) AS n, CLASSIFIER() AS cl, "
+           "MATCH_NUMBER() AS mn {after} PATTERN ({pattern}) WITHIN INTERVAL '{within}' "
+           "SECOND DEFINE {define}) AS m")
+ROW_DEFINE_SQL = {"A": "A AS kind = 'a'", "B": "B AS v > 2", "C": "C AS kind <> 'a'"}
+
+
+def run_rows(sql: str, rows: list, rng: random.Random) -> collections.Counter:
+    return run(sql, rows, rng, key=lambda r: (r["k"], r["fv"], r["lv"], r["n"], r["cl"],
+                                              r["mn"]))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows_strategy, st.sampled_from(PATTERNS), st.sampled_from(["past", "next"]),
+       st.sampled_from([2, 1000]), st.integers(0, 1000))
+def test_quantifiers_and_alternation_equal_pythons_re(data, pattern, skip, within, seed):
+    rows = [{"k": k, "kind": kind, "v": v, "ts": (i + 1) * 500_000}
+            for i, (k, kind, v) in enumerate(data)]
+    after = {"past": "AFTER MATCH SKIP PAST LAST ROW", "next": "AFTER MATCH SKIP TO NEXT ROW"}
+    define = ", ".join(ROW_DEFINE_SQL[v] for v in "ABC" if v in pattern)
+    sql = ROW_SQL.format(after=after[skip], pattern=pattern, within=within, define=define)
+    assert run_rows(sql, rows, random.Random(seed)) == regex_oracle(rows, pattern, skip, within)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_longer_runs_of_rows_with_partitions_that_empty_and_return(seed):
+    """60 rows over 3 partitions, every pattern and skip: a partition whose rows are all
+    behind a match keeps counting its matches (MATCH_NUMBER) when rows come again."""
+    rng = random.Random(seed)
+    rows = [{"k": rng.randrange(3), "kind": rng.choice(KINDS), "v": rng.randrange(6),
+             "ts": (i + 1) * 500_000} for i in range(60)]
+    after = {"past": "AFTER MATCH SKIP PAST LAST ROW", "next": "AFTER MATCH SKIP TO NEXT ROW"}
+    for pattern in PATTERNS:
+        define = ", ".join(ROW_DEFINE_SQL[v] for v in "ABC" if v in pattern)
+        for skip in after:
+            sql = ROW_SQL.format(after=after[skip], pattern=pattern, within=2, define=define)
+            want = regex_oracle(rows, pattern, skip, 2)
+            assert run_rows(sql, rows, random.Random(seed)) == want, (pattern, skip)

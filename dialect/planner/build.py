@@ -8,7 +8,6 @@ aggregates into two phases (``split_aggregates``), refuses unbounded state
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -24,7 +23,7 @@ from .check_bounded_state import check_bounded_state
 from .kernel_trees import kernel_tree
 from .patterns import match_recognize_source, pattern_source
 from .push_down_filters import Conjunct, conjunction, push_down_filters
-from .scope import Scope, Source, columns_hint
+from .scope import Scope, Source
 from .split_aggregates import is_aggregate, split_aggregates
 from .types import UNKNOWN, check_boolean, infer, normalize
 

@@ -16,6 +16,7 @@ from ..errors import (DuplicateAlias, PatternSyntax, UndefinedColumn, UndefinedR
                       Unsupported)
 from ..parser import STRATEGIES
 from .apply_default_windows import apply_default_windows, size_us, written_at
+from . import row_pattern
 from .push_down_filters import conjunction
 from .catalog import Relation
 from .scope import Scope, Source
@@ -178,7 +179,17 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
     each, rows consecutive in the partition: the pattern operator's strict contiguity, with
     PARTITION BY as its equivalence test and DEFINE as its predicates."""
     at = written_at(match)
-    variables = _variables(match)
+    text = match.args["pattern"].name
+    try:
+        tree = row_pattern.parse(text)
+    except (PatternSyntax, Unsupported) as e:
+        e.position = e.position or at
+        raise
+    if row_pattern.can_be_empty(tree):
+        raise PatternSyntax(f"PATTERN ({text}) can match no rows at all",
+                            hint="Make at least one variable required (no *, ? or {0,…}).",
+                            position=at)
+    variables = row_pattern.variables(tree)
     defines = {d.alias.upper(): d.this for d in match.args.get("define") or []}
     for name in defines:
         if name not in variables:
@@ -192,6 +203,8 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
     if skip is None:
         raise Unsupported(f"{after.name} is not supported yet", position=at,
                           hint="Write AFTER MATCH SKIP PAST LAST ROW or TO NEXT ROW.")
+    if not row_pattern.is_concatenation(tree) or _needs_rows(match):
+        return _row_pattern_source(builder, table, match, tree, variables, defines, skip)
     sources = []
     for var in variables:
         src, _ = builder.source(exp.Table(this=table.this.copy(), db=table.args.get("db"),
@@ -246,24 +259,6 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
     return Source(alias, rel, mapped, True)
 
 
-def _variables(match: exp.MatchRecognize) -> list:
-    """PATTERN's variables, in order: a concatenation of distinct names."""
-    text = match.args["pattern"].name
-    words = text.split()
-    for w in words:
-        if not w.replace("_", "").isalnum():
-            raise Unsupported(f"PATTERN ({text}): quantifiers, alternation and grouping are "
-                              "not supported yet",
-                              hint="Write a concatenation of variables, PATTERN (A B C), or "
-                                   "use EVENT SEQ(…) (docs/patterns.md).",
-                              position=written_at(match))
-    upper = [w.upper() for w in words]
-    if len(set(upper)) != len(upper) or not upper:
-        raise Unsupported(f"PATTERN ({text}): a variable used twice is not supported yet",
-                          position=written_at(match))
-    return upper
-
-
 def _check_order(match: exp.MatchRecognize, src, at) -> None:
     order = match.args.get("order")
     cols = order.expressions if order is not None else []
@@ -292,12 +287,131 @@ def _one_row(node):
     return f(node.this) if f is not None else node
 
 
-def _refuse_navigation(e: exp.Expression, where: str, allowed: tuple = ()) -> None:
+def _refuse_navigation(e: exp.Expression, where: str, allowed: tuple = (),
+                       calls: tuple = ()) -> None:
     for node in e.walk():
         name = node.name.upper() if isinstance(node, exp.Anonymous) else None
-        if name in ("PREV", "NEXT", "MATCH_NUMBER", "CLASSIFIER") or (
+        if (name in ("PREV", "NEXT", "MATCH_NUMBER", "CLASSIFIER") and name not in calls) or (
                 isinstance(node, (exp.First, exp.Last, exp.AggFunc, exp.Count))
                 and not isinstance(node, allowed)):
             raise Unsupported(f"{node.sql('cql')} in {where} is not supported yet",
                               hint="Compare the variables' rows directly (B.v > A.v).",
                               position=written_at(node))
+
+
+# ---------------------------------------------------------------------- a row pattern
+ROWS = "__rows"                  # the one input's alias
+MEASURED = "__m"                 # the operator's output, before MEASURES' expressions
+_FUNCS = {exp.First: "first", exp.Last: "last", exp.Sum: "sum", exp.Min: "min",
+          exp.Max: "max", exp.Avg: "avg", exp.Count: "count"}
+_CALLS = {"CLASSIFIER": "classifier", "MATCH_NUMBER": "match_number"}
+
+
+def _needs_rows(match: exp.MatchRecognize) -> bool:
+    """MEASURES that only the row pattern's matcher gives (per match, not per row)."""
+    return any(isinstance(n, exp.Anonymous) and n.name.upper() in _CALLS
+               for m in match.args.get("measures") or [] for n in m.walk())
+
+
+def _row_pattern_source(builder, table, match, tree, variables, defines, skip) -> Source:
+    """Quantifiers, alternation, grouping: the pattern operator's row-pattern matcher over
+    the stream's rows, each variable's DEFINE decided per row (it may name only the row
+    itself), MEASURES taken apart into the values it computes per match."""
+    at = written_at(match)
+    src, _ = builder.source(exp.Table(this=table.this.copy(), db=table.args.get("db"),
+                                      alias=exp.TableAlias(this=exp.to_identifier(ROWS))), {})
+    if src.relation.kind == "table":
+        raise Unsupported(f'"{src.relation.name}" is a table; MATCH_RECOGNIZE reads a stream '
+                          "here", position=written_at(table))
+    _check_order(match, src, at)
+    scope = Scope([src])
+    keys = [p.name for p in match.args.get("partition_by") or []
+            if isinstance(p, exp.Column) and not p.table]
+    if len(keys) != len(match.args.get("partition_by") or []):
+        raise Unsupported("PARTITION BY takes columns here", position=at)
+    partition = tuple(builder.expr(exp.column(k, table=ROWS), scope.resolve) for k in keys)
+    components = []
+    for var in variables:
+        cond = defines.get(var)
+        pred = None
+        if cond is not None:
+            _refuse_navigation(cond, "DEFINE")
+            for c in cond.find_all(exp.Column):
+                if c.table and c.table.upper() != var:
+                    raise Unsupported(f"DEFINE {var} names {c.table}.{c.name}: with "
+                                      "quantifiers or alternation a DEFINE may name only its "
+                                      "own row yet", position=written_at(c),
+                                      hint="Compare with constants, or write the pattern as "
+                                           "a concatenation.")
+            cond = cond.copy().transform(lambda n: exp.column(n.name, table=ROWS)
+                                         if isinstance(n, exp.Column) else n)
+            check_boolean(cond, lambda c: scope.resolve(c)[1], "DEFINE")
+            pred = builder.expr(cond, scope.resolve)
+        components.append(P.PatternComponent(var, False, pred, partition))
+    measures, atoms, outputs_sql = [], [], []
+    for m in match.args.get("measures") or []:
+        item = m.this
+        if not isinstance(item, exp.Alias):
+            raise PatternSyntax("each MEASURES item needs a name: expr AS name",
+                                position=written_at(item))
+        outputs_sql.append((item.alias, _atoms(item.this, variables, scope, atoms, at)))
+    measures = tuple(a for a, _ in atoms)
+    key_cols = [P.Column(f"{MEASURED}.{k}", t.type) for k, t in zip(keys, partition)]
+    atom_cols = [P.Column(f"{MEASURED}.__m{i}", typ) for i, (_, typ) in enumerate(atoms)]
+    schema = tuple(key_cols + atom_cols)
+    within = match.args.get("within")
+    node = P.Pattern((src.node,), tuple(components), None,
+                     size_us(within) if within is not None else None, "strict", schema,
+                     skip, tree, measures)
+    node = P.Window(node, apply_default_windows(None, None, has_end_column=False), schema)
+    measured = Scope([Source(MEASURED, Relation(MEASURED, "subquery", tuple(
+        (c.name.split(".", 1)[1], c.type) for c in schema)), node, True)])
+    alias = match.alias or "match_recognize"
+    outputs = [P.NamedExpr(f"{alias}.{k}", builder.expr(exp.column(k, table=MEASURED),
+                                                        measured.resolve)) for k in keys]
+    outputs += [P.NamedExpr(f"{alias}.{name}", builder.expr(e, measured.resolve))
+                for name, e in outputs_sql]
+    columns = tuple(P.Column(o.name, o.expr.type) for o in outputs)
+    rel = Relation(alias, "subquery", tuple((c.name.split(".", 1)[1], c.type) for c in columns))
+    return Source(alias, rel, P.Map(node, tuple(outputs), columns), True)
+
+
+def _atoms(e: exp.Expression, variables: list, scope: Scope, atoms: list, at):
+    """A MEASURES expression with each per-match value (FIRST/LAST/aggregates of a
+    variable's column, a bare ``A.c`` = LAST(A.c), a bare ``c`` = the match's last row,
+    CLASSIFIER(), MATCH_NUMBER()) replaced by a column of the operator's output."""
+    def atom(measure: P.RowMeasure, typ: str) -> exp.Column:
+        if (measure, typ) not in atoms:
+            atoms.append((measure, typ))
+        return exp.column(f"__m{atoms.index((measure, typ))}", table=MEASURED)
+
+    def of(col: exp.Column) -> tuple:
+        var = col.table.upper() if col.table else None
+        if var is not None and var not in variables:
+            raise UndefinedRelation(f'MEASURES names "{col.table}", which PATTERN does not use',
+                                    position=written_at(col))
+        return var, scope.resolve(exp.column(col.name, table=ROWS))
+
+    def fix(node):
+        if isinstance(node, exp.Anonymous) and node.name.upper() in _CALLS:
+            func = _CALLS[node.name.upper()]
+            return atom(P.RowMeasure(func), "VARCHAR" if func == "classifier" else "BIGINT")
+        func = _FUNCS.get(type(node))
+        if func is not None:
+            arg = node.this
+            if func == "count" and (isinstance(arg, exp.Star) or arg is None):
+                return atom(P.RowMeasure("count"), "BIGINT")
+            if not isinstance(arg, exp.Column):
+                raise Unsupported(f"{node.sql('cql')}: MEASURES take a function of one "
+                                  "variable's column here", position=written_at(node))
+            var, (internal, typ) = of(arg)
+            name = internal.split(".", 1)[1]
+            out = {"count": "BIGINT", "avg": "DOUBLE",
+                   "sum": "DOUBLE" if typ in ("DOUBLE", "REAL", "FLOAT") else "BIGINT"}
+            return atom(P.RowMeasure(func, var, internal), out.get(func, typ))
+        if isinstance(node, exp.Column):
+            var, (internal, typ) = of(node)
+            return atom(P.RowMeasure("last", var, internal), typ)
+        return node
+    _refuse_navigation(e, "MEASURES", allowed=tuple(_FUNCS), calls=tuple(_CALLS))
+    return e.copy().transform(fix)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import plan as P
 from ..duck import quote
 from ..operators import (aggregate, filter_map, join, loop_window, pattern, range_aggregate,
-                        rows_window, slide_aggregate, union, window)
+                        row_pattern, rows_window, slide_aggregate, union, window)
 from ..operators.limit import Limit
 from ..operators.scan import RelationScan, Scan
 
@@ -162,7 +162,8 @@ _BUILDERS = {
     P.Aggregate: _each(_aggregate),
     P.Limit: _each(Limit),
     P.Join: _join,
-    P.Pattern: _each(pattern.Pattern),
+    P.Pattern: _each(lambda n: (row_pattern.RowPattern if n.regex is not None
+                                else pattern.Pattern)(n)),
 }
 
 # a time window under an aggregate runs with it as one vectorised operator, when the

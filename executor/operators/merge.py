@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..batches import TS, sort_by_interval
+from ..batches import INF, TS, sort_by_interval
+from .base import Operator
 
 
 class Merger:
@@ -71,3 +72,29 @@ def _split(queue: list, limit: int) -> tuple[list, list]:
         head, tail = b.slice(0, cut), b.slice(cut)
         return queue[:i] + [head], [tail] + queue[i + 1:]
     return queue, []
+
+
+class Merging(Operator):
+    """An operator over several inputs that works on their stable rows: each message adds
+    to the merge, and ``advance(limit, parts, everything)`` gets every input's rows up to
+    the frontier (``limit``; INF at the end, when ``everything``)."""
+
+    def on_batch(self, batch, port=0):
+        self.merger.add(batch, port)
+        return self._step()
+
+    def on_watermark(self, ts, port=0):
+        self.merger.mark(ts, port)
+        return self._step()
+
+    def on_end(self):
+        return self._step(everything=True)
+
+    def _step(self, everything: bool = False) -> list:
+        limit, parts = self.merger.release_parts(everything=everything)
+        if limit is None and not everything:
+            return []
+        return self.advance(INF if everything else limit, parts, everything)
+
+    def advance(self, limit: int, parts: list, everything: bool) -> list:
+        raise NotImplementedError

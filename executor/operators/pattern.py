@@ -19,11 +19,11 @@ import pyarrow.compute as pc
 
 from .. import duck, kernels
 from .. import plan as P
-from ..batches import INF, TE, TS, Watermark
+from ..batches import TE, TS, Watermark
 from ..duck import quote
-from .base import Operator, QueryError
+from .base import QueryError
 from .filter_map import Fast
-from .merge import Merger
+from .merge import Merger, Merging
 
 PART = "__part"          # an event's partition id (the equivalence attributes' values)
 KNOWN = "__known"        # when a match became known: its event time as a stream tuple
@@ -199,7 +199,7 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return owner, np.arange(int(count.sum()), dtype=np.int64) + starts
 
 
-class Pattern(Operator):
+class Pattern(Merging):
     def __init__(self, node: P.Pattern):
         self.node = node
         self.inputs = len(node.inputs)
@@ -302,22 +302,7 @@ class Pattern(Operator):
         return out
 
     # ------------------------------------------------------------------ messages
-    def on_batch(self, batch, port=0):
-        self.merger.add(batch, port)
-        return self._step()
-
-    def on_watermark(self, ts, port=0):
-        self.merger.mark(ts, port)
-        return self._step()
-
-    def on_end(self):
-        return self._step(everything=True)
-
-    def _step(self, everything: bool = False) -> list:
-        limit, parts = self.merger.release_parts(everything=everything)
-        if limit is None and not everything:
-            return []
-        limit = INF if everything else limit
+    def advance(self, limit: int, parts: list, everything: bool) -> list:
         out = self._scan(parts)
         if self.closing:                      # _scan held its matches; release the ripe
             out = self._release_closed(limit)
@@ -578,10 +563,8 @@ class Pattern(Operator):
     def _empty(self, k: int) -> pa.Table:
         """Component ``k`` with no events yet, typed as the plan says (DuckDB binds the
         predicates that read it)."""
-        cols = ", ".join(f"CAST(NULL AS {c.type or 'VARCHAR'}) AS {quote(c.name)}"
-                         for c in self.node.inputs[k].schema)
-        return self.con.sql(f"SELECT {cols}{', ' if cols else ''}0::BIGINT AS {TS}, "
-                            f"0::BIGINT AS {TE}, 0::BIGINT AS {PART} LIMIT 0").to_arrow_table()
+        return duck.typed_empty(self.con, self.node.inputs[k].schema,
+                                f"0::BIGINT AS {TS}, 0::BIGINT AS {TE}, 0::BIGINT AS {PART}")
 
     def _release_closed(self, limit: int) -> pa.Table | None:
         """Held matches whose closing negation's range (last, first + W) the frontier has

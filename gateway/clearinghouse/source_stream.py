@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+LINGER_S = 2.0          # how long an erring source may go on sending before the close
 RECV = 1 << 18            # room offered to each receive
 
 
@@ -108,6 +109,23 @@ class SourceStream(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self.transport.close()
+
+    async def linger(self, seconds: float = LINGER_S) -> None:
+        """After an error line: our side half-closed, the source's remaining bytes read and
+        dropped until it ends (or ``seconds`` pass). Closing with unread bytes would reset the
+        connection, and the source would lose the error it is about to read."""
+        if self.transport.is_closing():
+            return
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not self.eof and loop.time() < deadline:
+            self.pos = self.end                       # dropped
+            try:
+                await asyncio.wait_for(self._wait(), deadline - loop.time())
+            except asyncio.TimeoutError:
+                break
 
     def peer(self) -> str:
         peer = self.transport.get_extra_info("peername")

@@ -473,6 +473,7 @@ async def handle(services: Services, stream: SourceStream) -> None:
     except _BadLine as e:
         log.warning("source %s: %s; connection closed", peer, e)
         stream.write(f"ERROR: {e}\n".encode())
+        await stream.linger()
     except (ConnectionError, LineTooLong, ValueError):
         pass
     finally:

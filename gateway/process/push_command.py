@@ -131,8 +131,8 @@ def push(args) -> int:
                     sock.sendall(piece)
                     progress.add(piece)
                 sock.shutdown(socket.SHUT_WR)
-            except (BrokenPipeError, ConnectionResetError):
-                closed = True              # the server hung up: its answer says why
+            except OSError:                # the server hung up (EPIPE, ECONNRESET,
+                closed = True              # ENOTCONN): its answer says why
             answer = _answer(sock)
     except ConnectionRefusedError:
         print(f"\ncqgate push: nothing listens on {args.host}:{args.port}; start the server "

@@ -1,0 +1,141 @@
+"""MATCH_RECOGNIZE's PATTERN text as a tree the executor matches (plain tuples, so the plan
+stays JSON): ``("var", name)``, ``("seq", items)``, ``("alt", branches)`` and
+``("rep", item, low, high, greedy)`` (high None: no bound). Concatenation, alternation ``|``,
+grouping and the quantifiers ``* + ? {n} {n,} {,m} {n,m}``, each reluctant with a trailing
+``?``, as the SQL standard writes them.
+
+>>> parse("A B+? (C | D){2}")
+('seq', (('var', 'A'), ('rep', ('var', 'B'), 1, None, False), ('rep', ('alt', (('var', 'C'), ('var', 'D'))), 2, 2, True)))
+"""
+from __future__ import annotations
+
+import re
+
+from ..errors import PatternSyntax, Unsupported
+
+_TOKEN = re.compile(r"\s*(?:(?P<var>[A-Za-z_][A-Za-z_0-9]*)|(?P<bound>\{\s*\d*\s*(?:,\s*\d*\s*)?\})"
+                    r"|(?P<sym>\{-|-\}|[()|*+?^$]))")
+_BEYOND = {"{-": "exclusion {- … -}", "-}": "exclusion {- … -}", "^": "the anchor ^",
+           "$": "the anchor $"}
+
+
+class _Tokens:
+    def __init__(self, text: str):
+        self.items, pos = [], 0
+        text = text.strip()
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                raise PatternSyntax(f"PATTERN ({text}): cannot read {text[pos:].strip()!r}")
+            kind = m.lastgroup
+            value = m.group(kind).replace(" ", "")
+            if kind == "sym" and value in _BEYOND:
+                raise Unsupported(f"PATTERN ({text}): {_BEYOND[value]} is not supported",
+                                  hint="Negation is written with EVENT SEQ(…, !(C c), …).")
+            if kind == "var" and value.upper() == "PERMUTE":
+                raise Unsupported(f"PATTERN ({text}): PERMUTE is not supported")
+            self.items.append((kind, value.upper() if kind == "var" else value))
+            pos = m.end()
+        self.i, self.text = 0, text
+
+    def peek(self):
+        return self.items[self.i] if self.i < len(self.items) else (None, None)
+
+    def take(self):
+        item = self.peek()
+        self.i += 1
+        return item
+
+
+def parse(text: str) -> tuple:
+    tokens = _Tokens(text)
+    tree = _alt(tokens)
+    if tokens.peek()[0] is not None:
+        raise PatternSyntax(f"PATTERN ({text}): unexpected {tokens.peek()[1]}")
+    return tree
+
+
+def _alt(t: _Tokens) -> tuple:
+    branches = [_seq(t)]
+    while t.peek() == ("sym", "|"):
+        t.take()
+        branches.append(_seq(t))
+    return branches[0] if len(branches) == 1 else ("alt", tuple(branches))
+
+
+def _seq(t: _Tokens) -> tuple:
+    items = []
+    while t.peek()[0] == "var" or t.peek() == ("sym", "("):
+        items.append(_quantified(t))
+    if not items:
+        raise PatternSyntax(f"PATTERN ({t.text}): expected a variable or ( here")
+    return items[0] if len(items) == 1 else ("seq", tuple(items))
+
+
+def _quantified(t: _Tokens) -> tuple:
+    kind, value = t.take()
+    if kind == "var":
+        atom = ("var", value)
+    else:
+        atom = _alt(t)
+        if t.take() != ("sym", ")"):
+            raise PatternSyntax(f"PATTERN ({t.text}): a ( is not closed")
+    while True:
+        kind, value = t.peek()
+        bounds = {"*": (0, None), "+": (1, None), "?": (0, 1)}.get(value) \
+            if kind == "sym" else _braces(value, t.text) if kind == "bound" else None
+        if bounds is None:
+            return atom
+        t.take()
+        greedy = True
+        if t.peek() == ("sym", "?"):
+            t.take()
+            greedy = False
+        atom = ("rep", atom, bounds[0], bounds[1], greedy)
+
+
+def _braces(value: str, text: str) -> tuple:
+    inner = value[1:-1]
+    if "," not in inner:
+        low = high = int(inner)
+    else:
+        a, b = inner.split(",", 1)
+        low, high = int(a) if a else 0, int(b) if b else None
+    if high is not None and high < low:
+        raise PatternSyntax(f"PATTERN ({text}): {value} has its bounds the wrong way round")
+    return low, high
+
+
+def variables(tree: tuple) -> list:
+    """The pattern's variables, each once, in the order they first appear."""
+    out: list = []
+
+    def walk(node):
+        if node[0] == "var":
+            if node[1] not in out:
+                out.append(node[1])
+        elif node[0] in ("seq", "alt"):
+            for n in node[1]:
+                walk(n)
+        else:
+            walk(node[1])
+    walk(tree)
+    return out
+
+
+def can_be_empty(tree: tuple) -> bool:
+    kind = tree[0]
+    if kind == "var":
+        return False
+    if kind == "seq":
+        return all(can_be_empty(n) for n in tree[1])
+    if kind == "alt":
+        return any(can_be_empty(n) for n in tree[1])
+    return tree[2] == 0 or can_be_empty(tree[1])
+
+
+def is_concatenation(tree: tuple) -> bool:
+    """One row per variable, each variable once: what EVENT SEQ's stacks run."""
+    items = tree[1] if tree[0] == "seq" else (tree,)
+    names = [n[1] for n in items if n[0] == "var"]
+    return len(names) == len(items) and len(set(names)) == len(names)
