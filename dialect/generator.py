@@ -80,9 +80,6 @@ class CQLGenerator(PostgresGenerator):
         return f"!({item})" if e.args.get("negated") else item
 
     def matchrecognize_sql(self, e: exp.MatchRecognize) -> str:
-        if e.args.get("define") is None:           # sqlglot's generator needs a list
-            e = e.copy()
-            e.set("define", [])
         sql = super().matchrecognize_sql(e)
         within = e.args.get("within")
         if within is None:

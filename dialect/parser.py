@@ -175,6 +175,8 @@ class CQLParser(PostgresParser):
         node = super()._parse_match_recognize()
         if node is not None and within is not None:
             node.set("within", within)
+        if node is not None and node.args.get("define") is None:
+            node.set("define", [])          # sqlglot's generators need a list
         return node
 
     def _take_pattern_within(self) -> exp.Expression | None:

@@ -115,6 +115,9 @@ BAD = [
      "a DEFINE may name only its own row yet"),
     ("PATTERN (A? B*) DEFINE A AS kind = 'a'", "42601", "can match no rows at all"),
     ("PATTERN (A B) DEFINE A AS PREV(v) > 1", "0A000", "is not supported yet"),
+    ("PATTERN (A !C B) WITHIN INTERVAL '1' SECOND", "0A000",
+     "an absent row (!) begins or ends the pattern"),
+    ("PATTERN (A B !C)", "42601", "an absent row needs WITHIN"),
 ]
 
 
@@ -249,3 +252,46 @@ def test_longer_runs_of_rows_with_partitions_that_empty_and_return(seed):
             sql = ROW_SQL.format(after=after[skip], pattern=pattern, within=2, define=define)
             want = regex_oracle(rows, pattern, skip, 2)
             assert run_rows(sql, rows, random.Random(seed)) == want, (pattern, skip)
+
+
+# ---------------------------------------------------------------------- absent rows (!C)
+ABSENT_SQL = ("SELECT * FROM ev MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts "
+              "MEASURES A.v AS av, B.v AS bv, B.v AS cv {after} PATTERN ({pattern}) "
+              "WITHIN INTERVAL '{within}' SECOND "
+              "DEFINE A AS kind = 'a', B AS kind <> 'a', C AS kind = 'c' AND C.v > A.v) AS m")
+
+
+def absent_oracle(rows: list, pattern: str, within_s: int) -> collections.Counter:
+    """A then B, consecutive rows of a partition within the window, and no row of the
+    partition classified C (kind c, its v above A's) in the absence's range: (B, A + W)
+    after the pattern, (B - W, A) before it."""
+    w = within_s * 1_000_000
+    out = collections.Counter()
+    by_key = collections.defaultdict(list)
+    for r in rows:
+        by_key[r["k"]].append(r)
+    for k, part in by_key.items():
+        part.sort(key=lambda r: r["ts"])
+        for a, b in zip(part, part[1:]):
+            if not (a["kind"] == "a" and b["kind"] != "a" and b["ts"] - a["ts"] < w):
+                continue
+            low, high = (b["ts"], a["ts"] + w) if pattern.endswith("!C") \
+                else (b["ts"] - w, a["ts"])
+            if any(low < c["ts"] < high and c["kind"] == "c" and c["v"] > a["v"]
+                   for c in part):
+                continue
+            out[(k, a["v"], b["v"], b["v"])] += 1
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows_strategy, st.sampled_from(["A B !C", "!C A B"]), st.sampled_from([1, 3]),
+       st.integers(0, 1000))
+def test_an_absent_row_before_or_after_the_pattern(data, pattern, within, seed):
+    """cqgate's extension: !C at either end of a concatenation is EVENT SEQ's negation
+    (TO NEXT ROW: every A B pair is considered, as the oracle does)."""
+    rows = [{"k": k, "kind": kind, "v": v, "ts": (i + 1) * 500_000}
+            for i, (k, kind, v) in enumerate(data)]
+    sql = ABSENT_SQL.format(after="AFTER MATCH SKIP TO NEXT ROW", pattern=pattern,
+                            within=within)
+    assert run(sql, rows, random.Random(seed)) == absent_oracle(rows, pattern, within)

@@ -204,7 +204,20 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
         raise Unsupported(f"{after.name} is not supported yet", position=at,
                           hint="Write AFTER MATCH SKIP PAST LAST ROW or TO NEXT ROW.")
     if not row_pattern.is_concatenation(tree) or _needs_rows(match):
+        if row_pattern.has_absent(tree):
+            raise Unsupported(f"PATTERN ({text}): an absent row (!) goes with a concatenation "
+                              "of variables", position=at,
+                              hint="Write PATTERN (A B !C) or (!C A B), with no quantifier, "
+                                   "alternation, CLASSIFIER() or MATCH_NUMBER().")
         return _row_pattern_source(builder, table, match, tree, variables, defines, skip)
+    absent = {v for v, neg in row_pattern.items(tree) if neg}
+    order = [v for v, _ in row_pattern.items(tree)]
+    if not absent <= {order[0], order[-1]} or absent >= set(order):
+        raise Unsupported(f"PATTERN ({text}): an absent row (!) begins or ends the pattern",
+                          hint="Between two variables nothing can lie anyway: their rows are "
+                               "consecutive. EVENT SEQ(…) has negation in the middle.",
+                          position=at)
+    variables = order
     sources = []
     for var in variables:
         src, _ = builder.source(exp.Table(this=table.this.copy(), db=table.args.get("db"),
@@ -230,29 +243,41 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
             cond = _qualified(cond, var, variables)
             check_boolean(cond, lambda c: scope.resolve(c)[1], "DEFINE")
             e = builder.expr(cond, scope.resolve)
-            (own if _aliases(e) <= {var.lower()} else against).append(e)
-            cross += against
+            named = _aliases(e) - {var.lower()}
+            if var not in absent and named & {a.lower() for a in absent}:
+                raise Unsupported(f"DEFINE {var} names an absent row", position=written_at(
+                    defines[var]), hint="Only the absent row's own DEFINE may compare it.")
+            (own if not named else against).append(e)
+            if var not in absent:
+                cross += against
         partition = tuple(builder.expr(exp.column(k, table=var), Scope([src]).resolve)
                           for k in keys)
-        components.append(P.PatternComponent(var, False, conjunction(own), partition,
+        components.append(P.PatternComponent(var, var in absent, conjunction(own), partition,
                                              conjunction(against)))
     within = match.args.get("within")
     within_us = size_us(within) if within is not None else None
-    schema = tuple(c for s in sources for c in s.node.schema)
+    if absent and within_us is None:
+        raise PatternSyntax(f"PATTERN ({text}): an absent row needs WITHIN", position=at,
+                            hint="Nothing else bounds how long the absence must last: add "
+                                 "WITHIN INTERVAL '10' SECOND (for example).")
+    present = [v for v in variables if v not in absent]
+    schema = tuple(c for v, s in zip(variables, sources) if v not in absent
+                   for c in s.node.schema)
     node = P.Pattern(tuple(s.node for s in sources), tuple(components), conjunction(cross),
                      within_us, "strict", schema, skip)
     node = P.Window(node, apply_default_windows(None, None, has_end_column=False), schema)
     alias = match.alias or "match_recognize"
-    outputs = [P.NamedExpr(f"{alias}.{k}", builder.expr(exp.column(k, table=variables[0]),
-                                                        scope.resolve)) for k in keys]
+    seen = Scope([s for v, s in zip(variables, sources) if v not in absent])  # rows there
+    outputs = [P.NamedExpr(f"{alias}.{k}", builder.expr(exp.column(k, table=present[0]),
+                                                        seen.resolve)) for k in keys]
     for m in match.args.get("measures") or []:
         item = m.this
         if not isinstance(item, exp.Alias):
             raise PatternSyntax("each MEASURES item needs a name: expr AS name",
                                 position=written_at(item))
         _refuse_navigation(item.this, "MEASURES", allowed=tuple(_ONE_ROW))
-        value = _qualified(item.this.transform(_one_row), variables[-1], variables)
-        outputs.append(P.NamedExpr(f"{alias}.{item.alias}", builder.expr(value, scope.resolve)))
+        value = _qualified(item.this.transform(_one_row), present[-1], present)
+        outputs.append(P.NamedExpr(f"{alias}.{item.alias}", builder.expr(value, seen.resolve)))
     columns = tuple(P.Column(o.name, o.expr.type) for o in outputs)
     mapped = P.Map(node, tuple(outputs), columns)
     rel = Relation(alias, "subquery", tuple((c.name.split(".", 1)[1], c.type) for c in columns))

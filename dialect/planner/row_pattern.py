@@ -2,7 +2,8 @@
 stays JSON): ``("var", name)``, ``("seq", items)``, ``("alt", branches)`` and
 ``("rep", item, low, high, greedy)`` (high None: no bound). Concatenation, alternation ``|``,
 grouping and the quantifiers ``* + ? {n} {n,} {,m} {n,m}``, each reluctant with a trailing
-``?``, as the SQL standard writes them.
+``?``, as the SQL standard writes them; and cqgate's absent row ``!C`` (``("not", name)``),
+which begins or ends a concatenation.
 
 >>> parse("A B+? (C | D){2}")
 ('seq', (('var', 'A'), ('rep', ('var', 'B'), 1, None, False), ('rep', ('alt', (('var', 'C'), ('var', 'D'))), 2, 2, True)))
@@ -14,7 +15,7 @@ import re
 from ..errors import PatternSyntax, Unsupported
 
 _TOKEN = re.compile(r"\s*(?:(?P<var>[A-Za-z_][A-Za-z_0-9]*)|(?P<bound>\{\s*\d*\s*(?:,\s*\d*\s*)?\})"
-                    r"|(?P<sym>\{-|-\}|[()|*+?^$]))")
+                    r"|(?P<sym>\{-|-\}|[()|*+?^$!]))")
 _BEYOND = {"{-": "exclusion {- … -}", "-}": "exclusion {- … -}", "^": "the anchor ^",
            "$": "the anchor $"}
 
@@ -65,7 +66,16 @@ def _alt(t: _Tokens) -> tuple:
 
 def _seq(t: _Tokens) -> tuple:
     items = []
-    while t.peek()[0] == "var" or t.peek() == ("sym", "("):
+    while t.peek()[0] == "var" or t.peek() in (("sym", "("), ("sym", "!")):
+        if t.peek() == ("sym", "!"):          # cqgate's absent row: !C
+            t.take()
+            kind, value = t.take()
+            if kind != "var" or t.peek()[0] in ("bound",) or t.peek() in (
+                    ("sym", "*"), ("sym", "+"), ("sym", "?")):
+                raise PatternSyntax(f"PATTERN ({t.text}): ! is followed by one variable, "
+                                    "with no quantifier")
+            items.append(("not", value))
+            continue
         items.append(_quantified(t))
     if not items:
         raise PatternSyntax(f"PATTERN ({t.text}): expected a variable or ( here")
@@ -111,7 +121,7 @@ def variables(tree: tuple) -> list:
     out: list = []
 
     def walk(node):
-        if node[0] == "var":
+        if node[0] in ("var", "not"):
             if node[1] not in out:
                 out.append(node[1])
         elif node[0] in ("seq", "alt"):
@@ -127,6 +137,8 @@ def can_be_empty(tree: tuple) -> bool:
     kind = tree[0]
     if kind == "var":
         return False
+    if kind == "not":
+        return True
     if kind == "seq":
         return all(can_be_empty(n) for n in tree[1])
     if kind == "alt":
@@ -135,7 +147,21 @@ def can_be_empty(tree: tuple) -> bool:
 
 
 def is_concatenation(tree: tuple) -> bool:
-    """One row per variable, each variable once: what EVENT SEQ's stacks run."""
+    """One row per variable, each variable once, absent rows (!C) included: what EVENT
+    SEQ's stacks run."""
     items = tree[1] if tree[0] == "seq" else (tree,)
-    names = [n[1] for n in items if n[0] == "var"]
+    names = [n[1] for n in items if n[0] in ("var", "not")]
     return len(names) == len(items) and len(set(names)) == len(names)
+
+
+def items(tree: tuple) -> list:
+    """A concatenation's items: (variable, absent?)."""
+    return [(n[1], n[0] == "not") for n in (tree[1] if tree[0] == "seq" else (tree,))]
+
+
+def has_absent(tree: tuple) -> bool:
+    if tree[0] == "not":
+        return True
+    if tree[0] in ("seq", "alt"):
+        return any(has_absent(n) for n in tree[1])
+    return tree[0] == "rep" and has_absent(tree[1])
