@@ -17,8 +17,9 @@ cursor) with as many events, in the same run: q0 is the ceiling of anything end 
 ``flink``: a pattern both engines express, strict contiguity within a partition: rows of one
 stream classified A, B, C; cqgate's SEQ(ev a, ev b, ev c) WHERE [k] AND a.kind = 'A' … USING
 STRICT CONTIGUITY, and the MATCH_RECOGNIZE text Flink runs (PARTITION BY k ORDER BY t …
-PATTERN (A B C)), against Flink SQL's, on the same CSV file; PyFlink runs in its venv (python -m bench.nexmark.peers setup
-pyflink, once). Prints one JSON record per measurement; nothing here asserts a speed.
+PATTERN (A B C)), against Flink SQL's, on the same CSV file; PyFlink runs in its venv
+(python -m bench.nexmark.peers setup pyflink, once). Prints one JSON record per
+measurement; nothing here asserts a speed.
 """
 from __future__ import annotations
 

@@ -35,8 +35,8 @@ def main() -> None:
     env.get_config().set("table.local-time-zone", "UTC")
     env.execute_sql(
         "CREATE TABLE ev (k INT, kind STRING, v BIGINT, t TIMESTAMP(3), "
-        "WATERMARK FOR t AS t - INTERVAL '5' SECOND) WITH ('connector' = 'filesystem', 'format' = 'csv', "
-        f"'path' = '{os.path.abspath(args.events)}')")
+        "WATERMARK FOR t AS t - INTERVAL '5' SECOND) WITH ('connector' = 'filesystem', "
+        f"'format' = 'csv', 'path' = '{os.path.abspath(args.events)}')")
     out = tempfile.mkdtemp(prefix="flink-pattern-")
     try:
         env.execute_sql(f"CREATE TEMPORARY TABLE sink (k INT, av BIGINT, bv BIGINT, cv BIGINT) "

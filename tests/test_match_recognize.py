@@ -164,7 +164,8 @@ def test_match_recognize_through_a_server(server):
 # ---------------------------------------------------------------------- quantifiers
 ROW_DEFINE = {"A": lambda r: r["kind"] == "a", "B": lambda r: r["v"] > 2,
               "C": lambda r: r["kind"] != "a"}
-PATTERNS = ["A B+ C", "A B*? C", "(A | B)+ C", "A{2,3} B?", "A (B C)+", "A+? B", "(A B | C)*? A"]
+PATTERNS = ["A B+ C", "A B*? C", "(A | B)+ C", "A{2,3} B?", "A (B C)+", "A+? B", "(A B | C)*? A",
+            "A (B?){2} C"]
 
 
 def _python_regex(tree) -> str:

@@ -334,7 +334,8 @@ _CALLS = {"CLASSIFIER": "classifier", "MATCH_NUMBER": "match_number"}
 
 def _needs_rows(match: exp.MatchRecognize) -> bool:
     """MEASURES that only the row pattern's matcher gives (per match, not per row)."""
-    return any(isinstance(n, exp.Anonymous) and n.name.upper() in _CALLS
+    return any((isinstance(n, exp.Anonymous) and n.name.upper() in _CALLS)
+               or isinstance(n, exp.Count)
                for m in match.args.get("measures") or [] for n in m.walk())
 
 

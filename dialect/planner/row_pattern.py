@@ -5,8 +5,10 @@ grouping and the quantifiers ``* + ? {n} {n,} {,m} {n,m}``, each reluctant with 
 ``?``, as the SQL standard writes them; and cqgate's absent row ``!C`` (``("not", name)``),
 which begins or ends a concatenation.
 
->>> parse("A B+? (C | D){2}")
-('seq', (('var', 'A'), ('rep', ('var', 'B'), 1, None, False), ('rep', ('alt', (('var', 'C'), ('var', 'D'))), 2, 2, True)))
+>>> parse("A B+? C")
+('seq', (('var', 'A'), ('rep', ('var', 'B'), 1, None, False), ('var', 'C')))
+>>> parse("(C | D){2}")
+('rep', ('alt', (('var', 'C'), ('var', 'D'))), 2, 2, True)
 """
 from __future__ import annotations
 
@@ -106,6 +108,8 @@ def _quantified(t: _Tokens) -> tuple:
 
 def _braces(value: str, text: str) -> tuple:
     inner = value[1:-1]
+    if inner in ("", ","):
+        raise PatternSyntax(f"PATTERN ({text}): {value} needs a bound, as in {{2}} or {{1,3}}")
     if "," not in inner:
         low = high = int(inner)
     else:

@@ -90,10 +90,15 @@ class Merging(Operator):
     def on_end(self):
         return self._step(everything=True)
 
+    reached = None       # the highest frontier so far: an input's rows come in order, so
+                         # its bound never falls back below rows it already sent
+
     def _step(self, everything: bool = False) -> list:
         limit, parts = self.merger.release_parts(everything=everything)
         if limit is None and not everything:
             return []
+        if not everything:
+            limit = self.reached = limit if self.reached is None else max(limit, self.reached)
         return self.advance(INF if everything else limit, parts, everything)
 
     def advance(self, limit: int, parts: list, everything: bool) -> list:

@@ -618,6 +618,8 @@ class Pattern(Merging):
             stack.purge(upto)
         for latest in self.latest.values():
             latest.purge(upto)
+        # a later match begins after ``upto``: ends at or before it no longer skip anything
+        self.match_ends = {p: e for p, e in self.match_ends.items() if e > upto}
 
     def state_size(self) -> int:
         return (sum(e.rows() for e in self.events)

@@ -17,10 +17,12 @@ import pyarrow.compute as pc
 from .. import duck, kernels
 from .. import plan as P
 from ..batches import INF, TE, TS, Watermark
+from .base import QueryError
 from .filter_map import Fast
 from .merge import Merger, Merging
 
 _WAIT = object()          # a preferred path ran out of rows: more may change the match
+MAX_DEPTH_ROWS = 400      # rows a match can follow before Python's recursion limit
 
 
 class _Run:
@@ -76,13 +78,21 @@ def preferred(tree: tuple, bits: np.ndarray, var_bit: dict, start: int, end: int
             yield i, labels
         if more:
             for j, further in match(item, i, labels):
-                if j > i:                      # an iteration consumes a row
+                # an iteration consumes a row, or counts towards the minimum (then at most
+                # ``low`` empty ones): never an endless loop
+                if j > i or count < low:
                     yield from _repeat(node, count + 1, j, further)
         if greedy and count >= low:
             yield i, labels
 
-    for found in match(tree, start, None):
-        return _WAIT if ran_out[0] and not complete else found
+    try:
+        for found in match(tree, start, None):
+            return _WAIT if ran_out[0] and not complete else found
+    except RecursionError:
+        raise QueryError(f"a row pattern's match would be longer than this server follows "
+                         f"(about {MAX_DEPTH_ROWS} rows)", "54000",
+                         hint="Bound it with WITHIN, or a quantifier's maximum such as "
+                              "{1,100}.") from None
     return _WAIT if ran_out[0] and not complete else None
 
 
@@ -208,7 +218,7 @@ class RowPattern(Merging):
             picked = [run.ids[s + i] for i, v in enumerate(labels)
                       if m.var is None or v == m.var]
             rows.append(picked)
-        if m.func == "count":
+        if m.func == "count" and m.column is None:
             return [len(r) for r in rows]
         flat = np.array([i for r in rows for i in r], np.int64)
         values = self.store.column(m.column).take(pa.array(flat - self.base)).to_pylist() \
@@ -246,6 +256,7 @@ class RowPattern(Merging):
 
 
 _REDUCE = {
+    "count": lambda vals, present: len(present),
     "first": lambda vals, present: vals[0] if vals else None,
     "last": lambda vals, present: vals[-1] if vals else None,
     "sum": lambda vals, present: sum(present) if present else None,

@@ -42,6 +42,7 @@ from gateway.tables.store import Store
 log = logging.getLogger("cqgate")
 COMPACT_EVERY_S = 5.0      # how often archived streams' small files are merged
 WORKERS_WAIT_S = 3.0       # how long a shutdown waits for worker threads' running calls
+SPARK_STOP_S = 10.0        # how long a shutdown waits for Spark's session to stop
 
 
 class ConfigError(ValueError):
@@ -181,11 +182,10 @@ class Server:
             self._server.close()
         if self._sources is not None:
             self._sources.close()
-        loop, svc = asyncio.get_running_loop(), self.services
-        spark_stop = lambda: loop.run_in_executor(svc.pool, svc.spark.stop)  # noqa: E731
+        svc = self.services
         for step, run in (("sessions ended", self._end_sessions),
                           ("back end stopped", svc.backend.stop),
-                          ("Spark stopped", spark_stop)):
+                          ("Spark stopped", self._stop_spark)):
             began = time.monotonic()
             await run()
             log.info("shutdown: %s in %.2f s", step, time.monotonic() - began)
@@ -203,15 +203,16 @@ class Server:
 
     async def _workers_ended(self, seconds: float) -> bool:
         """The worker pool shut down (queued calls dropped), its running calls given
-        ``seconds`` to end; joined in a thread of its own so the wait is bounded."""
-        done = threading.Event()
-        threading.Thread(target=lambda: (self.services.pool.shutdown(wait=True,
-                                                                      cancel_futures=True),
-                                         done.set()), daemon=True).start()
-        deadline = time.monotonic() + seconds
-        while not done.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        return done.is_set()
+        ``seconds`` to end."""
+        return await _bounded(lambda: self.services.pool.shutdown(wait=True,
+                                                                  cancel_futures=True), seconds)
+
+    async def _stop_spark(self) -> None:
+        """Spark's session stopped in a thread of its own (not a worker: those may all be
+        busy), given SPARK_STOP_S; a JVM that does not stop is left to the process's exit."""
+        if not await _bounded(self.services.spark.stop, SPARK_STOP_S):
+            log.warning("shutdown: Spark did not stop within %.0f s; going on", SPARK_STOP_S)
+            self.abandoned = True
 
     async def _end_sessions(self) -> None:
         """Every connection terminated, every source cut; their tasks given 5 s to end."""
@@ -225,6 +226,23 @@ class Server:
         if self._heartbeats is not None:
             self._heartbeats.cancel()
             self._compactor.cancel()
+
+
+async def _bounded(fn, seconds: float) -> bool:
+    """``fn()`` in a daemon thread of its own; whether it ended within ``seconds`` (the wait
+    is bounded whatever ``fn`` waits for)."""
+    done = threading.Event()
+
+    def run():
+        try:
+            fn()
+        finally:
+            done.set()
+    threading.Thread(target=run, daemon=True).start()
+    deadline = time.monotonic() + seconds
+    while not done.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return done.is_set()
 
 
 async def serve(config: Config, ready=print) -> None:

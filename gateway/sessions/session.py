@@ -140,6 +140,8 @@ class Session:
         """``fn(*args)`` in a worker thread; the call is kept (``inflight``) so that closing
         the session waits for it even when the caller was cancelled."""
         self.inflight = self.services.pool.submit(fn, *args)
+        if self.canceled or self.timed_out:   # asked to stop before the call was made
+            self._interrupt(self.inflight, REINTERRUPTS)
         return await asyncio.wrap_future(self.inflight)
 
     async def settled(self, timeout: float = 3) -> None:
