@@ -153,7 +153,8 @@ def test_match_recognize_through_a_server(server):
         feed.execute("ALTER STREAM mr_feed ADVANCE TO '2026-11-01 00:10:00'")
         got = collections.Counter()
         while sum(got.values()) < sum(want.values()):
-            cur.execute("FETCH 100 FROM mr WITH (timeout = '20s')")
+            left = sum(want.values()) - sum(got.values())
+            cur.execute(f"FETCH {min(100, left)} FROM mr WITH (timeout = '20s')")
             batch = cur.fetchall()
             if not batch:
                 break

@@ -266,7 +266,7 @@ event_lists = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2), st.integ
                        max_size=9)
 streams = st.tuples(event_lists, event_lists, event_lists, event_lists)
 
-SEEN = settings(max_examples=60, deadline=None,
+SEEN = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
