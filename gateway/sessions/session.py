@@ -81,6 +81,7 @@ class Session:
     savepoints: list = field(default_factory=list)
     writes_in_tx: bool = False
     canceled: bool = False
+    statement_ran: bool = False      # the worker call ran its statement (its bookkeeping follows)
     pending_status: list = field(default_factory=list)   # ParameterStatus to send
     notices: list = field(default_factory=list)
     client_closed: object = None     # () -> task that ends when the client disconnects
@@ -139,6 +140,7 @@ class Session:
     async def _call(self, fn, *args):
         """``fn(*args)`` in a worker thread; the call is kept (``inflight``) so that closing
         the session waits for it even when the caller was cancelled."""
+        self.statement_ran = False
         self.inflight = self.services.pool.submit(fn, *args)
         if self.canceled or self.timed_out:   # asked to stop before the call was made
             self._interrupt(self.inflight, REINTERRUPTS)
@@ -160,7 +162,8 @@ class Session:
         self._interrupt(self.inflight, REINTERRUPTS)
 
     def _interrupt(self, call, left: int) -> None:
-        if call is not None and (call.done() or not (self.canceled or self.timed_out)):
+        if call is not None and (call.done() or self.statement_ran
+                                 or not (self.canceled or self.timed_out)):
             return
         try:
             self.con.interrupt()
@@ -429,6 +432,7 @@ class Session:
             self.live.refresh()
             self.live.register(views)
         done = self._run_sql(p, params)
+        self.statement_ran = True       # what follows is bookkeeping: no interrupt reaches it
         if fresh or p.needs.drops or p.needs.renames:
             access.record(self, p.needs, fresh)
         return done
