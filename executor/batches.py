@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 TS = "__ts"
 TE = "__te"
@@ -39,3 +41,26 @@ def with_interval(batch: pa.RecordBatch, ts, te) -> pa.RecordBatch:
 
 def sort_by_interval(table: pa.Table) -> pa.Table:
     return table.sort_by([(TS, "ascending"), (TE, "ascending")])
+
+
+def distinct_keys(columns: list) -> tuple[np.ndarray, list]:
+    """Each row's key (one value per column; NULL is None) as (its index into the keys,
+    the distinct keys as tuples): dictionary codes in Arrow, Python once per distinct key."""
+    codes = np.zeros(len(columns[0]), np.int64)
+    dictionaries = []
+    for col in columns:
+        enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray)
+                                   else col)
+        size = len(enc.dictionary) + 1                   # + 1: NULL
+        idx = enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False)
+        codes = codes * size + idx.astype(np.int64)
+        dictionaries.append((enc.dictionary.to_pylist() + [None], size))
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    keys = []
+    for code in distinct.tolist():
+        key = []
+        for values, size in reversed(dictionaries):
+            code, j = divmod(code, size)
+            key.append(values[j])
+        keys.append(tuple(reversed(key)))
+    return inverse.reshape(-1), keys

@@ -34,13 +34,18 @@ DEFINE = {"A": lambda r, m: r["kind"] == "a",
           "C": lambda r, m: r["kind"] != "a"}
 
 
-def oracle(rows: list, skip: str, within_s: int) -> collections.Counter:
-    out = collections.Counter()
+def _partitions(rows: list):
+    """(k, that partition's rows in time order) for each partition."""
     by_key = collections.defaultdict(list)
     for r in rows:
         by_key[r["k"]].append(r)
     for k, part in by_key.items():
-        part.sort(key=lambda r: r["ts"])
+        yield k, sorted(part, key=lambda r: r["ts"])
+
+
+def oracle(rows: list, skip: str, within_s: int) -> collections.Counter:
+    out = collections.Counter()
+    for k, part in _partitions(rows):
         i = 0
         while i + 3 <= len(part):
             bound, ok = {}, True
@@ -194,11 +199,7 @@ def regex_oracle(rows: list, pattern: str, skip: str, within_s: int) -> collecti
     over each partition's rows."""
     compiled = re.compile(_python_regex(parse_pattern(pattern)))
     out = collections.Counter()
-    by_key = collections.defaultdict(list)
-    for r in rows:
-        by_key[r["k"]].append(r)
-    for k, part in by_key.items():
-        part.sort(key=lambda r: r["ts"])
+    for k, part in _partitions(rows):
         text = "".join(chr(0x100 + sum(1 << i for i, v in enumerate("ABC")
                                        if ROW_DEFINE[v](r))) for r in part)
         pos, number = 0, 0
@@ -269,11 +270,7 @@ def absent_oracle(rows: list, pattern: str, within_s: int) -> collections.Counte
     after the pattern, (B - W, A) before it."""
     w = within_s * 1_000_000
     out = collections.Counter()
-    by_key = collections.defaultdict(list)
-    for r in rows:
-        by_key[r["k"]].append(r)
-    for k, part in by_key.items():
-        part.sort(key=lambda r: r["ts"])
+    for k, part in _partitions(rows):
         for a, b in zip(part, part[1:]):
             if not (a["kind"] == "a" and b["kind"] != "a" and b["ts"] - a["ts"] < w):
                 continue

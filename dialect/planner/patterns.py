@@ -229,11 +229,7 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
         sources.append(src)
     _check_order(match, sources[0], at)
     scope = Scope(sources)
-    keys = []
-    for p in match.args.get("partition_by") or []:
-        if not isinstance(p, exp.Column) or p.table:
-            raise Unsupported("PARTITION BY takes columns here", position=written_at(p))
-        keys.append(p.name)
+    keys = _partition_keys(match)
     components, cross = [], []
     for var, src in zip(variables, sources):
         cond = defines.get(var)
@@ -282,6 +278,16 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
     mapped = P.Map(node, tuple(outputs), columns)
     rel = Relation(alias, "subquery", tuple((c.name.split(".", 1)[1], c.type) for c in columns))
     return Source(alias, rel, mapped, True)
+
+
+def _partition_keys(match: exp.MatchRecognize) -> list:
+    """PARTITION BY's column names (columns only, unqualified)."""
+    keys = []
+    for p in match.args.get("partition_by") or []:
+        if not isinstance(p, exp.Column) or p.table:
+            raise Unsupported("PARTITION BY takes columns here", position=written_at(p))
+        keys.append(p.name)
+    return keys
 
 
 def _check_order(match: exp.MatchRecognize, src, at) -> None:
@@ -351,10 +357,7 @@ def _row_pattern_source(builder, table, match, tree, variables, defines, skip) -
                           "here", position=written_at(table))
     _check_order(match, src, at)
     scope = Scope([src])
-    keys = [p.name for p in match.args.get("partition_by") or []
-            if isinstance(p, exp.Column) and not p.table]
-    if len(keys) != len(match.args.get("partition_by") or []):
-        raise Unsupported("PARTITION BY takes columns here", position=at)
+    keys = _partition_keys(match)
     partition = tuple(builder.expr(exp.column(k, table=ROWS), scope.resolve) for k in keys)
     components = []
     for var in variables:

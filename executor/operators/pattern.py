@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from .. import duck, kernels
 from .. import plan as P
-from ..batches import TE, TS, Watermark
+from ..batches import TE, TS, Watermark, distinct_keys
 from ..duck import quote
 from .base import QueryError
 from .filter_map import Fast
@@ -31,6 +31,14 @@ KEY_LIMIT = 1 << 62      # composite (partition, ts) keys above this: searched p
 NONE = -(1 << 62)        # "no bound" among event times
 CANDIDATE_LIMIT = 2_000_000   # sequences built at once (more: built in slices, or 54000)
 INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER")
+
+
+def _plain(c: P.PatternComponent) -> list | None:
+    """The columns a component's equivalence attributes are, when each is a plain column
+    (Arrow then takes them as they are); None otherwise."""
+    if any(getattr(e, "tree", None) is None or e.tree[0] != "col" for e in c.partition):
+        return None
+    return [e.tree[1] for e in c.partition]
 
 
 class _TooMany(Exception):
@@ -333,7 +341,7 @@ class Pattern(Merging):
         """``own_sql[k]`` with Arrow's kernels when the predicate has a kernel tree and the
         equivalence attributes are plain columns (no DuckDB call per step); None otherwise."""
         c = self.node.components[k]
-        if any(getattr(e, "tree", None) is None or e.tree[0] != "col" for e in c.partition):
+        if _plain(c) is None:
             return None
         batch = part.combine_chunks().to_batches()[0] if part.num_columns else None
         if batch is None:
@@ -343,14 +351,14 @@ class Pattern(Merging):
             keep = self.fast[k].run(kernels.mask, batch)
             if keep is None:
                 return None
-        for e in c.partition:
-            valid = pc.is_valid(batch.column(e.tree[1]))
+        for name in _plain(c):
+            valid = pc.is_valid(batch.column(name))
             keep = valid if keep is None else pc.and_kleene(keep, valid)
         if keep is not None:
             batch = batch.filter(keep, null_selection_behavior="drop")
         table = pa.Table.from_batches([batch])
-        for j, e in enumerate(c.partition):
-            table = table.append_column(f"__pv{j}", table.column(e.tree[1]))
+        for j, name in enumerate(_plain(c)):
+            table = table.append_column(f"__pv{j}", table.column(name))
         return table
 
     def _partition_ids(self, columns: list) -> np.ndarray:
@@ -359,22 +367,10 @@ class Pattern(Merging):
         its own id."""
         if self.integer_keys:
             return columns[0].to_numpy().astype(np.int64, copy=False)
-        codes, uniques = np.zeros(len(columns[0]), np.int64), []
-        for col in columns:
-            enc = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray)
-                                       else col)
-            size = len(enc.dictionary)
-            codes = codes * size + enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-            uniques.append((enc.dictionary.to_pylist(), size))
-        distinct, inverse = np.unique(codes, return_inverse=True)
-        ids, known = np.empty(len(distinct), np.int64), self.parts
-        for i, code in enumerate(distinct.tolist()):
-            key = []
-            for values, size in reversed(uniques):
-                code, j = divmod(code, size)
-                key.append(values[j])
-            ids[i] = known.setdefault(tuple(reversed(key)), len(known))
-        return ids[inverse.reshape(-1)]
+        inverse, keys = distinct_keys(columns)
+        known = self.parts
+        ids = np.fromiter((known.setdefault(k, len(known)) for k in keys), np.int64, len(keys))
+        return ids[inverse]
 
     def _scan(self, parts: list) -> pa.Table | None:
         new = [self._own(k, p) for k, p in enumerate(parts)]
@@ -428,7 +424,13 @@ class Pattern(Merging):
                 continue
             c = self.node.components[k]
             n = len(c.partition)
-            if n:
+            names = _plain(c)
+            if n and names is not None:          # the attributes are columns: Arrow
+                valid = pc.and_(*[pc.is_valid(t.column(x)) for x in names]) if n > 1 \
+                    else pc.is_valid(t.column(names[0]))
+                t = t.filter(valid)
+                got_part.append(self._partition_ids([t.column(x) for x in names]))
+            elif n:
                 keys = ", ".join(f"({e.sql}) AS __pv{j}" for j, e in enumerate(c.partition))
                 t = duck.run(self.con, "b", t, f"SELECT {TS}, {keys} FROM b WHERE "
                              + " AND ".join(f"__pv{j} IS NOT NULL" for j in range(n)))

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from .. import duck, kernels
 from .. import plan as P
-from ..batches import INF, TE, TS, Watermark
+from ..batches import INF, TE, TS, Watermark, distinct_keys
 from .base import QueryError
 from .filter_map import Fast
 from .merge import Merger, Merging
@@ -272,20 +272,8 @@ def _groups(batch: pa.RecordBatch, keys: list):
     if not keys:
         yield (), np.arange(batch.num_rows)
         return
-    codes = np.zeros(batch.num_rows, np.int64)
-    dictionaries = []
-    for k in keys:
-        enc = pc.dictionary_encode(batch.column(k))
-        size = len(enc.dictionary) + 1               # + 1: NULL
-        idx = enc.indices.fill_null(len(enc.dictionary)).to_numpy(zero_copy_only=False)
-        codes = codes * size + idx.astype(np.int64)
-        dictionaries.append((enc.dictionary.to_pylist() + [None], size))
-    order = np.argsort(codes, kind="stable")
-    distinct, starts = np.unique(codes[order], return_index=True)
-    bounds = list(starts) + [len(order)]
-    for i, code in enumerate(distinct.tolist()):
-        key = []
-        for values, size in reversed(dictionaries):
-            code, j = divmod(code, size)
-            key.append(values[j])
-        yield tuple(reversed(key)), order[bounds[i]:bounds[i + 1]]
+    inverse, values = distinct_keys([batch.column(k) for k in keys])
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(values) + 1))
+    for i, key in enumerate(values):
+        yield key, order[bounds[i]:bounds[i + 1]]
