@@ -189,7 +189,7 @@ class Backend:
                 batches = {name: [b for t in tables for b in t.to_batches()]
                            for name, tables in history.items()}
                 spans = np.array(msg.spans, dtype=np.int64).reshape(-1, 2)
-                return graph.replay("q", batches, msg.seam, spans)
+                return graph.replay("q", batches, msg.seam, spans, msg.by_start)
 
         self._one_time(msg, run)
 

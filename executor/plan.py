@@ -212,13 +212,17 @@ class Pattern:                                             # SEQ (seed 004, SASE
     within_us: int | None = None
     strategy: str = "any"
     schema: tuple = ()
-    skip: str = "all"             # "past_last": AFTER MATCH SKIP PAST LAST ROW (no overlap)
+    # AFTER MATCH SKIP: "all" (every match: TO NEXT ROW), "past_last" (PAST LAST ROW: no
+    # overlap), "to_first"/"to_last" (TO FIRST/LAST ``skip_to``: the next match may begin at
+    # that variable's first/last row of this one)
+    skip: str = "all"
     # a row pattern (MATCH_RECOGNIZE with quantifiers or alternation): its tree over the
     # components' names (dialect/planner/row_pattern.py), one input whose rows each
     # component classifies, and the measures; the schema is the partition's columns, then
     # one per measure
     regex: tuple | None = None
     measures: tuple = ()          # tuple[RowMeasure]
+    skip_to: str | None = None
 
 
 Node = Union[StreamScan, TableScan, WindowRelationScan, Window, Filter, Map, Join, Union_,
@@ -339,6 +343,10 @@ _STRATEGIES = {"any": "skip till any match", "next": "skip till next match",
                "strict": "strict contiguity"}
 
 
+_SKIP_TEXT = {"all": "to next row", "past_last": "past last row", "to_first": "to first {}",
+              "to_last": "to last {}"}
+
+
 def _regex_text(tree) -> str:
     kind = tree[0]
     if kind == "var":
@@ -368,8 +376,7 @@ def _pattern_text(n: "Pattern") -> str:
             + [f"define {c.alias}: {c.predicate.sql}" for c in n.components
                if c.predicate is not None]
             + [f"within {_us_text(n.within_us)}" if n.within_us else "no window",
-               "after match skip " + ("past last row" if n.skip == "past_last"
-                                      else "to next row")])
+               "after match skip " + _SKIP_TEXT[n.skip].format(n.skip_to)])
     pos = [c for c in n.components if not c.negated]
     parts = [f"SEQ({', '.join(('!' if c.negated else '') + c.alias for c in n.components)})",
              f"NFA states 0→{len(pos)} on " + " → ".join(c.alias for c in pos),
@@ -383,8 +390,8 @@ def _pattern_text(n: "Pattern") -> str:
     parts += [f"negation !{c.alias}" + (f": {c.against.sql}" if c.against is not None else "")
               for c in n.components if c.negated]
     parts.append(f"within {_us_text(n.within_us)}" if n.within_us else "no window")
-    if n.skip == "past_last":
-        parts.append("after match skip past last row")
+    if n.skip != "all":
+        parts.append("after match skip " + _SKIP_TEXT[n.skip].format(n.skip_to))
     return "⊳ " + "; ".join(parts)
 
 

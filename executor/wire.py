@@ -114,12 +114,13 @@ class Watermark(Control, kind=WATERMARK):
 @dataclass(frozen=True)
 class Recompute(Control, kind=RECOMPUTE):
     """The query over its history up to ``seam``: its rows overlapping ``spans`` ([from, to)
-    µs pairs)."""
+    µs pairs), or, ``by_start``, beginning within them."""
     req: int
     qid: int
     plan: dict
     seam: int
     spans: list
+    by_start: bool = False
 
 
 @dataclass(frozen=True)

@@ -300,3 +300,40 @@ def test_streaquel_loops_reaching_back_start_from_the_archive(server):
         admin.execute(f"INSERT INTO {plain} VALUES (1, {lit(1)})")
         with pytest.raises(psycopg.Error, match="TYPE ARCHIVED"):
             cur.execute("FETCH 1 FROM p WITH (timeout = '10s')")
+
+
+def test_recompute_gives_the_pattern_matches_late_events_changed(server):
+    """A late a makes a match and a late c breaks one: RECOMPUTE of EVENT SEQ gives the
+    matches known within a late event's reach [t, t + W) (a match spans less than W, so no
+    other can change), each equal to the brute-force oracle over every archived event."""
+    s, w = unique("seqlate"), 3.0
+    kinds = "abcbabacbbabcab"                      # one event a second, from 1 s
+    events = [(i + 1, kind, float(i + 1)) for i, kind in enumerate(kinds)]
+    late = [(100, "a", 8.5), (101, "c", 11.5)]     # after the stream reached 15 s
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {s} (id INT, kind TEXT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                  "TYPE ARCHIVED WITH (fragment = '10 seconds')")
+        for i, kind, t in events + late:
+            c.execute(f"INSERT INTO {s} VALUES ({i}, '{kind}', {lit(t)})")
+        assert c.execute(f"SELECT late FROM cq_streams WHERE stream = '{s}'").fetchone() == (2,)
+        rows = c.execute(f"RECOMPUTE SELECT a.id, b.id FROM EVENT SEQ({s} a, !({s} c), {s} b) "
+                         "WHERE a.kind = 'a' AND b.kind = 'b' AND c.kind = 'c' "
+                         f"WITHIN '{w:g} seconds'").fetchall()
+    every = events + late
+    matches = {(a[0], b[0]): b[2] for a in every for b in every
+               if a[1] == "a" and b[1] == "b" and 0 < b[2] - a[2] < w
+               and not any(x[1] == "c" and a[2] < x[2] < b[2] for x in every)}
+    reached = {m: known for m, known in matches.items()
+               if any(t <= known < t + w for _, _, t in late)}
+    assert {(r[0], r[1]): r[2] for r in rows} == {m: at(k) for m, k in reached.items()}
+    assert (100, 9) in reached and (11, 12) not in matches      # made by a, broken by c
+    # MATCH_RECOGNIZE skips past each match's last row, so one match moves the next: every
+    # match from the earliest late event on is given
+    ordered = sorted(every, key=lambda e: e[2])
+    pairs = {(x[0], y[0]): y[2] for x, y in zip(ordered, ordered[1:])
+             if x[1] == "a" and y[1] == "b" and y[2] >= min(t for _, _, t in late)}
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        rows = c.execute(f"RECOMPUTE SELECT * FROM {s} MATCH_RECOGNIZE (ORDER BY t MEASURES "
+                         "A.id AS a, B.id AS b PATTERN (A B) DEFINE A AS kind = 'a', "
+                         "B AS kind = 'b') AS m").fetchall()
+    assert {(r[0], r[1]): r[2] for r in rows} == {m: at(k) for m, k in pairs.items()}

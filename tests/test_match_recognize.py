@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import collections
 import random
-import re
 
 import psycopg
 import pyarrow as pa
 import pytest
+import regex
 import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +20,7 @@ import dialect  # noqa: F401 - registers the cql dialect
 from dialect.planner import MemoryCatalog, Relation, plan
 from dialect.planner.row_pattern import parse as parse_pattern
 from executor.graph import RunningQuery
+from executor.operators.base import QueryError
 
 CATALOG = MemoryCatalog().add(Relation("ev", "stream", (
     ("k", "INT"), ("kind", "TEXT"), ("v", "INT"), ("ts", "TIMESTAMP")), "ts"))
@@ -56,7 +57,7 @@ def oracle(rows: list, skip: str, within_s: int) -> collections.Counter:
                 bound[var] = r
             if ok and part[i + 2]["ts"] - part[i]["ts"] < within_s * 1_000_000:
                 out[(k, bound["A"]["v"], bound["B"]["v"], bound["C"]["v"])] += 1
-                i += 3 if skip == "past" else 1
+                i += CONCAT_SKIPS[skip][1]
             else:
                 i += 1
     return out
@@ -84,18 +85,22 @@ def run(sql: str, rows: list, rng: random.Random,
     return collections.Counter(key(r) for b in out for r in b.to_pylist())
 
 
+# skip mode -> (AFTER MATCH clause, rows from a match's first to where the next may begin)
+CONCAT_SKIPS = {"past": ("AFTER MATCH SKIP PAST LAST ROW", 3),
+                "next": ("AFTER MATCH SKIP TO NEXT ROW", 1),
+                "first B": ("AFTER MATCH SKIP TO FIRST B", 1),
+                "last C": ("AFTER MATCH SKIP TO LAST C", 2)}
 rows_strategy = st.lists(st.tuples(st.integers(0, 2), st.sampled_from(KINDS),
                                    st.integers(0, 5)), max_size=40)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(rows_strategy, st.sampled_from(["past", "next"]), st.sampled_from([3, 1000]),
+@given(rows_strategy, st.sampled_from(list(CONCAT_SKIPS)), st.sampled_from([3, 1000]),
        st.integers(0, 1000))
 def test_match_recognize_equals_the_row_by_row_oracle(data, skip, within, seed):
     rows = [{"k": k, "kind": kind, "v": v, "ts": (i + 1) * 500_000}
             for i, (k, kind, v) in enumerate(data)]
-    after = {"past": "AFTER MATCH SKIP PAST LAST ROW", "next": "AFTER MATCH SKIP TO NEXT ROW"}
-    sql = SQL.format(after=after[skip], within=within)
+    sql = SQL.format(after=CONCAT_SKIPS[skip][0], within=within)
     assert run(sql, rows, random.Random(seed)) == oracle(rows, skip, within)
 
 
@@ -123,6 +128,12 @@ BAD = [
     ("PATTERN (A !C B) WITHIN INTERVAL '1' SECOND", "0A000",
      "an absent row (!) begins or ends the pattern"),
     ("PATTERN (A B !C)", "42601", "an absent row needs WITHIN"),
+    ("AFTER MATCH SKIP TO FIRST A PATTERN (A+ B) DEFINE A AS kind = 'a'", "42601",
+     "would begin where this one began"),
+    ("AFTER MATCH SKIP TO LAST A PATTERN (A B)", "42601", "would begin where this one began"),
+    ("AFTER MATCH SKIP TO LAST D PATTERN (A B)", "42601", "is not a variable PATTERN gives"),
+    ("AFTER MATCH SKIP TO FIRST C PATTERN (A B !C) WITHIN INTERVAL '1' SECOND", "42601",
+     "is not a variable PATTERN gives"),
 ]
 
 
@@ -175,13 +186,14 @@ PATTERNS = ["A B+ C", "A B*? C", "(A | B)+ C", "A{2,3} B?", "A (B C)+", "A+? B",
 
 
 def _python_regex(tree) -> str:
-    """The pattern tree as Python's re, each row a character of its variables' bits: re's
-    backtracking order is the SQL standard's order of preference."""
+    """The pattern tree as a regular expression (the ``regex`` module: Python's re with
+    repeated group names), each row a character of its variables' bits, each variable's
+    rows a group of its name: backtracking order is the SQL standard's order of preference."""
     kind = tree[0]
     if kind == "var":
         bit = "ABC".index(tree[1])
         chars = "".join(chr(0x100 + m) for m in range(8) if m >> bit & 1)
-        return f"(?P<{tree[1]}_{next(_GROUPS)}>[{chars}])"
+        return f"(?P<{tree[1]}>[{chars}])"
     if kind == "seq":
         return "".join(_python_regex(t) for t in tree[1])
     if kind == "alt":
@@ -191,13 +203,25 @@ def _python_regex(tree) -> str:
             + ("" if greedy else "?"))
 
 
-_GROUPS = iter(range(10**9))
+SKIP_ERROR = "22000"             # the oracle's answer when AFTER MATCH SKIP TO cannot go on
 
 
-def regex_oracle(rows: list, pattern: str, skip: str, within_s: int) -> collections.Counter:
-    """(k, first v, last v, rows, classifier, match number) of every match, by Python's re
-    over each partition's rows."""
-    compiled = re.compile(_python_regex(parse_pattern(pattern)))
+def _resume(m, pos: int, skip: str):
+    """Where the match after ``m`` (begun at ``pos``) may begin; None: the skip's error."""
+    if skip in ("past", "next"):
+        return m.end() if skip == "past" else pos + 1
+    which, var = skip.split()
+    rows = m.starts(var) if var in m.re.groupindex else []
+    if not rows:
+        return None
+    at = rows[0] if which == "first" else rows[-1]
+    return at if at > pos else None
+
+
+def regex_oracle(rows: list, pattern: str, skip: str, within_s: int):
+    """(k, first v, last v, rows, classifier, match number) of every match, by a regular
+    expression over each partition's rows; SKIP_ERROR if a skip to a variable fails."""
+    compiled = regex.compile(_python_regex(parse_pattern(pattern)))
     out = collections.Counter()
     for k, part in _partitions(rows):
         text = "".join(chr(0x100 + sum(1 << i for i, v in enumerate("ABC")
@@ -211,9 +235,11 @@ def regex_oracle(rows: list, pattern: str, skip: str, within_s: int) -> collecti
                 pos += 1
                 continue
             number += 1
-            out[(k, part[pos]["v"], part[m.end() - 1]["v"], m.end() - pos,
-                 m.lastgroup.split("_")[0], number)] += 1
-            pos = m.end() if skip == "past" else pos + 1
+            last = next(v for v in compiled.groupindex if m.end() - 1 in m.starts(v))
+            out[(k, part[pos]["v"], part[m.end() - 1]["v"], m.end() - pos, last, number)] += 1
+            pos = _resume(m, pos, skip)
+            if pos is None:
+                return SKIP_ERROR
     return out
 
 
@@ -229,16 +255,49 @@ def run_rows(sql: str, rows: list, rng: random.Random) -> collections.Counter:
                                               r["mn"]))
 
 
+# AFTER MATCH SKIP TO a variable, for patterns whose first row it need not be: some matches
+# have no row of it, or begin with it (the query's error, 22000)
+SKIP_TO = [("A B+ C", "first B"), ("A B+ C", "last C"), ("A B*? C", "last B"),
+           ("(A | B)+ C", "last A"), ("(A | B)+ C", "first C"), ("A{2,3} B?", "last A"),
+           ("A (B C)+", "first C"), ("A+? B", "first B"), ("(A B | C)*? A", "last C"),
+           ("A (B?){2} C", "last B")]
+
+
+def after_clause(skip: str) -> str:
+    words = {"past": "PAST LAST ROW", "next": "TO NEXT ROW"}.get(skip) or f"TO {skip.upper()}"
+    return "AFTER MATCH SKIP " + words
+
+
+def check_rows(rows: list, pattern: str, skip: str, within: int, seed: int) -> None:
+    """The query in process equals the regex oracle, or fails with its error."""
+    define = ", ".join(ROW_DEFINE_SQL[v] for v in "ABC" if v in pattern)
+    sql = ROW_SQL.format(after=after_clause(skip), pattern=pattern, within=within,
+                         define=define)
+    want = regex_oracle(rows, pattern, skip, within)
+    if want == SKIP_ERROR:
+        with pytest.raises(QueryError) as e:
+            run_rows(sql, rows, random.Random(seed))
+        assert e.value.sqlstate == SKIP_ERROR, (pattern, skip)
+    else:
+        assert run_rows(sql, rows, random.Random(seed)) == want, (pattern, skip)
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows_strategy, st.sampled_from(PATTERNS), st.sampled_from(["past", "next"]),
        st.sampled_from([2, 1000]), st.integers(0, 1000))
-def test_quantifiers_and_alternation_equal_pythons_re(data, pattern, skip, within, seed):
+def test_quantifiers_and_alternation_equal_the_regex_oracle(data, pattern, skip, within, seed):
     rows = [{"k": k, "kind": kind, "v": v, "ts": (i + 1) * 500_000}
             for i, (k, kind, v) in enumerate(data)]
-    after = {"past": "AFTER MATCH SKIP PAST LAST ROW", "next": "AFTER MATCH SKIP TO NEXT ROW"}
-    define = ", ".join(ROW_DEFINE_SQL[v] for v in "ABC" if v in pattern)
-    sql = ROW_SQL.format(after=after[skip], pattern=pattern, within=within, define=define)
-    assert run_rows(sql, rows, random.Random(seed)) == regex_oracle(rows, pattern, skip, within)
+    check_rows(rows, pattern, skip, within, seed)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows_strategy, st.sampled_from(SKIP_TO), st.sampled_from([2, 1000]),
+       st.integers(0, 1000))
+def test_skip_to_first_or_last_variable_equals_the_regex_oracle(data, case, within, seed):
+    rows = [{"k": k, "kind": kind, "v": v, "ts": (i + 1) * 500_000}
+            for i, (k, kind, v) in enumerate(data)]
+    check_rows(rows, *case, within, seed)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -248,13 +307,8 @@ def test_longer_runs_of_rows_with_partitions_that_empty_and_return(seed):
     rng = random.Random(seed)
     rows = [{"k": rng.randrange(3), "kind": rng.choice(KINDS), "v": rng.randrange(6),
              "ts": (i + 1) * 500_000} for i in range(60)]
-    after = {"past": "AFTER MATCH SKIP PAST LAST ROW", "next": "AFTER MATCH SKIP TO NEXT ROW"}
-    for pattern in PATTERNS:
-        define = ", ".join(ROW_DEFINE_SQL[v] for v in "ABC" if v in pattern)
-        for skip in after:
-            sql = ROW_SQL.format(after=after[skip], pattern=pattern, within=2, define=define)
-            want = regex_oracle(rows, pattern, skip, 2)
-            assert run_rows(sql, rows, random.Random(seed)) == want, (pattern, skip)
+    for pattern, skip in [(p, s) for p in PATTERNS for s in ("past", "next")] + SKIP_TO:
+        check_rows(rows, pattern, skip, 2, seed)
 
 
 # ---------------------------------------------------------------------- absent rows (!C)

@@ -7,6 +7,8 @@ A pattern's WHERE belongs to the pattern: every term is decided on events, none 
 after it. The result is a stream of matches, read as a bare stream is (its default window)."""
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from executor import plan as P
@@ -166,8 +168,8 @@ def _equivalence(builder, arrays: list, sources: list) -> list:
 
 
 # ---------------------------------------------------------------------- MATCH_RECOGNIZE
-_SKIPS = {None: "past_last", "AFTER MATCH SKIP PAST LAST ROW": "past_last",
-          "AFTER MATCH SKIP TO NEXT ROW": "all"}
+_SKIP = re.compile(r"AFTER MATCH SKIP (?:(PAST LAST ROW)|(TO NEXT ROW)|TO (FIRST|LAST) (\w+))$",
+                   re.I)
 # a variable's rows, when each variable is one row: these functions are the row's value
 _ONE_ROW = {exp.First: lambda a: a, exp.Last: lambda a: a, exp.Sum: lambda a: a,
             exp.Min: lambda a: a, exp.Max: lambda a: a, exp.Avg: lambda a: a}
@@ -198,11 +200,7 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
     if match.args.get("rows") is not None and match.args["rows"].name != "ONE ROW PER MATCH":
         raise Unsupported(f"{match.args['rows'].name} is not supported yet",
                           hint="Write ONE ROW PER MATCH (the default).", position=at)
-    after = match.args.get("after")
-    skip = _SKIPS.get(after.name if after is not None else None)
-    if skip is None:
-        raise Unsupported(f"{after.name} is not supported yet", position=at,
-                          hint="Write AFTER MATCH SKIP PAST LAST ROW or TO NEXT ROW.")
+    skip = _skip(match, tree, at)
     if not row_pattern.is_concatenation(tree) or _needs_rows(match):
         if row_pattern.has_absent(tree):
             raise Unsupported(f"PATTERN ({text}): an absent row (!) goes with a concatenation "
@@ -260,7 +258,7 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
     schema = tuple(c for v, s in zip(variables, sources) if v not in absent
                    for c in s.node.schema)
     node = P.Pattern(tuple(s.node for s in sources), tuple(components), conjunction(cross),
-                     within_us, "strict", schema, skip)
+                     within_us, "strict", schema, skip[0], skip_to=skip[1])
     node = P.Window(node, apply_default_windows(None, None, has_end_column=False), schema)
     alias = match.alias or "match_recognize"
     seen = Scope([s for v, s in zip(variables, sources) if v not in absent])  # rows there
@@ -278,6 +276,29 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
     mapped = P.Map(node, tuple(outputs), columns)
     rel = Relation(alias, "subquery", tuple((c.name.split(".", 1)[1], c.type) for c in columns))
     return Source(alias, rel, mapped, True)
+
+
+def _skip(match: exp.MatchRecognize, tree: tuple, at) -> tuple:
+    """AFTER MATCH SKIP as (mode, variable): PAST LAST ROW by default. A skip to the
+    variable of every match's first row would find the same match for ever: refused here
+    when PATTERN says so, an error of the query when a match does."""
+    after = match.args.get("after")
+    m = _SKIP.match(after.name if after is not None else "AFTER MATCH SKIP PAST LAST ROW")
+    if m is None:
+        raise Unsupported(f"{after.name} is not supported", position=at,
+                          hint="Write AFTER MATCH SKIP PAST LAST ROW, TO NEXT ROW or "
+                               "TO FIRST/LAST variable.")
+    if m.group(1) or m.group(2):
+        return ("past_last" if m.group(1) else "all"), None
+    first, var = m.group(3).upper() == "FIRST", m.group(4).upper()
+    to = f"AFTER MATCH SKIP TO {m.group(3).upper()} {var}"
+    if var not in row_pattern.variables(tree) or (var, True) in row_pattern.items(tree):
+        raise PatternSyntax(f'{to}: "{var}" is not a variable PATTERN gives rows', position=at)
+    if row_pattern.first_row_is(tree, var, only=not first):
+        raise PatternSyntax(f"{to}: every match begins with {var}'s row, so the next match "
+                            "would begin where this one began", position=at,
+                            hint="Skip to a later variable, or TO NEXT ROW.")
+    return ("to_first" if first else "to_last"), var
 
 
 def _partition_keys(match: exp.MatchRecognize) -> list:
@@ -391,7 +412,7 @@ def _row_pattern_source(builder, table, match, tree, variables, defines, skip) -
     within = match.args.get("within")
     node = P.Pattern((src.node,), tuple(components), None,
                      size_us(within) if within is not None else None, "strict", schema,
-                     skip, tree, measures)
+                     skip[0], tree, measures, skip[1])
     node = P.Window(node, apply_default_windows(None, None, has_end_column=False), schema)
     measured = Scope([Source(MEASURED, Relation(MEASURED, "subquery", tuple(
         (c.name.split(".", 1)[1], c.type) for c in schema)), node, True)])

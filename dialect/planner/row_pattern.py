@@ -122,19 +122,7 @@ def _braces(value: str, text: str) -> tuple:
 
 def variables(tree: tuple) -> list:
     """The pattern's variables, each once, in the order they first appear."""
-    out: list = []
-
-    def walk(node):
-        if node[0] in ("var", "not"):
-            if node[1] not in out:
-                out.append(node[1])
-        elif node[0] in ("seq", "alt"):
-            for n in node[1]:
-                walk(n)
-        else:
-            walk(node[1])
-    walk(tree)
-    return out
+    return list(dict.fromkeys(_leaves(tree)))
 
 
 def can_be_empty(tree: tuple) -> bool:
@@ -169,3 +157,36 @@ def has_absent(tree: tuple) -> bool:
     if tree[0] in ("seq", "alt"):
         return any(has_absent(n) for n in tree[1])
     return tree[0] == "rep" and has_absent(tree[1])
+
+
+def first_row_is(tree: tuple, var: str, only: bool = False) -> bool:
+    """Every match's first row is ``var``'s (``only``: and no other row is): where AFTER
+    MATCH SKIP TO FIRST (LAST) ``var`` would begin the next match where this one began.
+
+    >>> first_row_is(parse("A+ B"), "A"), first_row_is(parse("A+ B"), "A", only=True)
+    (True, False)
+    >>> first_row_is(parse("A? B"), "A"), first_row_is(parse("A B C"), "A", only=True)
+    (False, True)
+    """
+    if only:
+        occurs = sum(1 for v in _leaves(tree) if v == var)
+        lead = tree[1][0] if tree[0] == "seq" else tree
+        return occurs == 1 and lead == ("var", var)
+    kind = tree[0]
+    if kind == "var":
+        return tree[1] == var
+    if kind == "seq":
+        return first_row_is(tree[1][0], var) and not can_be_empty(tree[1][0])
+    if kind == "alt":
+        return all(first_row_is(n, var) for n in tree[1])
+    return kind == "rep" and tree[2] >= 1 and first_row_is(tree[1], var)
+
+
+def _leaves(tree: tuple):
+    if tree[0] in ("var", "not"):
+        yield tree[1]
+    elif tree[0] in ("seq", "alt"):
+        for n in tree[1]:
+            yield from _leaves(n)
+    else:
+        yield from _leaves(tree[1])

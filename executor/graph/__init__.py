@@ -21,8 +21,9 @@ class Graph(RunningGraph):
     def snapshot(self, qid, batches: dict, at: int | None) -> pa.Table | None:
         return one_time.snapshot(self, qid, batches, at)
 
-    def replay(self, qid, batches: dict, seam: int, spans: np.ndarray) -> pa.Table | None:
-        return one_time.replay(self, qid, batches, seam, spans)
+    def replay(self, qid, batches: dict, seam: int, spans: np.ndarray,
+               by_start: bool = False) -> pa.Table | None:
+        return one_time.replay(self, qid, batches, seam, spans, by_start)
 
 
 class RunningQuery:

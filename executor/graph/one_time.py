@@ -53,12 +53,13 @@ def snapshot(graph: RunningGraph, qid, batches: dict, at: int | None) -> pa.Tabl
                                   for b in table.to_batches()])
 
 
-def replay(graph: RunningGraph, qid, batches: dict, seam: int,
-           spans: np.ndarray) -> pa.Table | None:
+def replay(graph: RunningGraph, qid, batches: dict, seam: int, spans: np.ndarray,
+           by_start: bool = False) -> pa.Table | None:
     """Query ``qid`` run over ``batches`` ({stream: [batch]}, each in event-time order)
     to the end, as though every tuple had come in time: its rows that began by ``seam``
-    and overlap one of ``spans`` (an (n, 2) array of [from, to) µs, sorted, disjoint),
-    a row still holding at the seam open-ended; with valid_from / valid_to always."""
+    and overlap one of ``spans`` (an (n, 2) array of [from, to) µs, sorted, disjoint), or,
+    ``by_start``, began within one; a row still holding at the seam open-ended; with
+    valid_from / valid_to always."""
     out: dict = {}
     for name, group in batches.items():
         for b in group:
@@ -73,7 +74,7 @@ def replay(graph: RunningGraph, qid, batches: dict, seam: int,
     te = table.column(TE).to_numpy(zero_copy_only=False)
     first = np.searchsorted(spans[:, 1], ts, side="right")    # first span ending after ts
     hit = (first < len(spans)) & (ts <= seam)
-    hit &= spans[np.minimum(first, len(spans) - 1), 0] < te
+    hit &= spans[np.minimum(first, len(spans) - 1), 0] < (ts + 1 if by_start else te)
     table = table.filter(pa.array(hit))
     te = np.where(te[hit] > seam, INF, te[hit])
     table = table.set_column(table.schema.get_field_index(TE), TE, pa.array(te, pa.int64()))

@@ -228,7 +228,7 @@ class Pattern(Merging):
                        {k: _Latest() for k in self.positive[1:]
                         if comps[k].against is None} if node.strategy == "next" else {})
         self.candidates = 0          # sequences constructed (before predicates and negations)
-        self.match_ends: dict = {}   # partition -> the last kept match's end (skip past last)
+        self.match_ends: dict = {}   # partition -> the next kept match begins after (SKIP)
         self.integer_keys = all(len(c.partition) == 1 and c.partition[0].type in INTEGERS
                                 for c in comps)
         self._prepare_sql()
@@ -589,8 +589,8 @@ class Pattern(Merging):
             return None
         order = [(KNOWN, "ascending")] + [(_ts(k), "ascending") for k in self.positive]
         kept = kept.sort_by(order)
-        if self.node.skip == "past_last":
-            kept = kept.filter(self._past_last(kept))
+        if self.node.skip != "all":
+            kept = kept.filter(self._skipped(kept))
             if kept.num_rows == 0:
                 return None
         names = [c.name for c in self.node.schema]
@@ -598,15 +598,20 @@ class Pattern(Merging):
         known = kept.column(KNOWN).cast(pa.int64())
         return pa.table(cols + [known, known], names=names + [TS, TE])
 
-    def _past_last(self, kept: pa.Table) -> np.ndarray:
-        """AFTER MATCH SKIP PAST LAST ROW: in each partition, a match that begins at or
-        before the end of the last one kept is dropped (matches come in time order; Python
-        runs once per match, not per event)."""
+    def _skipped(self, kept: pa.Table) -> np.ndarray:
+        """AFTER MATCH SKIP PAST LAST ROW or TO FIRST/LAST var (one row each here): in each
+        partition, a match that begins before where the last one kept lets the next begin
+        is dropped (matches come in time order; Python runs once per match, not per
+        event)."""
         part = kept.column(PART).to_numpy()
         first = kept.column(_ts(self.positive[0])).to_numpy()
-        last = kept.column(_ts(self.positive[-1])).to_numpy()
+        if self.node.skip == "past_last":
+            after = kept.column(_ts(self.positive[-1])).to_numpy()
+        else:          # the next match may begin at the variable's row: after just before it
+            at = [c.alias for c in self.node.components].index(self.node.skip_to)
+            after = kept.column(_ts(at)).to_numpy() - 1
         keep, ends = np.zeros(len(part), bool), self.match_ends
-        for i, (p, a, b) in enumerate(zip(part.tolist(), first.tolist(), last.tolist())):
+        for i, (p, a, b) in enumerate(zip(part.tolist(), first.tolist(), after.tolist())):
             if a > ends.get(p, NONE):
                 keep[i], ends[p] = True, b
         return keep

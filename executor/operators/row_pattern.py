@@ -190,11 +190,32 @@ class RowPattern(Merging):
                 continue
             stop, chain = result
             number = self.numbers[key] = self.numbers.get(key, 0) + 1
-            found.append((s, stop, _labels(chain, stop - s), number))
-            run.start = stop if self.node.skip == "past_last" else s + 1
+            labels = _labels(chain, stop - s)
+            found.append((s, stop, labels, number))
+            run.start = s + self._resume(stop - s, labels)
         if found:
             self.decided.append(self._measures(key, run, found))
         run.drop_before_start()
+
+    def _resume(self, length: int, labels: list) -> int:
+        """AFTER MATCH SKIP: where the next match may begin, counted from this one's first
+        row. A skip to a variable the match has no row of, or to its first row (the same
+        match again, for ever), is an error, as the SQL standard has it."""
+        skip, var = self.node.skip, self.node.skip_to
+        if skip in _SKIP_ROWS:
+            return _SKIP_ROWS[skip](length)
+        rows = [i for i, v in enumerate(labels) if v == var]
+        to = f"AFTER MATCH SKIP TO {'FIRST' if skip == 'to_first' else 'LAST'} {var}"
+        if not rows:
+            raise QueryError(f"{to}: a match has no row of {var}", "22000",
+                             hint=f"Skip to a variable every match has, or make {var} "
+                                  "required in PATTERN.")
+        at = rows[0] if skip == "to_first" else rows[-1]
+        if at == 0:
+            raise QueryError(f"{to}: a match's first row is {var}'s, so the next match would "
+                             "begin where this one began", "22000",
+                             hint="Skip to a later variable, or TO NEXT ROW.")
+        return at
 
     def _measures(self, key, run: _Run, found: list) -> pa.Table:
         """One row per match: the partition's values, then each measure."""
@@ -254,6 +275,8 @@ class RowPattern(Merging):
     def state_size(self) -> int:
         return sum(len(r.ts) for r in self.runs.values())
 
+
+_SKIP_ROWS = {"past_last": lambda length: length, "all": lambda length: 1}
 
 _REDUCE = {
     "count": lambda vals, present: len(present),

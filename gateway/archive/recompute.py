@@ -12,6 +12,9 @@ ones ``cq_late_tuples`` lists (since the server started, the newest 10,000 per s
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 import pyarrow as pa
 
@@ -34,23 +37,83 @@ _REACH = {
     P.FixedWindow: (lambda w, t: np.where((t >= w.low_us) & (t < w.high_us), w.high_us, t),
                     lambda w, t: w.low_us),
 }
-_FOREVER = (lambda w, t: np.full(len(t), INF), lambda w, t: None)
+_FOREVER = (lambda w, t: np.full(np.shape(t), INF), lambda w, t: None)
+_ROW_WISE = (P.Map, P.Filter)        # above a pattern: each match is its own row
 
 
-def _windows(node, out: list) -> list:
-    """(window or None, stream name) of each stream the plan reads."""
+@dataclass(frozen=True)
+class _Read:
+    """A stream the query reads: ``reach(t)``, where a tuple at ``t`` (array) stops
+    changing the answer, and ``since(t)``, from when the archive is read for the state at
+    ``t`` (None: from its beginning)."""
+    stream: str
+    reach: Callable
+    since: Callable
+
+
+def _window_read(window, stream: str) -> _Read:
+    end, since = _REACH.get(type(window), _FOREVER)
+    return _Read(stream, lambda t: end(window, t), lambda t: since(window, t))
+
+
+def _pattern_reads(pattern: P.Pattern, window, row_wise: bool, out: list) -> None:
+    """A pattern's streams: a late event changes only the matches known within WITHIN of it
+    (a match spans less than WITHIN; a closing negation's match is known at its first
+    event plus WITHIN), unless a skip makes each match depend on the one before (AFTER
+    MATCH SKIP PAST LAST ROW, TO FIRST/LAST) or no WITHIN bounds it: then from it on. The
+    window over the matches carries that reach on; under an aggregate, the unbounded one
+    reaches from it on, and its state is read from the archive's beginning."""
+    w = pattern.within_us
+    if w is None or pattern.skip != "all":
+        end, since = (lambda t: _FOREVER[0](None, t)), (lambda t: None)
+    elif window is None or (isinstance(window, P.UnboundedWindow) and row_wise):
+        end, since = (lambda t: t + w), (lambda t: t - w)
+    elif type(window) in _REACH:
+        outer_end, outer_since = _REACH[type(window)]
+        end, since = (lambda t: outer_end(window, t + w)), \
+            (lambda t: outer_since(window, t) - w)
+    else:
+        end, since = (lambda t: _FOREVER[0](None, t)), (lambda t: None)
+    out += [_Read(scan.stream, end, since) for scan in _scans(pattern)]
+
+
+def _scans(node) -> list:
+    if isinstance(node, P.StreamScan):
+        return [node]
+    return [s for c in P.children(node) for s in _scans(c)]
+
+
+def _reads(node, out: list, row_wise: bool = True) -> list:
+    """How each stream the plan reads is read (its window, or its pattern's);
+    ``row_wise``: only Map and Filter above ``node``."""
     if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan):
-        out.append((node.window, node.input.stream))
+        out.append(_window_read(node.window, node.input.stream))
+        return out
+    if isinstance(node, P.Window) and isinstance(node.input, P.Pattern):
+        _pattern_reads(node.input, node.window, row_wise, out)
+        return out
+    if isinstance(node, P.Pattern):
+        _pattern_reads(node, None, row_wise, out)
         return out
     if isinstance(node, P.StreamScan):
-        out.append((None, node.stream))
+        out.append(_window_read(None, node.stream))
     if isinstance(node, P.WindowRelationScan):
         raise E.FeatureNotSupported(
             f"RECOMPUTE reads streams' archives; {node.name} is a named window or derived "
             "stream", hint="Write the query over the stream the relation reads.")
     for c in P.children(node):
-        _windows(c, out)
+        _reads(c, out, row_wise and isinstance(node, _ROW_WISE))
     return out
+
+
+def _matches_by_start(node) -> bool:
+    """A query that passes a pattern's matches on row by row, through the unbounded window
+    a stream of matches has by default: a match's row never changes once made, so only
+    those beginning within a late event's reach are new or gone."""
+    while isinstance(node, _ROW_WISE):
+        node = node.input
+    return (isinstance(node, P.Window) and isinstance(node.window, P.UnboundedWindow)
+            and isinstance(node.input, P.Pattern))
 
 
 def _merged(spans: np.ndarray) -> np.ndarray:
@@ -80,16 +143,16 @@ def fields(session, p: P.Plan) -> list:
 
 
 def _streams(session, p: P.Plan) -> list:
-    """(window, stream, catalog object) of each stream the query reads, all archived."""
+    """(how it is read, catalog object) of each stream the query reads, all archived."""
     out = []
-    for window, stream in _windows(p.root, []):
-        obj = session.services.streams.by_relation(stream, kinds=("stream",))
+    for read in _reads(p.root, []):
+        obj = session.services.streams.by_relation(read.stream, kinds=("stream",))
         if obj is None or not obj.archived:
-            raise E.PgError(f'stream "{stream}" is not archived, so late tuples cannot be '
+            raise E.PgError(f'stream "{read.stream}" is not archived, so late tuples cannot be '
                             "recomputed", sqlstate="55000",
                             hint="CREATE STREAM … TYPE ARCHIVED keeps every tuple, late ones "
                             "too.")
-        out.append((window, stream, obj))
+        out.append((read, obj))
     return out
 
 
@@ -102,9 +165,9 @@ def run(session, tree) -> Rows:
     out_fields, schema = _shape(session, p)
     read = _streams(session, p)
     spans = []
-    for window, stream, _ in read:
-        late = session.services.ingest.log.late_times(stream)
-        ends = np.asarray(_REACH.get(type(window), _FOREVER)[0](window, late), np.int64)
+    for how, _ in read:
+        late = session.services.ingest.log.late_times(how.stream)
+        ends = np.asarray(how.reach(late), np.int64)
         spans.append(np.stack([late, ends], axis=1)[ends > late])
     spans = np.concatenate(spans) if spans else np.empty((0, 2), np.int64)
     if not len(spans):
@@ -113,13 +176,13 @@ def run(session, tree) -> Rows:
         return Rows(out_fields, schema.empty_table(), "SELECT")
     merged = _merged(spans)
     earliest = int(merged[0, 0])            # every stream is read from there, back its reach
-    history = [History(stream, obj.key, obj.timestamp_column, obj.options.get("fragment"),
-                       since_us=_REACH.get(type(window), _FOREVER)[1](window, earliest))
-               for window, stream, obj in read]
+    history = [History(how.stream, obj.key, obj.timestamp_column, obj.options.get("fragment"),
+                       since_us=how.since(earliest)) for how, obj in read]
     link = session.services.backend
+    by_start = _matches_by_start(p.root)
 
     def replay(primed, seam):
-        return link.recompute(p, primed, seam, merged.tolist())
+        return link.recompute(p, primed, seam, merged.tolist(), by_start)
 
     table = link.call(session.services.ingest.start_primed(history, replay))
     table = schema.empty_table() if table is None else table.cast(schema)

@@ -248,12 +248,13 @@ class BackendLink:
         return await self._one_time(wire.Snapshot, history, plan=P.to_dict(plan),
                                     relations=[[n, P.to_dict(p)] for n, p in relations])
 
-    async def recompute(self, plan: P.Plan, history: dict, seam: int,
-                        spans: list) -> pa.Table | None:
+    async def recompute(self, plan: P.Plan, history: dict, seam: int, spans: list,
+                        by_start: bool = False) -> pa.Table | None:
         """The query over ``history`` (archived tuples up to ``seam``) as though no tuple had
-        been late: its rows that began by the seam and overlap ``spans`` ([from, to) µs)."""
+        been late: its rows that began by the seam and overlap ``spans`` ([from, to) µs),
+        or, ``by_start``, began within them."""
         return await self._one_time(wire.Recompute, history, plan=P.to_dict(plan), seam=seam,
-                                    spans=spans)
+                                    spans=spans, by_start=by_start)
 
     async def _one_time(self, request: type, history: dict | None,
                         **fields) -> pa.Table | None:
