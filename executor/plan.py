@@ -184,16 +184,21 @@ class PatternComponent:
     predicate: Expr | None = None
     partition: tuple = ()         # tuple[Expr]
     against: Expr | None = None
+    # a row pattern's DEFINE terms that read other rows of the match (a tree the matcher
+    # evaluates row by row: dialect/planner/row_define.py)
+    checks: tuple | None = None
 
 
 @dataclass(frozen=True)
 class RowMeasure:
     """One value a row pattern's match gives (MATCH_RECOGNIZE's MEASURES, taken apart):
     ``func`` first, last, sum, min, max, avg or count of ``column`` over the rows mapped to
-    ``var`` (None: every row of the match), or classifier / match_number."""
+    ``var`` (None: every row of the match), or classifier / match_number; ``offset``: FIRST's
+    n-th after the first row, LAST's n-th before the last."""
     func: str
     var: str | None = None
     column: str | None = None
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -364,6 +369,23 @@ def _regex_text(tree) -> str:
     return inner + q + ("" if greedy else "?")
 
 
+_CHECK_TEXT = {
+    "lit": lambda t: "NULL" if t[1] is None else
+    "'" + t[1].replace("'", "''") + "'" if isinstance(t[1], str) else str(t[1]),
+    "ref": lambda t: f"{t[2]}.{t[3].split('.', 1)[-1]}" if t[1] == "last" and not t[4]
+    else f"{t[1].upper()}({t[2]}.{t[3].split('.', 1)[-1]}, {t[4]})",
+    "op": lambda t: f"({_check_text(t[2])} {t[1]} {_check_text(t[3])})",
+    "not": lambda t: f"NOT {_check_text(t[1])}",
+    "isnull": lambda t: f"{_check_text(t[1])} IS NULL",
+    "neg": lambda t: f"-{_check_text(t[1])}",
+}
+
+
+def _check_text(t) -> str:
+    """A DEFINE term the row matcher evaluates row by row, as SQL."""
+    return _CHECK_TEXT[t[0]](t)
+
+
 def _pattern_text(n: "Pattern") -> str:
     """SEQ's NFA as EXPLAIN shows it: states (the positive components), stacks (partitioned
     by the equivalence test: PAIS), the predicates pushed into scan and construction, the
@@ -375,6 +397,8 @@ def _pattern_text(n: "Pattern") -> str:
              if n.components[0].partition else "one partition"]
             + [f"define {c.alias}: {c.predicate.sql}" for c in n.components
                if c.predicate is not None]
+            + [f"define {c.alias} row by row: {_check_text(c.checks)}" for c in n.components
+               if c.checks is not None]
             + [f"within {_us_text(n.within_us)}" if n.within_us else "no window",
                "after match skip " + _SKIP_TEXT[n.skip].format(n.skip_to)])
     pos = [c for c in n.components if not c.negated]

@@ -6,6 +6,7 @@ in process (Hypothesis makes the rows and the batches), and through a server."""
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import random
 
 import psycopg
@@ -96,11 +97,15 @@ rows_strategy = st.lists(st.tuples(st.integers(0, 2), st.sampled_from(KINDS),
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(rows_strategy, st.sampled_from(list(CONCAT_SKIPS)), st.sampled_from([3, 1000]),
-       st.integers(0, 1000))
-def test_match_recognize_equals_the_row_by_row_oracle(data, skip, within, seed):
+       st.booleans(), st.integers(0, 1000))
+def test_match_recognize_equals_the_row_by_row_oracle(data, skip, within, matcher, seed):
+    """On the stacks, and (MATCH_NUMBER() asks for it) on the row matcher, where B's and
+    C's DEFINE, naming A's row, are evaluated row by row as the match grows."""
     rows = [{"k": k, "kind": kind, "v": v, "ts": (i + 1) * 500_000}
             for i, (k, kind, v) in enumerate(data)]
     sql = SQL.format(after=CONCAT_SKIPS[skip][0], within=within)
+    if matcher:
+        sql = sql.replace("v AS cv", "v AS cv, MATCH_NUMBER() AS n")
     assert run(sql, rows, random.Random(seed)) == oracle(rows, skip, within)
 
 
@@ -121,10 +126,11 @@ def test_overlapping_matches_are_skipped_past_the_last_row():
 BAD = [
     ("PATTERN (A {- B -} C) DEFINE A AS kind = 'a'", "0A000",
      "exclusion {- … -} is not supported"),
-    ("PATTERN (A B*) DEFINE B AS B.v > A.v", "0A000",
-     "a DEFINE may name only its own row yet"),
+    ("PATTERN (A B*) DEFINE B AS B.v > AVG(A.v)", "0A000", "AVG(A.v) in DEFINE is not "
+     "supported yet"),
+    ("PATTERN (A B*) DEFINE B AS B.v > LAST(A.v, B.v)", "0A000", "the offset is a constant"),
     ("PATTERN (A? B*) DEFINE A AS kind = 'a'", "42601", "can match no rows at all"),
-    ("PATTERN (A B) DEFINE A AS PREV(v) > 1", "0A000", "is not supported yet"),
+    ("PATTERN (A B) DEFINE A AS NEXT(v) > 1", "0A000", "is not supported yet"),
     ("PATTERN (A !C B) WITHIN INTERVAL '1' SECOND", "0A000",
      "an absent row (!) begins or ends the pattern"),
     ("PATTERN (A B !C)", "42601", "an absent row needs WITHIN"),
@@ -309,6 +315,97 @@ def test_longer_runs_of_rows_with_partitions_that_empty_and_return(seed):
              "ts": (i + 1) * 500_000} for i in range(60)]
     for pattern, skip in [(p, s) for p in PATTERNS for s in ("past", "next")] + SKIP_TO:
         check_rows(rows, pattern, skip, 2, seed)
+
+
+# ------------------------------------------------------- DEFINE reading other rows
+NAVIGATING = {
+    # a rise above A, each B at least the B before, then a C below the last B
+    "rise": ("A B+ C", "A AS kind = 'a', B AS B.v > A.v AND (LAST(B.v, 1) IS NULL OR "
+                       "B.v >= LAST(B.v, 1)), C AS C.v < LAST(B.v)"),
+    # a fall: each row below the row before it in the partition, in the match or not
+    "fall": ("B+", "B AS v < PREV(v)"),
+}
+
+
+def _rise(v: list, kinds: list, pos: int, cut: int):
+    """A at pos, B+ rising above it (each B at least the one before), then C below the last
+    B: the end of the preferred match (greedy B+: the longest run C can follow), or None."""
+    if kinds[pos] != "a":
+        return None
+    run = pos + 1
+    while run < cut and v[run] > v[pos] and (run == pos + 1 or v[run] >= v[run - 1]):
+        run += 1
+    for c in range(run, pos + 1, -1):            # C's row after B rows pos+1 .. c-1
+        if c < cut and v[c] < v[c - 1]:
+            return c + 1
+    return None
+
+
+def _fall(v: list, kinds: list, pos: int, cut: int):
+    """B+, each row below the row before it in the partition: the longest run, or None."""
+    run = pos
+    while run < cut and run > 0 and v[run] < v[run - 1]:
+        run += 1
+    return run if run > pos else None
+
+
+def navigating_oracle(rows: list, case: str, skip: str, within_s: int) -> collections.Counter:
+    """(k, first v, last v, rows, classifier, match number) of the preferred match from
+    each start, worked out for these two patterns alone."""
+    out = collections.Counter()
+    for k, part in _partitions(rows):
+        v, kinds = [r["v"] for r in part], [r["kind"] for r in part]
+        pos, number = 0, 0
+        while pos < len(part):
+            cut = next((i for i, r in enumerate(part)
+                        if r["ts"] >= part[pos]["ts"] + within_s * 1_000_000), len(part))
+            end = (_rise if case == "rise" else _fall)(v, kinds, pos, cut)
+            if end is None:
+                pos += 1
+                continue
+            number += 1
+            out[(k, v[pos], v[end - 1], end - pos, "C" if case == "rise" else "B",
+                 number)] += 1
+            pos = end if skip == "past" else pos + 1
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rows_strategy, st.sampled_from(list(NAVIGATING)), st.sampled_from(["past", "next"]),
+       st.sampled_from([2, 1000]), st.integers(0, 1000))
+def test_define_reading_other_rows_equals_its_oracle(data, case, skip, within, seed):
+    rows = [{"k": k, "kind": kind, "v": v, "ts": (i + 1) * 500_000}
+            for i, (k, kind, v) in enumerate(data)]
+    pattern, define = NAVIGATING[case]
+    sql = ROW_SQL.format(after=after_clause(skip), pattern=pattern, within=within,
+                         define=define)
+    assert run_rows(sql, rows, random.Random(seed)) == \
+        navigating_oracle(rows, case, skip, within)
+
+
+def test_flinks_price_drop_example():
+    """Flink's MATCH_RECOGNIZE documentation: a fall from START_ROW then a rise, its answer
+    as the documentation gives it (ACME, 10:00:04, 10:00:07, 10:00:08)."""
+    catalog = MemoryCatalog().add(Relation("ticker", "stream", (
+        ("symbol", "TEXT"), ("price", "INT"), ("tax", "INT"), ("rowtime", "TIMESTAMP")),
+        "rowtime"))
+    sql = ("SELECT * FROM ticker MATCH_RECOGNIZE (PARTITION BY symbol ORDER BY rowtime "
+           "MEASURES START_ROW.rowtime AS start_tstamp, LAST(PRICE_DOWN.rowtime) AS "
+           "bottom_tstamp, LAST(PRICE_UP.rowtime) AS end_tstamp ONE ROW PER MATCH "
+           "AFTER MATCH SKIP TO LAST PRICE_UP PATTERN (START_ROW PRICE_DOWN+ PRICE_UP) "
+           "DEFINE PRICE_DOWN AS (LAST(PRICE_DOWN.price, 1) IS NULL AND PRICE_DOWN.price < "
+           "START_ROW.price) OR PRICE_DOWN.price < LAST(PRICE_DOWN.price, 1), "
+           "PRICE_UP AS PRICE_UP.price > LAST(PRICE_DOWN.price, 1)) AS T")
+    q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), catalog))
+    prices = [12, 17, 19, 21, 25, 18, 15, 14, 24, 25, 19]
+    at = [dt.datetime(2011, 4, 1, 10, 0, i) for i in range(len(prices))]
+    out = q.push("ticker", pa.RecordBatch.from_pydict({
+        "symbol": ["ACME"] * len(prices), "price": pa.array(prices, pa.int32()),
+        "tax": pa.array([1] * len(prices), pa.int32()),
+        "rowtime": pa.array(at, pa.timestamp("us"))})) + q.end()
+    assert [r for b in out for r in b.to_pylist()] == [
+        {"symbol": "ACME", "start_tstamp": at[4], "bottom_tstamp": at[7],
+         "end_tstamp": at[8]}]
 
 
 # ---------------------------------------------------------------------- absent rows (!C)

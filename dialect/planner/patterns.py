@@ -18,7 +18,7 @@ from ..errors import (DuplicateAlias, PatternSyntax, UndefinedColumn, UndefinedR
                       Unsupported)
 from ..parser import STRATEGIES
 from .apply_default_windows import apply_default_windows, size_us, written_at
-from . import row_pattern
+from . import row_define, row_pattern
 from .push_down_filters import conjunction
 from .catalog import Relation
 from .scope import Scope, Source
@@ -206,7 +206,8 @@ def match_recognize_source(builder, table: exp.Expression, match: exp.MatchRecog
             raise Unsupported(f"PATTERN ({text}): an absent row (!) goes with a concatenation "
                               "of variables", position=at,
                               hint="Write PATTERN (A B !C) or (!C A B), with no quantifier, "
-                                   "alternation, CLASSIFIER() or MATCH_NUMBER().")
+                                   "alternation, CLASSIFIER(), MATCH_NUMBER(), or LAST, "
+                                   "FIRST or PREV in DEFINE.")
         return _row_pattern_source(builder, table, match, tree, variables, defines, skip)
     absent = {v for v, neg in row_pattern.items(tree) if neg}
     order = [v for v, _ in row_pattern.items(tree)]
@@ -360,10 +361,15 @@ _CALLS = {"CLASSIFIER": "classifier", "MATCH_NUMBER": "match_number"}
 
 
 def _needs_rows(match: exp.MatchRecognize) -> bool:
-    """MEASURES that only the row pattern's matcher gives (per match, not per row)."""
+    """MEASURES that only the row pattern's matcher gives (per match, not per row), or a
+    DEFINE that navigates (LAST, FIRST, PREV): the stacks see one row per variable."""
     return any((isinstance(n, exp.Anonymous) and n.name.upper() in _CALLS)
-               or isinstance(n, exp.Count)
-               for m in match.args.get("measures") or [] for n in m.walk())
+               or isinstance(n, exp.Count) or (isinstance(n, (exp.First, exp.Last))
+                                               and n.args.get("expression") is not None)
+               for m in match.args.get("measures") or [] for n in m.walk()) or any(
+        isinstance(n, (exp.First, exp.Last)) or (isinstance(n, exp.Anonymous)
+                                                 and n.name.upper() == "PREV")
+        for d in match.args.get("define") or [] for n in d.walk())
 
 
 def _row_pattern_source(builder, table, match, tree, variables, defines, skip) -> Source:
@@ -383,21 +389,22 @@ def _row_pattern_source(builder, table, match, tree, variables, defines, skip) -
     components = []
     for var in variables:
         cond = defines.get(var)
-        pred = None
+        pred = checks = None
         if cond is not None:
-            _refuse_navigation(cond, "DEFINE")
-            for c in cond.find_all(exp.Column):
-                if c.table and c.table.upper() != var:
-                    raise Unsupported(f"DEFINE {var} names {c.table}.{c.name}: with "
-                                      "quantifiers or alternation a DEFINE may name only its "
-                                      "own row yet", position=written_at(c),
-                                      hint="Compare with constants, or write the pattern as "
-                                           "a concatenation.")
-            cond = cond.copy().transform(lambda n: exp.column(n.name, table=ROWS)
-                                         if isinstance(n, exp.Column) else n)
-            check_boolean(cond, lambda c: scope.resolve(c)[1], "DEFINE")
-            pred = builder.expr(cond, scope.resolve)
-        components.append(P.PatternComponent(var, False, pred, partition))
+            _refuse_navigation(cond, "DEFINE", allowed=(exp.First, exp.Last), calls=("PREV",))
+            # typed as SQL over one row, every row it reads taken as the input's
+            whole = row_define.as_one_row(cond, ROWS)
+            check_boolean(whole, lambda c: scope.resolve(c)[1], "DEFINE")
+            builder.expr(whole, scope.resolve)
+            own, elsewhere = row_define.split(cond, var)
+            if own:
+                pred = builder.expr(row_define.as_one_row(exp.and_(*own), ROWS),
+                                    scope.resolve)
+            if elsewhere:
+                checks = row_define.tree(
+                    exp.and_(*elsewhere), var, variables,
+                    lambda name: scope.resolve(exp.column(name, table=ROWS))[0])
+        components.append(P.PatternComponent(var, False, pred, partition, checks=checks))
     measures, atoms, outputs_sql = [], [], []
     for m in match.args.get("measures") or []:
         item = m.this
@@ -455,10 +462,12 @@ def _atoms(e: exp.Expression, variables: list, scope: Scope, atoms: list, at):
                 raise Unsupported(f"{node.sql('cql')}: MEASURES take a function of one "
                                   "variable's column here", position=written_at(node))
             var, (internal, typ) = of(arg)
+            offset = row_define.offset(node, node.args.get("expression"), 0) \
+                if func in ("first", "last") else 0
             name = internal.split(".", 1)[1]
             out = {"count": "BIGINT", "avg": "DOUBLE",
                    "sum": "DOUBLE" if typ in ("DOUBLE", "REAL", "FLOAT") else "BIGINT"}
-            return atom(P.RowMeasure(func, var, internal), out.get(func, typ))
+            return atom(P.RowMeasure(func, var, internal, offset), out.get(func, typ))
         if isinstance(node, exp.Column):
             var, (internal, typ) = of(node)
             return atom(P.RowMeasure("last", var, internal), typ)

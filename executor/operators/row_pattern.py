@@ -20,33 +20,38 @@ from ..batches import INF, TE, TS, Watermark, distinct_keys
 from .base import QueryError
 from .filter_map import Fast
 from .merge import Merger, Merging
+from .row_define import Path, columns, holds, prev_reach
 
 _WAIT = object()          # a preferred path ran out of rows: more may change the match
 MAX_DEPTH_ROWS = 400      # rows a match can follow before Python's recursion limit
 
 
 class _Run:
-    """One partition's rows not yet behind a match: store ids, times, variable bits."""
-    __slots__ = ("ids", "ts", "bits", "start")
+    """One partition's rows not yet behind a match (and the few before that PREV reads):
+    store ids, times, variable bits, the values DEFINE reads row by row."""
+    __slots__ = ("ids", "ts", "bits", "cols", "start")
 
-    def __init__(self):
+    def __init__(self, names):
         self.ids = np.empty(0, np.int64)
         self.ts = np.empty(0, np.int64)
         self.bits = np.empty(0, np.int64)
+        self.cols = {n: np.empty(0, object) for n in names}
         self.start = 0                # where the next match attempt begins
 
-    def drop_before_start(self) -> None:
-        if self.start:
-            self.ids, self.ts, self.bits = (self.ids[self.start:], self.ts[self.start:],
-                                            self.bits[self.start:])
-            self.start = 0
+    def drop_before_start(self, keep: int) -> None:
+        cut = self.start - keep
+        if cut > 0:
+            self.ids, self.ts, self.bits = self.ids[cut:], self.ts[cut:], self.bits[cut:]
+            self.cols = {n: v[cut:] for n, v in self.cols.items()}
+            self.start -= cut
 
 
 def preferred(tree: tuple, bits: np.ndarray, var_bit: dict, start: int, end: int,
-              complete: bool):
+              complete: bool, check=None):
     """The preferred match of ``tree`` beginning at row ``start`` among rows [start, end):
     (end row, labels from the last row back as nested pairs), None (no match), or _WAIT
-    (a more preferred path needed a row beyond ``end`` and more rows may come)."""
+    (a more preferred path needed a row beyond ``end`` and more rows may come).
+    ``check(var, i, labels)``: the DEFINE terms that read other rows of the match."""
     ran_out = [False]
 
     def match(node, i, labels):
@@ -54,7 +59,7 @@ def preferred(tree: tuple, bits: np.ndarray, var_bit: dict, start: int, end: int
         if kind == "var":
             if i >= end:
                 ran_out[0] = True
-            elif bits[i] & var_bit[node[1]]:
+            elif bits[i] & var_bit[node[1]] and (check is None or check(node[1], i, labels)):
                 yield i + 1, (node[1], labels)
         elif kind == "seq":
             yield from _sequence(node[1], 0, i, labels)
@@ -120,6 +125,9 @@ class RowPattern(Merging):
         self.decided: list = []                        # matches not yet sent (tables)
         self.names = [c.name for c in node.inputs[0].schema]
         self.keys = [e.tree[1] for e in node.components[0].partition]
+        self.checks = {c.alias: c.checks for c in node.components if c.checks is not None}
+        self.check_cols = sorted(set().union(*map(columns, self.checks.values())))
+        self.margin = max(map(prev_reach, self.checks.values()), default=0)
 
     def open(self, context):
         self.con = context.cursor()
@@ -162,19 +170,23 @@ class RowPattern(Merging):
         self.store = pa.Table.from_batches([batch]) if self.store is None else \
             pa.concat_tables([self.store, pa.Table.from_batches([batch])])
         ts = batch.column(TS).to_numpy()
+        values = {n: _objects(batch.column(n)) for n in self.check_cols}
         for key, rows in _groups(batch, self.keys):
             if any(v is None for v in key):
                 continue                         # a NULL partition value matches nothing
-            run = self.runs.setdefault(key, _Run())
+            run = self.runs.get(key) or self.runs.setdefault(key, _Run(self.check_cols))
             run.ids = np.concatenate([run.ids, ids[rows]])
             run.ts = np.concatenate([run.ts, ts[rows]])
             run.bits = np.concatenate([run.bits, bits[rows]])
+            for n, v in values.items():
+                run.cols[n] = np.concatenate([run.cols[n], v[rows]])
 
     # ------------------------------------------------------------------ matching
     def _match(self, key, run: _Run, limit: int, everything: bool) -> None:
         """Find the run's matches as far as the rows before ``limit`` decide them."""
         avail = len(run.ts) if everything else int(np.searchsorted(run.ts, limit, "left"))
         found = []
+        check = self._checker(run) if self.checks else None
         while run.start < avail:
             s = run.start
             end, complete = avail, everything
@@ -182,7 +194,7 @@ class RowPattern(Merging):
                 cut = int(np.searchsorted(run.ts, run.ts[s] + self.window, "left"))
                 if cut < len(run.ts) or limit >= run.ts[s] + self.window:
                     end, complete = min(cut, avail), True
-            result = preferred(self.tree, run.bits, self.var_bit, s, end, complete)
+            result = preferred(self.tree, run.bits, self.var_bit, s, end, complete, check)
             if result is _WAIT:
                 break
             if result is None:
@@ -195,7 +207,16 @@ class RowPattern(Merging):
             run.start = s + self._resume(stop - s, labels)
         if found:
             self.decided.append(self._measures(key, run, found))
-        run.drop_before_start()
+        run.drop_before_start(self.margin)
+
+    def _checker(self, run: _Run):
+        """The matcher's test of a row against the DEFINE terms that read other rows."""
+        checks, cols = self.checks, run.cols
+
+        def check(var, i, labels):
+            t = checks.get(var)
+            return t is None or holds(t, Path(var, i, labels), cols)
+        return check
 
     def _resume(self, length: int, labels: list) -> int:
         """AFTER MATCH SKIP: where the next match may begin, counted from this one's first
@@ -249,7 +270,7 @@ class RowPattern(Merging):
             vals = values[k:k + len(r)]
             k += len(r)
             present = [v for v in vals if v is not None]
-            out.append(_REDUCE[m.func](vals, present))
+            out.append(_REDUCE[m.func](vals, present, m.offset))
         return out
 
     def _release(self, upto: int) -> list:
@@ -278,15 +299,22 @@ class RowPattern(Merging):
 
 _SKIP_ROWS = {"past_last": lambda length: length, "all": lambda length: 1}
 
-_REDUCE = {
-    "count": lambda vals, present: len(present),
-    "first": lambda vals, present: vals[0] if vals else None,
-    "last": lambda vals, present: vals[-1] if vals else None,
-    "sum": lambda vals, present: sum(present) if present else None,
-    "min": lambda vals, present: min(present) if present else None,
-    "max": lambda vals, present: max(present) if present else None,
-    "avg": lambda vals, present: sum(present) / len(present) if present else None,
+_REDUCE = {                      # (values, non-NULL values, FIRST/LAST's offset)
+    "count": lambda vals, present, n: len(present),
+    "first": lambda vals, present, n: vals[n] if n < len(vals) else None,
+    "last": lambda vals, present, n: vals[-1 - n] if n < len(vals) else None,
+    "sum": lambda vals, present, n: sum(present) if present else None,
+    "min": lambda vals, present, n: min(present) if present else None,
+    "max": lambda vals, present, n: max(present) if present else None,
+    "avg": lambda vals, present, n: sum(present) / len(present) if present else None,
 }
+
+
+def _objects(column) -> np.ndarray:
+    """A column's values as Python objects (NULL as None), for DEFINE's row-by-row terms."""
+    out = np.empty(len(column), object)
+    out[:] = column.to_pylist()
+    return out
 
 
 def _groups(batch: pa.RecordBatch, keys: list):
