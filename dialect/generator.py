@@ -94,7 +94,10 @@ class CQLGenerator(PostgresGenerator):
                 and sql.startswith("SELECT * FROM "):
             sql = sql[len("SELECT * FROM "):]          # SASE's bare statement, as written
         loop = e.args.get("streaquel")
-        return f"{sql} {self.sql(loop)}" if loop is not None else sql
+        sql = f"{sql} {self.sql(loop)}" if loop is not None else sql
+        if e.args.get("join_options"):
+            sql += f" WITH {self._options(e, 'join_options')}"
+        return sql
 
     def explain_sql(self, e: X.Explain) -> str:
         opts = " ".join(e.args.get("options") or [])

@@ -46,6 +46,8 @@ class CQLParser(PostgresParser):
     QUERY_MODIFIER_PARSERS = {
         **PostgresParser.QUERY_MODIFIER_PARSERS,
         TokenType.FOR: lambda self: self._parse_for_modifier(),
+        # WITH (recall = 0.95, …) after a SELECT: its join's quality target (seed 003)
+        TokenType.WITH: lambda self: ("join_options", self._parse_join_options()),
     }
 
     # CREATE <kind>: the statement parser for each stream object (the leading word's text)
@@ -310,6 +312,12 @@ class CQLParser(PostgresParser):
                                                     window=self._parse_window_spec()))
 
     # ------------------------------------------------------------------ StreaQueL loop
+    def _parse_join_options(self) -> list | None:
+        if not (self._next and self._next.token_type == TokenType.L_PAREN):
+            return None
+        self._advance()
+        return self._parse_stream_options()
+
     def _parse_for_modifier(self):
         if self._next and self._next.token_type == TokenType.L_PAREN:
             return "streaquel", self._parse_streaquel()

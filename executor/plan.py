@@ -128,6 +128,27 @@ class Join:                                                # ⋈
 
 
 @dataclass(frozen=True)
+class QualityJoin:                                         # ⋈q (seed 003, QJoin)
+    """A join of two windowed streams that reads them in arrival order and joins each tuple
+    at once against buffers sized for a recall target: ``recall`` over ``period_us``; every
+    ``adapt_us`` (L) the two delay bounds are chosen from the delay distributions at
+    ``granularity_us`` (g) over the windows cut into basic windows of ``basic_us`` (b).
+    ``spans_us``: the two windows' sizes. Results leave as found (not in valid_from
+    order)."""
+    left: "Node"
+    right: "Node"
+    equi: tuple = ()
+    residual: Expr | None = None
+    schema: tuple = ()
+    spans_us: tuple = (0, 0)
+    recall: float = 0.95
+    period_us: int = 60_000_000
+    adapt_us: int = 1_000_000
+    granularity_us: int = 10_000
+    basic_us: int = 10_000
+
+
+@dataclass(frozen=True)
 class Union_:                                              # ∪ (UNION ALL)
     inputs: tuple
     schema: tuple
@@ -231,7 +252,7 @@ class Pattern:                                             # SEQ (seed 004, SASE
 
 
 Node = Union[StreamScan, TableScan, WindowRelationScan, Window, Filter, Map, Join, Union_,
-             Aggregate, Distinct, Difference, Limit, Pattern]
+             Aggregate, Distinct, Difference, Limit, Pattern, QualityJoin]
 
 PSEUDO_COLUMNS = ("valid_from", "valid_to", "wtime")
 
@@ -252,7 +273,7 @@ _TYPES = {cls.__name__: cls for cls in (
     Column, Expr, NamedExpr, RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
     FixedWindow, IntervalWindow, LoopWindow, StreamScan, TableScan, WindowRelationScan, Window,
     Filter, Map, Join, Union_, Partial, Aggregate, Distinct, Difference, Limit, Plan,
-    PatternComponent, Pattern, RowMeasure)}
+    PatternComponent, Pattern, RowMeasure, QualityJoin)}
 
 
 def to_dict(obj):
@@ -342,6 +363,12 @@ _LABELS = {
     Difference: lambda n: "−",
     Limit: lambda n: f"limit {n.count}",
     Pattern: lambda n: _pattern_text(n),
+    QualityJoin: lambda n: f"⋈q arrival order, recall {n.recall:g} over "
+    f"{_us_text(n.period_us)}; windows {_us_text(n.spans_us[0])}, {_us_text(n.spans_us[1])}; "
+    f"delays chosen every {_us_text(n.adapt_us)} (granularity {_us_text(n.granularity_us)}, "
+    f"basic windows {_us_text(n.basic_us)})"
+    + (" hash " + " AND ".join(f"{a.sql} = {b.sql}" for a, b in n.equi) if n.equi else "")
+    + (f" residual {n.residual.sql}" if n.residual is not None else ""),
 }
 
 _STRATEGIES = {"any": "skip till any match", "next": "skip till next match",
@@ -439,7 +466,7 @@ def _names_read(node, name_of) -> set:
 
 
 def children(node) -> tuple:
-    if isinstance(node, (Join, Difference)):
+    if isinstance(node, (Join, Difference, QualityJoin)):
         return (node.left, node.right)
     if isinstance(node, (Union_, Pattern)):
         return node.inputs

@@ -17,6 +17,7 @@ from .. import expressions as X
 from ..errors import (AmbiguousColumn, GroupingError, InvalidWindow, UndefinedColumn,
                       UndefinedRelation, Unsupported)
 from ..names import pg_column_name
+from . import quality_join
 from .apply_default_windows import apply_default_windows, window_of
 from .catalog import Catalog, Relation
 from .check_bounded_state import check_bounded_state
@@ -55,10 +56,12 @@ def _unstream_dots(e: exp.Expression) -> exp.Expression:
 
 
 class Builder:
-    def __init__(self, catalog: Catalog, now_us: int | None, snapshot: bool):
+    def __init__(self, catalog: Catalog, now_us: int | None, snapshot: bool,
+                 join_quality: dict | None = None):
         self.catalog = catalog
         self.now_us = now_us
         self.snapshot = snapshot
+        self.join_quality = join_quality      # the session's recall target for joins
 
     # ------------------------------------------------------------------ expressions
     def expr(self, e: exp.Expression, resolve) -> P.Expr:
@@ -253,6 +256,7 @@ class Builder:
         if loop_windows:
             raise UndefinedRelation(f'WindowIs names "{next(iter(loop_windows))}", which is not '
                                     "in FROM")
+        quality = quality_join.options(sel, self.join_quality)
         node = None
         for k, i in enumerate(order):
             src = sources[i]
@@ -264,10 +268,21 @@ class Builder:
             kind = "stream-table" if src.relation.kind == "table" else "stream-stream"
             node = P.Join(node, part, tuple(equi), conjunction(residual), kind,
                           node.schema + part.schema)
+            # the session's target applies where it can; one written in the query must
+            if quality is not None and (sel.args.get("join_options") or (
+                    kind == "stream-stream" and len(order) == 2)):
+                node = quality_join.quality_join(node, (sources[order[0]].alias, src.alias),
+                                                 quality, quality_join.where(sel))
+        if sel.args.get("join_options") and not isinstance(node, P.QualityJoin):
+            raise Unsupported("a recall target applies to a join of two streams",
+                              hint="Drop WITH (recall = …), or join two streams.",
+                              position=quality_join.where(sel))
         for pred in placement.top:
             node = P.Filter(node, pred, node.schema)
         check_bounded_state(node)
-        return self.project(sel, node, scope, windows)
+        root = self.project(sel, node, scope, windows)
+        quality_join.check_above(root[0], quality_join.where(sel))
+        return root
 
     def conjunct(self, part: exp.Expression, scope: Scope) -> Conjunct:
         e = self.expr(part, scope.resolve)

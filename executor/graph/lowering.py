@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from .. import plan as P
 from ..duck import quote
-from ..operators import (aggregate, filter_map, join, loop_window, pattern, range_aggregate,
-                        row_pattern, rows_window, slide_aggregate, union, window)
+from ..operators import (aggregate, filter_map, join, loop_window, pattern, qjoin,
+                         range_aggregate, row_pattern, rows_window, slide_aggregate, union,
+                         window)
 from ..operators.limit import Limit
 from ..operators.scan import RelationScan, Scan
 
@@ -162,6 +163,7 @@ _BUILDERS = {
     P.Aggregate: _each(_aggregate),
     P.Limit: _each(Limit),
     P.Join: _join,
+    P.QualityJoin: _each(qjoin.QJoin),
     P.Pattern: _each(lambda n: (row_pattern.RowPattern if n.regex is not None
                                 else pattern.Pattern)(n)),
 }

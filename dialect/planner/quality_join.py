@@ -1,0 +1,119 @@
+"""A join of two windowed streams with a recall target (seed 003's QJoin): ``WITH (recall =
+0.95, period = '1 minute')`` after the SELECT, or the session's ``cq.join_recall``, makes the
+stream–stream join the quality-driven join; refused (0A000) where its rows, which leave in
+the order they are found, could not go.
+
+Options: ``recall`` (0 < recall <= 1), ``period`` (P, 1 minute), ``adapt`` (L, 1 second),
+``granularity`` (g, 10 ms) and ``basic_window`` (b, 10 ms), the paper's defaults.
+"""
+from __future__ import annotations
+
+from sqlglot import exp
+
+from executor import plan as P
+
+from ..errors import InvalidWindow, Unsupported
+from ..intervals import interval_us
+from .apply_default_windows import written_at
+
+DEFAULTS = {"period": 60_000_000, "adapt": 1_000_000, "granularity": 10_000,
+            "basic_window": 10_000}
+_ABOVE = (P.Map, P.Filter, P.Limit)       # what may read its rows: each row on its own
+
+
+def _recall(value) -> float:
+    number = float(value)
+    if not 0 < number <= 1:
+        raise ValueError
+    return number
+
+
+def _duration(value) -> int:
+    us = interval_us(str(value))
+    if us <= 0:
+        raise ValueError
+    return us
+
+
+_PARSE = {"recall": _recall, "period": _duration, "adapt": _duration,
+          "granularity": _duration, "basic_window": _duration}
+
+
+def options(sel: exp.Select, session: dict | None) -> dict | None:
+    """The join's quality options (the query's over the session's), or None: no target."""
+    written = sel.args.get("join_options")
+    out = dict(session or {})
+    for opt in written or []:
+        name = opt.this.name.lower()
+        parse = _PARSE.get(name)
+        value = opt.args["value"]
+        text = value.name if isinstance(value, (exp.Literal, exp.Identifier)) else value.sql()
+        if parse is None:
+            raise InvalidWindow(f'unrecognized join option "{name}"', position=written_at(opt),
+                                hint="The options are recall, period, adapt, granularity and "
+                                     "basic_window.")
+        try:
+            out[name] = parse(text)
+        except ValueError:
+            raise InvalidWindow(f'invalid value for join option "{name}": {text}',
+                                position=written_at(opt),
+                                hint="recall is a number above 0 and at most 1; the others "
+                                     "are intervals such as '1 second'.") from None
+    if "recall" not in out:
+        if written:
+            raise InvalidWindow("a join's options need recall", position=written_at(
+                written[0]), hint="WITH (recall = 0.95) asks for 95 % of the results.")
+        return None
+    return out
+
+
+def where(sel: exp.Select):
+    """Where errors about the target point: its WITH, else the SELECT."""
+    written = sel.args.get("join_options")
+    return written_at(written[0]) if written else written_at(sel)
+
+
+def _range_of(node, alias: str, at) -> int:
+    """The size of the RANGE window a join side reads its stream through."""
+    while not isinstance(node, (P.Window, P.StreamScan)):
+        children = P.children(node)
+        if len(children) != 1:
+            break
+        node = children[0]
+    if isinstance(node, P.Window) and isinstance(node.window, P.RangeWindow) \
+            and isinstance(node.input, (P.StreamScan, P.Filter)):
+        return node.window.size_us
+    raise Unsupported(f'a join with a recall target reads streams through RANGE windows; '
+                      f'"{alias}" is not one', hint="Write the stream as s [RANGE '2 seconds'].",
+                      position=at)
+
+
+def quality_join(join: P.Join, aliases: tuple, opts: dict, at) -> P.QualityJoin:
+    """The stream–stream join ``join`` of two windowed streams as the quality-driven join."""
+    if join.kind != "stream-stream" or isinstance(join.left, (P.Join, P.QualityJoin)):
+        raise Unsupported("a recall target applies to a join of two streams",
+                          hint="Join two streams, each with a RANGE window.", position=at)
+    spans = (_range_of(join.left, aliases[0], at), _range_of(join.right, aliases[1], at))
+    o = {**DEFAULTS, **opts}
+    return P.QualityJoin(join.left, join.right, join.equi, join.residual, join.schema, spans,
+                         o["recall"], o["period"], o["adapt"], o["granularity"],
+                         o["basic_window"])
+
+
+def check_above(root, at) -> None:
+    """Only row-by-row steps may read a quality-driven join's rows: they leave in the order
+    they are found, and anything that keeps state reads rows in valid_from order."""
+    node = root
+    while isinstance(node, _ABOVE):
+        node = node.input
+    if isinstance(node, P.QualityJoin):
+        return
+    if _contains(root):
+        raise Unsupported("a join with a recall target gives its rows in the order it finds "
+                          "them, so it cannot feed an aggregate, DISTINCT or another join in "
+                          "the same query", hint="Make it a derived stream (CREATE STREAM … "
+                          "AS SELECT … WITH (recall = …)) and aggregate that.", position=at)
+
+
+def _contains(node) -> bool:
+    return isinstance(node, P.QualityJoin) or any(_contains(c) for c in P.children(node))
