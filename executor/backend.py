@@ -119,6 +119,7 @@ class Backend:
     def on_stats(self, msg: wire.Stats) -> None:
         queries = [{"qid": qid, "rows_in": q.rows_in, "rows_out": q.rows_out,
                     "state": self.graph.state_size(qid),
+                    "joins": self.graph.quality(qid),
                     "started": self.queries[qid].started,
                     "last_emit": self.queries[qid].last_emit}
                    for qid, q in self.graph.queries.items() if qid in self.queries]

@@ -63,7 +63,8 @@ def _cell(v) -> str:
 
 
 @pytest.mark.parametrize("doc", ["getting-started.md", "concepts.md", "reference.md",
-                                 "continuous.md", "ingest.md", "archive.md", "patterns.md"])
+                                 "continuous.md", "ingest.md", "archive.md", "patterns.md",
+                                 "qjoin.md"])
 def test_doc_shows_what_runs(start_server, server, doc):
     """The page, in order on one connection: ``sql`` blocks run, a ``source`` block is sent to
     the ingest port as one source, and each ``text`` block is exactly the rows of the last

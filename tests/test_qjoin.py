@@ -6,6 +6,7 @@ what is refused."""
 from __future__ import annotations
 
 import numpy as np
+import psycopg
 import pytest
 import sqlglot
 
@@ -132,3 +133,47 @@ def _walk(node):
     yield node
     for c in P.children(node):
         yield from _walk(c)
+
+
+def test_through_a_server_with_the_session_target(server):
+    """SET cq.join_recall plans joins as QJoin (EXPLAIN shows it); a bad value is 22023; a
+    cursor over the join gives every result of in-order rows."""
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        for s in ("qj_r", "qj_s"):
+            c.execute(f"CREATE STREAM IF NOT EXISTS {s} (k INT, v INT, "
+                      "t TIMESTAMP TIMESTAMPCOLUMN)")
+        join = ("SELECT r.k, r.v, s.v FROM qj_r [RANGE '2 seconds'] r, "
+                "qj_s [RANGE '2 seconds'] s WHERE r.k = s.k")
+        c.execute("SET cq.join_recall = 0.9")
+        plan_text = "\n".join(r[0] for r in c.execute("EXPLAIN " + join).fetchall())
+        assert "⋈q arrival order, recall 0.9 over 1 minute" in plan_text
+        c.execute("SET cq.join_recall = 2")
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("EXPLAIN " + join)
+        assert e.value.sqlstate == "22023"
+        c.execute("SET cq.join_recall = off")
+        assert "⋈q" not in "\n".join(r[0] for r in c.execute("EXPLAIN " + join).fetchall())
+    with psycopg.connect(server.dsn) as reader, \
+            psycopg.connect(server.dsn, autocommit=True) as feed:
+        cur = reader.cursor()
+        cur.execute(f"DECLARE qj CURSOR FOR {join} WITH (recall = 0.95)")
+        for i in range(20):
+            stream = ("qj_r", "qj_s")[i % 2]
+            feed.execute(f"INSERT INTO {stream} VALUES ({i % 3}, {i}, "
+                         f"'2026-11-01 00:00:{i // 2:02d}')")
+        want = sorted((r[0], r[1], s[1]) for r in [(i % 3, i, i // 2) for i in range(0, 20, 2)]
+                      for s in [(i % 3, i, i // 2) for i in range(1, 20, 2)]
+                      if r[0] == s[0] and abs(r[2] - s[2]) < 2)
+        got = []
+        while len(got) < len(want):
+            cur.execute(f"FETCH {len(want) - len(got)} FROM qj WITH (timeout = '20s')")
+            rows = cur.fetchall()
+            if not rows:
+                break
+            got += rows
+        assert sorted(got) == want and want
+        # cq_joins shows the join's target and what it found
+        seen = feed.execute("SELECT name, recall_target, recall_estimate, results, "
+                            "late_left + late_right, adaptations > 0 FROM cq_joins "
+                            "WHERE name = 'qj'").fetchall()
+        assert seen == [("qj", 0.95, 1.0, len(want), 0, True)]     # in order: nothing lost

@@ -116,7 +116,7 @@ def run_qjoin(ball: pa.Table, players: pa.Table, recall: float, *, period: str =
         _collect(out, tick, (time.perf_counter() - t0) * 1e6, keys, lat, wall)
         buffered.append(q.state_size())
     seconds = time.perf_counter() - began
-    stats = op.stats()
+    stats = op.quality()
     q.close()
     return _outcome(f"QJoin {recall:g}", keys, lat, wall, buffered, seconds, stats)
 

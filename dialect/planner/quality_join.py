@@ -39,6 +39,22 @@ _PARSE = {"recall": _recall, "period": _duration, "adapt": _duration,
           "granularity": _duration, "basic_window": _duration}
 
 
+def session_options(recall: str, period: str) -> dict | None:
+    """The session's target (``cq.join_recall``, ``cq.join_recall_period``), or None (off)."""
+    if recall.strip().lower() in ("", "off", "none"):
+        return None
+    out = {}
+    for name, text in (("recall", recall), ("period", period)):
+        try:
+            out[name] = _PARSE[name](text)
+        except ValueError:
+            setting = "cq.join_recall" + ("" if name == "recall" else "_period")
+            raise InvalidWindow(f"invalid value for {setting}: {text}",
+                                hint="cq.join_recall is off or a number above 0 and at most "
+                                     "1; cq.join_recall_period an interval.") from None
+    return out
+
+
 def options(sel: exp.Select, session: dict | None) -> dict | None:
     """The join's quality options (the query's over the session's), or None: no target."""
     written = sel.args.get("join_options")

@@ -347,6 +347,11 @@ class RunningGraph:
         return sum(v.op.state_size() for v in below(self.queries[qid].sink)
                    if v.op is not None)
 
+    def quality(self, qid) -> list:
+        """What each quality-driven join of query ``qid`` measures (cq_joins)."""
+        return [q for v in below(self.queries[qid].sink)
+                if v.op is not None and (q := v.op.quality()) is not None]
+
     # ------------------------------------------------------------------ output
     def client(self, out: dict, rows_in: int = 0, stream: str | None = None) -> dict:
         """Result batches with the client's columns, pseudo-columns as timestamps."""

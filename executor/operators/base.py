@@ -72,6 +72,10 @@ class Operator:
         """Rows (or index elements) held, for cq_queries and memory checks."""
         return 0
 
+    def quality(self) -> dict | None:
+        """A quality-driven join's target and what it measures, for cq_joins."""
+        return None
+
 
 class Stateless(Operator):
     """An operator that maps each batch on its own (σ, μ, stateless ω)."""

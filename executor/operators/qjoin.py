@@ -290,7 +290,7 @@ class QJoin(Operator):
             side.delays, side.arrived, side.lost_us = [], 0, 0
 
     # ------------------------------------------------------------------ observability
-    def stats(self) -> dict:
+    def quality(self) -> dict:
         return {"recall_target": self.node.recall, "recall_estimate": self.period_recall,
                 "delay_left_us": self.delay[0], "delay_right_us": self.delay[1],
                 "buffered_left": self.sides[0].rows(), "buffered_right": self.sides[1].rows(),

@@ -45,6 +45,8 @@ DEFAULTS = {
     "cq.progress_interval": "1s",      # how often a long archive query reports progress
     "cq.result_memory": "16MB",        # a continuous query's rows held for its client …
     "cq.result_spill": "1GB",          # … and spilled to disk past that (server flags set them)
+    "cq.join_recall": "off",           # a recall target for joins of two streams (QJoin) …
+    "cq.join_recall_period": "1 minute",   # … over this period
 }
 
 # settings whose default is the server's (a flag), and which only a superuser may raise above it

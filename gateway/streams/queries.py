@@ -14,6 +14,7 @@ import sqlglot
 from dialect import expressions as X
 from dialect.errors import PlanError
 from dialect.planner import explain, is_continuous, plan
+from dialect.planner.quality_join import session_options
 from executor import plan as P
 
 from gateway.archive import past_queries as archive_query
@@ -55,7 +56,10 @@ def plan_query(session, tree) -> P.Plan:
     catalog = SessionCatalog(session.services.streams, session.columns)
     snapshot = session.settings.get("cq.mode", "continuous").lower() == "snapshot"
     try:
-        p = plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot)
+        quality = session_options(session.settings.get("cq.join_recall", "off"),
+                                  session.settings.get("cq.join_recall_period", "1 minute"))
+        p = plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot,
+                 join_quality=quality)
     except PlanError as e:
         raise plan_error(e) from None
     if not _has_fixed_window(p.root):

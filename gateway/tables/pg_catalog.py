@@ -125,6 +125,10 @@ LIVE_TABLES = {
                   "started TIMESTAMPTZ, rows_in BIGINT, rows_out BIGINT, state_size BIGINT, "
                   "last_emit TIMESTAMPTZ, error VARCHAR, unread_rows BIGINT, "
                   "memory_bytes BIGINT, spill_bytes BIGINT",
+    "cq_joins": "pid INTEGER, name VARCHAR, query VARCHAR, recall_target DOUBLE, "
+                "recall_estimate DOUBLE, delay_left INTERVAL, delay_right INTERVAL, "
+                "buffered_left BIGINT, buffered_right BIGINT, results BIGINT, "
+                "late_left BIGINT, late_right BIGINT, adaptations BIGINT",
     "cq_streams": "stream VARCHAR, tuples BIGINT, rate DOUBLE, watermark TIMESTAMP, "
                   "late BIGINT, errors BIGINT, dropped BIGINT, slack INTERVAL, "
                   "heartbeat INTERVAL, watermark_follows VARCHAR",

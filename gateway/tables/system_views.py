@@ -1,4 +1,4 @@
-"""``cq_queries``, ``cq_streams`` and the clearinghouse's logs (``cq_ingest_errors``,
+"""``cq_queries``, ``cq_joins``, ``cq_streams`` and the clearinghouse's logs (``cq_ingest_errors``,
 ``cq_late_tuples``, ``cq_shed``): what runs and what came in, as tables of the emulated catalog
 that plain SQL reads. A statement that names one of them gets them as they are when it starts
 (registered on its session's connection: ``gateway/tables/catalog_live.py``)."""
@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from gateway.tables.activity import HIDDEN
 
-_NAMES = re.compile(r"\bcq_(queries|streams|ingest_errors|late_tuples|shed)\b", re.I)
+_NAMES = re.compile(r"\bcq_(queries|joins|streams|ingest_errors|late_tuples|shed)\b", re.I)
 
 
 def wanted(sql: str) -> bool:
@@ -38,9 +38,10 @@ async def gather(services, viewer: str) -> dict:
     link = services.backend
     stats = await link.stats()
     counters = {q["qid"]: q for q in stats["queries"]}
-    rows = []
+    rows, listed = [], []                  # listed: each row's back end counters
     for live in link.running():
         c = counters.get(live.qid, {})
+        listed.append(c)
         state = "failed" if live.failure else "waiting" if live.n_pending == 0 else "ready"
         session = services.sessions.get(live.owner)
         sql = live.sql if session is None or services.roles.has_privs_of(viewer, session.user) \
@@ -52,9 +53,11 @@ async def gather(services, viewer: str) -> dict:
     kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
     for qid, (plan, feeds) in list(link.persistent.items()):
         c = counters.get(qid, {})
+        listed.append(c)
         rows.append((None, feeds, kinds.get(feeds.lower(), "window"), plan.sql, "running",
                      _when(c.get("started")), c.get("rows_in", 0), c.get("rows_out", 0),
                      c.get("state", 0), _when(c.get("last_emit")), None, 0, 0, 0))
+    joins = _joins(rows, listed)
     names = ["pid", "name", "kind", "query", "state", "started", "rows_in", "rows_out",
              "state_size", "last_emit", "error", "unread_rows", "memory_bytes", "spill_bytes"]
     types = [pa.int32(), pa.string(), pa.string(), pa.string(), pa.string(),
@@ -76,4 +79,25 @@ async def gather(services, viewer: str) -> dict:
         "heartbeat": pa.array([p.heartbeat for p in progress], pa.duration("us")),
         "watermark_follows": pa.array([_follows(p) for p in progress], pa.string()),
     })
-    return {"cq_queries": queries, "cq_streams": streams, **services.ingest.log.tables()}
+    return {"cq_queries": queries, "cq_joins": joins, "cq_streams": streams,
+            **services.ingest.log.tables()}
+
+
+_JOIN_COLUMNS = [
+    ("recall_target", pa.float64()), ("recall_estimate", pa.float64()),
+    ("delay_left_us", pa.duration("us")), ("delay_right_us", pa.duration("us")),
+    ("buffered_left", pa.int64()), ("buffered_right", pa.int64()), ("results", pa.int64()),
+    ("late_left", pa.int64()), ("late_right", pa.int64()), ("adaptations", pa.int64())]
+
+
+def _joins(rows: list, counters: list) -> pa.Table:
+    """One row per quality-driven join of each query listed in cq_queries (``rows``, with
+    their back end counters in the same order)."""
+    out = [(row[0], row[1], row[3], join) for row, c in zip(rows, counters)
+           for join in c.get("joins", [])]
+    cols = {"pid": pa.array([r[0] for r in out], pa.int32()),
+            "name": pa.array([r[1] for r in out], pa.string()),
+            "query": pa.array([r[2] for r in out], pa.string())}
+    for key, typ in _JOIN_COLUMNS:
+        cols[key.removesuffix("_us")] = pa.array([r[3].get(key) for r in out], typ)
+    return pa.table(cols)

@@ -1,0 +1,2 @@
+"""Seed 003's experiment for cqgate's quality-driven join: the soccer streams (soccer.py),
+the three engines over the same arrivals (engines.py), and the table (run.py)."""
