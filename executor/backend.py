@@ -132,7 +132,12 @@ class Backend:
         self.take(*wire.parse_data(payload))
 
     def take(self, name: str, table: pa.Table) -> None:
-        """A stream's rows, in arrival order, through every query that reads the stream."""
+        """A stream's rows, in arrival order, through every query that reads the stream (a
+        stream's raw arrivals only to the scans that read those)."""
+        if name.endswith(P.ARRIVAL):
+            for batch in table.to_batches():
+                self._emit(self.graph.push(name, batch))
+            return
         stats = self.streams.setdefault(name.lower(), StreamStats())
         now = time.time()
         stats.first_arrival = stats.first_arrival or now

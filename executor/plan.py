@@ -70,6 +70,7 @@ class StreamScan:
     timestamp_column: str | None
     end_column: str | None = None
     of_table: bool = False
+    arrival: bool = False         # in arrival order, before the stream's slack (QJoin reads)
 
 
 @dataclass(frozen=True)
@@ -343,7 +344,8 @@ _LABELS = {
     StreamScan: lambda n: (f"changes of table {n.stream}" if n.of_table else f"stream {n.stream}")
     + (f" as {n.alias}" if n.alias != n.stream else "")
     + (f" [ts {n.timestamp_column}, te {n.end_column}]" if n.end_column
-       else f" [ts {n.timestamp_column}]" if n.timestamp_column else ""),
+       else f" [ts {n.timestamp_column}]" if n.timestamp_column else "")
+    + (" in arrival order" if n.arrival else ""),
     TableScan: lambda n: f"table {n.table}" + (f" as {n.alias}" if n.alias != n.table else "")
     + " (time-tabular)",
     WindowRelationScan: lambda n: f"{n.kind} {n.name}"
@@ -449,6 +451,24 @@ def _pattern_text(n: "Pattern") -> str:
 def tables_read(node) -> set:
     """The names of the static tables a plan reads (through stream–table joins)."""
     return _names_read(node, lambda n: n.table if isinstance(n, TableScan) else None)
+
+
+ARRIVAL = "@arrival"   # the feed of a stream's tuples in arrival order, before its slack
+
+
+def feed_of(scan: StreamScan) -> str:
+    """The feed a scan reads: its stream's ordered tuples, or its arrivals."""
+    return scan.stream.lower() + (ARRIVAL if scan.arrival else "")
+
+
+def stream_of(feed: str) -> str:
+    return feed.removesuffix(ARRIVAL)
+
+
+def arrival_streams(node) -> set:
+    """The streams a plan reads in arrival order."""
+    return _names_read(node, lambda n: n.stream if isinstance(n, StreamScan) and n.arrival
+                       else None)
 
 
 def streams_read(node) -> set:

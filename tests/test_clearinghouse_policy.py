@@ -30,6 +30,9 @@ class FakeLink:
     def behind(self) -> bool:
         return self.busy
 
+    def reads_arrivals(self, stream) -> bool:
+        return False
+
     async def send_data(self, name, table, current, wait):
         self.sent.append((name, micros(table.column("ts").combine_chunks()).tolist(), wait))
 

@@ -177,3 +177,11 @@ def test_through_a_server_with_the_session_target(server):
                             "late_left + late_right, adaptations > 0 FROM cq_joins "
                             "WHERE name = 'qj'").fetchall()
         assert seen == [("qj", 0.95, 1.0, len(want), 0, True)]     # in order: nothing lost
+        # a tuple later than its stream's slack (none here) is late for every other query,
+        # but the join reads arrivals: r at 13 s, then r at 11 s (late), then s at 12 s
+        for stream, v, at in (("qj_r", 100, 13), ("qj_r", 101, 11), ("qj_s", 102, 12)):
+            feed.execute(f"INSERT INTO {stream} VALUES (7, {v}, '2026-11-01 00:00:{at}')")
+        cur.execute("FETCH 2 FROM qj WITH (timeout = '20s')")
+        assert sorted(cur.fetchall()) == [(7, 100, 102), (7, 101, 102)]
+        assert feed.execute("SELECT late FROM cq_streams WHERE stream = 'qj_r'").fetchone() \
+            == (1,)

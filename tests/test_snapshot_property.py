@@ -105,6 +105,9 @@ class ToQuery:
     def behind(self) -> bool:
         return False
 
+    def reads_arrivals(self, stream) -> bool:
+        return False
+
     async def send_data(self, name, table, current, wait):
         for b in table.to_batches():
             self.out += self.q.push(name, b)

@@ -24,6 +24,7 @@ from dialect.planner import MemoryCatalog, Relation, plan
 from executor.graph import RunningQuery
 from executor.graph.running_graph import below
 from executor.operators.qjoin import QJoin
+from executor.plan import ARRIVAL
 from gateway.clearinghouse import slack
 
 TICK_US = 10_000
@@ -112,7 +113,7 @@ def run_qjoin(ball: pa.Table, players: pa.Table, recall: float, *, period: str =
         out = []
         for name, part in (("ball", b), ("players", p)):
             for batch in part.to_batches():
-                out += q.push(name, batch)
+                out += q.push(name + ARRIVAL, batch)        # as they came, before any slack
         _collect(out, tick, (time.perf_counter() - t0) * 1e6, keys, lat, wall)
         buffered.append(q.state_size())
     seconds = time.perf_counter() - began

@@ -8,6 +8,8 @@ Options: ``recall`` (0 < recall <= 1), ``period`` (P, 1 minute), ``adapt`` (L, 1
 """
 from __future__ import annotations
 
+import dataclasses
+
 from sqlglot import exp
 
 from executor import plan as P
@@ -111,9 +113,17 @@ def quality_join(join: P.Join, aliases: tuple, opts: dict, at) -> P.QualityJoin:
                           hint="Join two streams, each with a RANGE window.", position=at)
     spans = (_range_of(join.left, aliases[0], at), _range_of(join.right, aliases[1], at))
     o = {**DEFAULTS, **opts}
-    return P.QualityJoin(join.left, join.right, join.equi, join.residual, join.schema, spans,
+    return P.QualityJoin(_arrivals(join.left), _arrivals(join.right), join.equi,
+                         join.residual, join.schema, spans,
                          o["recall"], o["period"], o["adapt"], o["granularity"],
                          o["basic_window"])
+
+
+def _arrivals(node):
+    """A join side with its stream scan reading the stream's arrivals (before its slack)."""
+    if isinstance(node, P.StreamScan):
+        return dataclasses.replace(node, arrival=True)
+    return dataclasses.replace(node, input=_arrivals(node.input))
 
 
 def check_above(root, at) -> None:

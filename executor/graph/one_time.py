@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import plan as P
 from ..batches import INF, TE, TS
 from .results import client_batch, timestamps
 from .running_graph import RunningGraph, below
@@ -22,8 +23,8 @@ def prime(graph: RunningGraph, qid, history: dict, seam: int) -> dict:
     vertices = [v for v in below(graph.queries[qid].sink) if v.op is not None]
     loops = any(v.op.iterates for v in vertices)
     for v in vertices:
-        if v.op.source in history:
-            for batch in history[v.op.source].to_batches():
+        if v.op.source is not None and P.stream_of(v.op.source) in history:
+            for batch in history[P.stream_of(v.op.source)].to_batches():
                 for first in v.op.on_batch(batch):
                     graph.announce_start(v, pc.min(first.column(TS)).as_py())
                     graph.deliver(v, [first], out)
@@ -37,7 +38,7 @@ def snapshot(graph: RunningGraph, qid, batches: dict, at: int | None) -> pa.Tabl
     """Query ``qid`` run over ``batches`` ({stream: [batch]}, each in event-time order)
     to the end: its rows valid at instant ``at`` (default: the latest tuple's time)."""
     out: dict = {}
-    latest = [graph.feed(name, b, out) for name, group in batches.items() for b in group]
+    latest = [graph.feed_every(name, b, out) for name, group in batches.items() for b in group]
     latest = [t for t in latest if t is not None]
     last = at if at is not None else (max(latest) if latest else None)
     for other in list(graph.queries.values()):     # relations first: they were added first
@@ -63,7 +64,7 @@ def replay(graph: RunningGraph, qid, batches: dict, seam: int, spans: np.ndarray
     out: dict = {}
     for name, group in batches.items():
         for b in group:
-            graph.feed(name, b, out)
+            graph.feed_every(name, b, out)
     q = graph.queries[qid]
     graph.flush(q.sink, out)
     rows = [b for b in out.get(qid, []) if b.num_rows]

@@ -325,6 +325,13 @@ class RunningGraph:
                 self.deliver(v, [first], out)
         return latest
 
+    def feed_every(self, stream: str, batch: pa.RecordBatch, out: dict) -> int | None:
+        """A stream's batch, in event-time order, into its ordered and its arrival-order
+        scans alike (one-time queries over stored tuples, where both orders are one)."""
+        arrivals = self.feed(stream + P.ARRIVAL, batch, out)
+        latest = self.feed(stream, batch, out)
+        return latest if latest is not None else arrivals
+
     def push(self, stream: str, batch: pa.RecordBatch) -> dict:
         out: dict = {}
         self.feed(stream, batch, out)

@@ -14,7 +14,7 @@ class Scan(Stateless):
 
     def __init__(self, node: P.StreamScan):
         self.node = node
-        self.source = node.stream.lower()
+        self.source = P.feed_of(node)
         self.names = [c.name.split(".", 1)[1] for c in node.schema]
 
     def transform(self, batch):

@@ -7,6 +7,8 @@ import asyncio
 
 import pyarrow as pa
 
+from executor import plan as P
+
 from gateway.archive import priming
 from gateway.clearinghouse import heartbeats, shedding, slack
 from gateway.clock import SYSTEM, Clock
@@ -54,6 +56,8 @@ class Ingest:
                 await asyncio.get_running_loop().run_in_executor(
                     self.pool, self.archive.append, archive, ts_column,
                     (options or {}).get("fragment"), table)
+            if self.link.reads_arrivals(name):      # QJoin: every tuple, as it came
+                await self.link.send_data(name + P.ARRIVAL, table, None)
             ts = micros(table.column(ts_column).combine_chunks())       # arrival order
             table, ts, late = slack.judge(p, table, ts, one_by_one)
             if late is not None:

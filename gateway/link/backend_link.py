@@ -53,6 +53,7 @@ class BackendLink:
         self.out: Outbox | None = None      # frames to the back end
         self._live: dict = {}              # qid -> LiveRows
         self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
+        self.arrivals: dict = {}          # qid -> the streams it reads in arrival order
         self.answers: dict = {}           # req -> Future
         self.tables_in_use: dict = {}     # table name -> number of running queries reading it
         self._tables_of: dict = {}        # qid -> the tables it reads
@@ -194,6 +195,9 @@ class BackendLink:
             await self.send_table(tname, table)
         await self._send_history(qid, history)
         await self._register(qid, plan, feeds, seam if history else None)
+        arrivals = P.arrival_streams(plan.root)
+        if arrivals:
+            self.arrivals[qid] = arrivals
         log.info("query started: %s%s", self.labels.get(qid, f"#{qid}"),
                  f" (primed from the archive up to {_instant(seam)})" if history else "")
         self._tables_of[qid] = list(tables or {})
@@ -288,6 +292,12 @@ class BackendLink:
     def forget(self, qid: int) -> None:
         """A query that already ended leaves the registry of running ones."""
         self._live.pop(qid, None)
+        self.arrivals.pop(qid, None)
+
+    def reads_arrivals(self, stream: str) -> bool:
+        """Whether a running query reads ``stream``'s tuples in arrival order (QJoin)."""
+        name = stream.lower()
+        return any(name in streams for streams in self.arrivals.values())
 
     def drop(self, qid: int) -> None:
         """End a query (safe from any thread)."""
@@ -298,6 +308,7 @@ class BackendLink:
         """End a query in the back end; its queue stays listed (cq_queries shows why it
         failed) until its cursor closes."""
         self.persistent.pop(qid, None)
+        self.arrivals.pop(qid, None)
         self._release_tables(qid)
         self._log_stop(qid, how)
         self._write_soon(wire.encode(wire.Drop(qid)))
