@@ -369,7 +369,7 @@ _LABELS = {
     f"{_us_text(n.period_us)}; windows {_us_text(n.spans_us[0])}, {_us_text(n.spans_us[1])}; "
     f"delays chosen every {_us_text(n.adapt_us)} (granularity {_us_text(n.granularity_us)}, "
     f"basic windows {_us_text(n.basic_us)})"
-    + (" hash " + " AND ".join(f"{a.sql} = {b.sql}" for a, b in n.equi) if n.equi else "")
+    + (" equal " + " AND ".join(f"{a.sql} = {b.sql}" for a, b in n.equi) if n.equi else "")
     + (f" residual {n.residual.sql}" if n.residual is not None else ""),
 }
 
@@ -400,7 +400,8 @@ def _regex_text(tree) -> str:
 
 _CHECK_TEXT = {
     "lit": lambda t: "NULL" if t[1] is None else
-    "'" + t[1].replace("'", "''") + "'" if isinstance(t[1], str) else str(t[1]),
+    "'" + t[1].replace("'", "''") + "'" if isinstance(t[1], str) else
+    str(t[1]).upper() if isinstance(t[1], bool) else str(t[1]),
     "ref": lambda t: f"{t[2]}.{t[3].split('.', 1)[-1]}" if t[1] == "last" and not t[4]
     else f"{t[1].upper()}({t[2]}.{t[3].split('.', 1)[-1]}, {t[4]})",
     "op": lambda t: f"({_check_text(t[2])} {t[1]} {_check_text(t[3])})",

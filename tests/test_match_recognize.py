@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 import dialect  # noqa: F401 - registers the cql dialect
 from dialect.planner import MemoryCatalog, Relation, plan
 from dialect.planner.row_pattern import parse as parse_pattern
+from executor import plan as P
 from executor.graph import RunningQuery
+from executor.graph.running_graph import below
 from executor.operators.base import QueryError
 
 CATALOG = MemoryCatalog().add(Relation("ev", "stream", (
@@ -106,7 +108,16 @@ def test_match_recognize_equals_the_row_by_row_oracle(data, skip, within, matche
     sql = SQL.format(after=CONCAT_SKIPS[skip][0], within=within)
     if matcher:
         sql = sql.replace("v AS cv", "v AS cv, MATCH_NUMBER() AS n")
+    assert _runs_on_rows(sql) == matcher
     assert run(sql, rows, random.Random(seed)) == oracle(rows, skip, within)
+
+
+def _runs_on_rows(sql: str) -> bool:
+    """Whether the plan's pattern operator is the row matcher (not the stacks)."""
+    node = plan(sqlglot.parse_one(sql, read="cql"), CATALOG).root
+    while not isinstance(node, P.Pattern):
+        node = P.children(node)[0]
+    return node.regex is not None
 
 
 def test_overlapping_matches_are_skipped_past_the_last_row():
@@ -381,6 +392,25 @@ def test_define_reading_other_rows_equals_its_oracle(data, case, skip, within, s
                          define=define)
     assert run_rows(sql, rows, random.Random(seed)) == \
         navigating_oracle(rows, case, skip, within)
+
+
+def test_a_quiet_partition_does_not_keep_the_rows_prev_needed_no_more():
+    """PREV keeps the row before each partition's next attempt; the store of rows keeps
+    only what a match may still measure, so a partition that goes quiet holds nothing."""
+    sql = ROW_SQL.format(after=after_clause("past"), pattern="B+", within=1000,
+                         define="B AS v < PREV(v)")
+    q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), CATALOG))
+    op = next(v.op for v in below(q.graph.queries[0].sink) if isinstance(
+        getattr(v.op, "node", None), P.Pattern))
+    batch = (lambda k, n, t0: pa.RecordBatch.from_pydict({
+        "k": pa.array([k] * n, pa.int32()), "kind": ["a"] * n,
+        "v": pa.array(list(range(n)), pa.int32()),          # rising: never a fall
+        "ts": pa.array([t0 + i for i in range(n)], pa.int64()).cast(pa.timestamp("us"))}))
+    q.push("ev", batch(1, 5, 1_000_000))
+    for i in range(40):                              # partition 2 only from now on
+        q.push("ev", batch(2, 10, 2_000_000 + i * 10))
+    assert op.store.num_rows <= 2                    # not the 405 rows seen
+    q.close()
 
 
 def test_flinks_price_drop_example():

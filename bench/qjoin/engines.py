@@ -2,7 +2,7 @@
 (the executor's quality-driven join at a recall target), MP-K-slack and K-slack (the
 clearinghouse's slack policies ordering each stream before the executor's ordinary join).
 
-Arrivals are replayed in ticks of arrival time (10 ms): each tick's tuples of each stream
+Arrivals are replayed in ticks of arrival time (20 ms): each tick's tuples of each stream
 enter together. Time here is the arrival clock of the data (a logical clock): a result's
 latency is the end of the tick that produced it minus the arrival of the later of its two
 tuples, so it does not depend on this machine's speed; the wall latency adds the time the
@@ -27,7 +27,7 @@ from executor.operators.qjoin import QJoin
 from executor.plan import ARRIVAL
 from gateway.clearinghouse import slack
 
-TICK_US = 10_000
+TICK_US = 20_000
 COLUMNS = (("sid", "INT"), ("x", "BIGINT"), ("y", "BIGINT"), ("arrival", "TIMESTAMP"),
            ("ts", "TIMESTAMP"))
 CATALOG = MemoryCatalog().add(Relation("ball", "stream", COLUMNS, "ts")) \
@@ -194,7 +194,7 @@ def recall_by_period(result: np.ndarray, pairs: np.ndarray, period_us: int,
         return np.maximum(keys[:, 0], keys[:, 2]) // period_us
 
     ideal_b, got_b = bucket(pairs), bucket(result)
-    found = _isin(result, pairs)
+    found = isin(result, pairs)
     periods = np.unique(ideal_b)
     if until_us is not None:
         periods = periods[(periods + 1) * period_us <= until_us]
@@ -204,7 +204,7 @@ def recall_by_period(result: np.ndarray, pairs: np.ndarray, period_us: int,
     return periods * period_us, have / np.maximum(want, 1), float(precision)
 
 
-def _isin(keys: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+def isin(keys: np.ndarray, pairs: np.ndarray) -> np.ndarray:
     view = lambda a: np.ascontiguousarray(a).view([("", a.dtype)] * a.shape[1]).ravel()
     return np.isin(view(keys), view(pairs))
 

@@ -24,7 +24,7 @@ def main(argv=None) -> None:
     ap.add_argument("--delays", default="pareto")
     ap.add_argument("--delay-ms", type=float, default=300)
     ap.add_argument("--period", type=float, default=10, help="seconds")
-    ap.add_argument("--tick-ms", type=float, default=20)
+    ap.add_argument("--tick-ms", type=float, default=E.TICK_US / 1000)
     args = ap.parse_args(argv)
     cfg = soccer.Soccer(seconds=args.seconds, delays=args.delays, delay_ms=args.delay_ms)
     ball, players = soccer.generate(cfg)

@@ -191,7 +191,7 @@ class Builder:
             has_end_column=src.relation.end_column is not None)
 
     # ------------------------------------------------------------------ SELECT
-    def select(self, sel: exp.Select):
+    def _select(self, sel: exp.Select):
         for f in sel.find_all(exp.Anonymous):
             if f.name.lower() in _RELATION_TO_STREAM:
                 raise Unsupported(
@@ -268,7 +268,6 @@ class Builder:
             kind = "stream-table" if src.relation.kind == "table" else "stream-stream"
             node = P.Join(node, part, tuple(equi), conjunction(residual), kind,
                           node.schema + part.schema)
-            # the session's target applies where it can; one written in the query must
             if quality is not None and (sel.args.get("join_options") or (
                     kind == "stream-stream" and len(order) == 2)):
                 node = quality_join.quality_join(node, (sources[order[0]].alias, src.alias),
@@ -283,6 +282,20 @@ class Builder:
         root = self.project(sel, node, scope, windows)
         quality_join.check_above(root[0], quality_join.where(sel))
         return root
+
+    def select(self, sel: exp.Select):
+        """The session's recall target applies where it can: a query it cannot apply to is
+        planned without it; one written in the query must apply."""
+        try:
+            return self._select(sel)
+        except Unsupported:
+            if sel.args.get("join_options") or self.join_quality is None:
+                raise
+        saved, self.join_quality = self.join_quality, None
+        try:
+            return self._select(sel)
+        finally:
+            self.join_quality = saved
 
     def conjunct(self, part: exp.Expression, scope: Scope) -> Conjunct:
         e = self.expr(part, scope.resolve)

@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from executor import plan as P
 
-from ..errors import InvalidWindow, Unsupported
+from ..errors import InvalidWindow, PlanError, Unsupported
 from ..intervals import interval_us
 from .apply_default_windows import written_at
 
@@ -30,15 +30,21 @@ def _recall(value) -> float:
     return number
 
 
-def _duration(value) -> int:
-    us = interval_us(str(value))
-    if us <= 0:
-        raise ValueError
-    return us
+def _duration(least_us: int):
+    def parse(value) -> int:
+        try:
+            us = interval_us(str(value))
+        except PlanError:
+            raise ValueError from None
+        if us < least_us:
+            raise ValueError
+        return us
+    return parse
 
 
-_PARSE = {"recall": _recall, "period": _duration, "adapt": _duration,
-          "granularity": _duration, "basic_window": _duration}
+# the least each may be: finer bins or slices than a millisecond cost memory, not accuracy
+_PARSE = {"recall": _recall, "period": _duration(1_000_000), "adapt": _duration(1_000),
+          "granularity": _duration(1_000), "basic_window": _duration(1_000)}
 
 
 def session_options(recall: str, period: str) -> dict | None:
@@ -76,7 +82,8 @@ def options(sel: exp.Select, session: dict | None) -> dict | None:
             raise InvalidWindow(f'invalid value for join option "{name}": {text}',
                                 position=written_at(opt),
                                 hint="recall is a number above 0 and at most 1; the others "
-                                     "are intervals such as '1 second'.") from None
+                                     "are intervals such as '1 second' (at least 1 ms, the "
+                                     "period at least 1 second).") from None
     if "recall" not in out:
         if written:
             raise InvalidWindow("a join's options need recall", position=written_at(

@@ -168,6 +168,9 @@ def first_row_is(tree: tuple, var: str, only: bool = False) -> bool:
     >>> first_row_is(parse("A? B"), "A"), first_row_is(parse("A B C"), "A", only=True)
     (False, True)
     """
+    if tree[0] == "seq" and tree[1][0][0] == "not":      # an absent row is no row of it
+        rest = tree[1][1:]
+        tree = rest[0] if len(rest) == 1 else ("seq", rest)
     if only:
         occurs = sum(1 for v in _leaves(tree) if v == var)
         lead = tree[1][0] if tree[0] == "seq" else tree

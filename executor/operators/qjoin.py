@@ -6,9 +6,11 @@ Tuples come in arrival order, each with its window's interval. A tuple's delay i
 newest time when it arrives minus its own. T is the older of the two streams' newest times;
 side k's buffer keeps a tuple while ts > T − d_k − w_k, so a tuple of the other side up to d_k
 late still finds it. Every L of T the pair (d_R, d_S) is chosen by Algorithm 1: the recall a
-pair gives is estimated from the last L's delay distributions (granularity g) over the
+pair gives is estimated from the last few L's delay distributions (granularity g) over the
 window cut into basic windows (size b), and the pair with the fewest buffered tuples
-((d_R + w_R)·V_R + (d_S + w_S)·V_S) that meets the recall the period still needs is taken.
+((d_R + w_R)·V_R + (d_S + w_S)·V_S) that meets the target is taken. The recall each L really
+had is measured as well (the window time each arriving tuple found gone from the other
+buffer), and how far the estimate was from it lately corrects the next target.
 
 Results leave as soon as they are found, so not in valid_from order; the output's watermark
 is the lower buffer bound (no later result can begin at or before it). Every result is
@@ -31,6 +33,7 @@ from .filter_map import Fast
 
 NO_TIME = np.iinfo(np.int64).min
 MARGIN = 0.01         # aimed above the target: a period's recall varies about its mean
+DELAYS_KEPT = 100_000  # delays kept per side between adaptations
 SAMPLE_LS = 4         # the delay distribution is read over the last few L (a tail needs data)
 
 
@@ -163,6 +166,8 @@ class QJoin(Operator):
         if me.newest != NO_TIME:
             seen = np.maximum(seen, me.newest)
         me.delays.append(seen - ts)
+        if len(me.delays) > 256:          # T stalled (one input quiet): keep the latest only
+            me.delays = [np.concatenate(me.delays)[-DELAYS_KEPT:]]
         self.warm[port] = max(self.warm[port], int((seen - ts).max()))
         me.arrived += len(ts)
         # partners of a tuple lie in (ts − w_other, ts + w_own): those at or before the

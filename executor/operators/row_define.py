@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+from decimal import Decimal
 
 from .base import QueryError
 
@@ -43,8 +44,29 @@ class Path:
         return last
 
 
+def _meet(a, b):
+    """Two values as one type: an exact number meets a float as a float (as DuckDB
+    casts DECIMAL and DOUBLE); other mixes are the query's error."""
+    if isinstance(a, Decimal) and isinstance(b, float):
+        return float(a), b
+    if isinstance(a, float) and isinstance(b, Decimal):
+        return a, float(b)
+    return a, b
+
+
 def _compare(f):
-    return lambda a, b: None if a is None or b is None else f(a, b)
+    def run(a, b):
+        if a is None or b is None:
+            return None
+        a, b = _meet(a, b)
+        try:
+            return f(a, b)
+        except TypeError:
+            raise QueryError(f"cannot compare or combine {type(a).__name__} and "
+                             f"{type(b).__name__} in DEFINE", "42804",
+                             hint="Give both sides one type, or put the condition in a term "
+                                  "about the row alone.") from None
+    return run
 
 
 def _divide(f):
@@ -53,8 +75,16 @@ def _divide(f):
             return None
         if b == 0:
             raise QueryError("division by zero", "22012")
-        return f(a, b)
+        return _compare(f)(a, b)
     return run
+
+
+def _modulo(a, b):
+    """The remainder with the dividend's sign (C's, DuckDB's), exact for integers."""
+    if isinstance(a, int) and isinstance(b, int):
+        r = abs(a) % abs(b)
+        return r if a >= 0 else -r
+    return math.fmod(a, b)
 
 
 _BINARY = {"=": _compare(operator.eq), "<>": _compare(operator.ne),
@@ -62,8 +92,7 @@ _BINARY = {"=": _compare(operator.eq), "<>": _compare(operator.ne),
            ">": _compare(operator.gt), ">=": _compare(operator.ge),
            "+": _compare(operator.add), "-": _compare(operator.sub),
            "*": _compare(operator.mul), "/": _divide(operator.truediv),    # DuckDB's /
-           "%": _divide(lambda a, b: math.fmod(a, b) if isinstance(a, float)
-                        or isinstance(b, float) else int(math.fmod(a, b)))}     # C's sign
+           "%": _divide(_modulo)}
 
 
 def _logic(decisive: bool):

@@ -174,7 +174,9 @@ class RowPattern(Merging):
         for key, rows in _groups(batch, self.keys):
             if any(v is None for v in key):
                 continue                         # a NULL partition value matches nothing
-            run = self.runs.get(key) or self.runs.setdefault(key, _Run(self.check_cols))
+            if key not in self.runs:
+                self.runs[key] = _Run(self.check_cols)
+            run = self.runs[key]
             run.ids = np.concatenate([run.ids, ids[rows]])
             run.ts = np.concatenate([run.ts, ts[rows]])
             run.bits = np.concatenate([run.bits, bits[rows]])
@@ -287,8 +289,8 @@ class RowPattern(Merging):
         """Store rows before every run's first row still needed are dropped."""
         if self.store is None:
             return
-        needed = min((int(r.ids[0]) for r in self.runs.values() if len(r.ids)),
-                     default=self.base + self.store.num_rows)
+        needed = min((int(r.ids[r.start]) for r in self.runs.values()
+                      if r.start < len(r.ids)), default=self.base + self.store.num_rows)
         if needed > self.base:
             self.store = self.store.slice(needed - self.base)
             self.base = needed

@@ -60,14 +60,17 @@ def _pattern_reads(pattern: P.Pattern, window, row_wise: bool, out: list) -> Non
     """A pattern's streams: a late event changes only the matches known within WITHIN of it
     (a match spans less than WITHIN; a closing negation's match is known at its first
     event plus WITHIN), unless a skip makes each match depend on the one before (AFTER
-    MATCH SKIP PAST LAST ROW, TO FIRST/LAST) or no WITHIN bounds it: then from it on. The
+    MATCH SKIP PAST LAST ROW, TO FIRST/LAST), MATCH_NUMBER() counts the matches before, or
+    no WITHIN bounds it: then from it on. The
     window over the matches carries that reach on; under an aggregate, the unbounded one
     reaches from it on, and its state is read from the archive's beginning."""
     w = pattern.within_us
-    if w is None or pattern.skip != "all":
+    numbered = any(m.func == "match_number" for m in pattern.measures)
+    if w is None or pattern.skip != "all" or numbered:
         end, since = (lambda t: _FOREVER[0](None, t)), (lambda t: None)
     elif window is None or (isinstance(window, P.UnboundedWindow) and row_wise):
-        end, since = (lambda t: t + w), (lambda t: t - w)
+        # a closing negation's match is known at first + W, itself included
+        end, since = (lambda t: t + w + 1), (lambda t: t - w)
     elif type(window) in _REACH:
         outer_end, outer_since = _REACH[type(window)]
         end, since = (lambda t: outer_end(window, t + w)), \
@@ -80,6 +83,10 @@ def _pattern_reads(pattern: P.Pattern, window, row_wise: bool, out: list) -> Non
 def _scans(node) -> list:
     if isinstance(node, P.StreamScan):
         return [node]
+    if isinstance(node, P.WindowRelationScan):
+        raise E.FeatureNotSupported(
+            f"RECOMPUTE reads streams' archives; {node.name} is a named window or derived "
+            "stream", hint="Write the query over the stream the relation reads.")
     return [s for c in P.children(node) for s in _scans(c)]
 
 

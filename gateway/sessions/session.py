@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from dialect.errors import PlanError
 from dialect.intervals import interval_us
+from dialect.planner.quality_join import session_options
 
 from gateway.link import spill
 from gateway.link.live_rows import Bounds, LiveRows
@@ -47,6 +48,7 @@ log = logging.getLogger("cqgate")
 CATALOG_REFERENCE = CATALOG + "."   # DuckDB SQL that reads the emulated catalog says so
 REINTERRUPT_S, REINTERRUPTS = 0.05, 100   # a cancel is repeated for up to 5 s
 # duration settings -> the unit of a bare number (PostgreSQL's timeouts count milliseconds)
+_JOIN_TARGET = ("cq.join_recall", "cq.join_recall_period")     # checked together when SET
 _DURATIONS = {"cq.progress_interval": "s", "statement_timeout": "ms",
               "idle_in_transaction_session_timeout": "ms"}
 
@@ -245,6 +247,13 @@ class Session:
             value = _interval_setting(name, value, bare_unit=_DURATIONS[key])
         if key in S.SERVER_BOUNDS:
             value = self._bound_setting(name, key, value)
+        if key in _JOIN_TARGET:
+            value = value.strip().strip("'")
+            try:
+                session_options(*(value if k == key else self.settings.get(k, S.DEFAULTS[k])
+                                  for k in _JOIN_TARGET))
+            except PlanError as e:
+                raise E.InvalidParameterValue(str(e), hint=e.hint) from None
         self.settings[key] = value
         if key in S.REPORTED:
             self.pending_status.append((key, value))

@@ -56,8 +56,9 @@ def plan_query(session, tree) -> P.Plan:
     catalog = SessionCatalog(session.services.streams, session.columns)
     snapshot = session.settings.get("cq.mode", "continuous").lower() == "snapshot"
     try:
-        quality = session_options(session.settings.get("cq.join_recall", "off"),
-                                  session.settings.get("cq.join_recall_period", "1 minute"))
+        quality = None if snapshot else session_options(
+            session.settings.get("cq.join_recall", "off"),
+            session.settings.get("cq.join_recall_period", "1 minute"))
         p = plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot,
                  join_quality=quality)
     except PlanError as e:
