@@ -144,7 +144,7 @@ class QJoin(Operator):
         self.delay = [0, 0]                             # d_R, d_S
         self.warm = [0, 0]                              # the largest delay seen per side
         self.next_adapt: int | None = None
-        # (T at its end, estimated recall, estimated ideal pairs) per L within the period
+        # (T at its end, measured recall, its weight: ideal pairs, roughly) per L in the period
         self.history: collections.deque = collections.deque()
         self.bias: collections.deque = collections.deque(maxlen=SAMPLE_LS)
         self.produced = 0
@@ -223,7 +223,6 @@ class QJoin(Operator):
         return kept if kept.num_rows else None
 
     # ------------------------------------------------------------------ buffers
-
     def _advance(self) -> list:
         """T moved: adapt every L, evict below the bounds, tell the watermark."""
         if any(s.newest == NO_TIME for s in self.sides):
