@@ -337,3 +337,33 @@ def test_recompute_gives_the_pattern_matches_late_events_changed(server):
                          "A.id AS a, B.id AS b PATTERN (A B) DEFINE A AS kind = 'a', "
                          "B AS kind = 'b') AS m").fetchall()
     assert {(r[0], r[1]): r[2] for r in rows} == {m: at(k) for m, k in pairs.items()}
+
+
+def test_recompute_of_a_join_with_a_recall_target_is_the_exact_join(server):
+    """The hybrid approach (seed 003): RECOMPUTE runs a QJoin's query over the archive with
+    every tuple in time, so it gives the exact join's rows in the reach of late tuples,
+    those a live QJoin may have missed included."""
+    r, s = unique("qjr"), unique("qjs")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        for name in (r, s):
+            c.execute(f"CREATE STREAM {name} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "TYPE ARCHIVED WITH (fragment = '10 seconds')")
+        rows = {r: [(k % 3, k, 1 + k) for k in range(12)],
+                s: [(k % 3, 100 + k, 1.5 + k) for k in range(12)]}
+        for name, data in rows.items():
+            for k, v, t in data:
+                c.execute(f"INSERT INTO {name} VALUES ({k}, {v}, {lit(t)})")
+        late = (1, 999, 6.2)                           # after r reached 12 s
+        c.execute(f"INSERT INTO {r} VALUES ({late[0]}, {late[1]}, {lit(late[2])})")
+        rows[r].append(late)
+        got = c.execute(f"RECOMPUTE SELECT r.v, s.v FROM {r} [RANGE '2 seconds'] r, "
+                        f"{s} [RANGE '2 seconds'] s WHERE r.k = s.k "
+                        "WITH (recall = 0.9)").fetchall()
+    # the exact join's rows, valid [later ts, earlier ts + 2), that meet the late tuple's
+    # reach [6.2, 8.2)
+    exact = {(a[1], b[1]): (max(a[2], b[2]), min(a[2], b[2]) + 2)
+             for a in rows[r] for b in rows[s] if a[0] == b[0] and abs(a[2] - b[2]) < 2}
+    reached = {pair for pair, (start, end) in exact.items()
+               if start < late[2] + 2 and end > late[2]}
+    assert {(a, b) for a, b, *_ in got} == reached
+    assert (999, 104) in reached                       # the late tuple's own pair
