@@ -1,0 +1,48 @@
+"""The QJoin experiment's picture from ``run.py --json``: recall per period for each engine,
+and mean latency and tuples buffered against the recall target beside the two slack
+baselines.
+
+    python -m bench.qjoin.plots RESULTS.json OUT.png
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def draw(results: dict, path: str) -> None:
+    runs = results["runs"]
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 3.8))
+    for s in runs:
+        a.plot(range(1, len(s["periods"]) + 1), s["periods"], marker=".", label=s["engine"])
+    a.set(xlabel="period", ylabel="recall", title=f"recall per period ({results['title']})")
+    a.legend(fontsize=7)
+    qjoin = [s for s in runs if s["engine"].startswith("QJoin")]
+    slack = [s for s in runs if not s["engine"].startswith("QJoin")]
+    targets = [float(s["engine"].split()[1]) for s in qjoin]
+    for ax, key, label in ((b, "latency_ms", "mean latency, ms (log)"),
+                           (c, "buffered", "tuples buffered (mean)")):
+        ax.plot(targets, [s[key] for s in qjoin], marker="o", label="QJoin")
+        for s, style in zip(slack, ("--", ":")):
+            ax.axhline(s[key], linestyle=style, color="grey", label=s["engine"])
+        ax.set(xlabel="recall target", ylabel=label)
+        ax.legend(fontsize=7)
+    b.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> None:
+    src, out = (argv or sys.argv[1:])[:2]
+    with open(src) as f:
+        draw(json.load(f), out)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
