@@ -16,6 +16,7 @@ from bench.qjoin import soccer
 from dialect.errors import PlanError
 from dialect.planner import plan
 from executor import plan as P
+from executor.graph import RunningQuery
 
 SECONDS = 40
 TICK_US = 100_000
@@ -80,6 +81,20 @@ def test_at_095_latency_and_memory_are_at_most_half_of_mp_k_slack(data, runs):
     assert k["precision"] == 1.0 and slack.stats["late"] > 0
     assert q["latency_ms"] <= k["latency_ms"] / 2
     assert q["buffered"] <= k["buffered"] / 2
+
+
+def test_a_quiet_input_does_not_hold_the_other_buffer(data):
+    """The players stop; their stream's BOUNDARYs go on (heartbeats): T follows them, so
+    the ball's buffer is still evicted, and its size stays that of its window."""
+    ball, _, _, _ = data
+    sql = E.JOIN.format(w=2) + " WITH (recall = 0.9)"
+    q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), E.CATALOG))
+    start = soccer.START_US
+    for k, batch in enumerate(ball.sort_by("ts").to_batches(max_chunksize=100)):
+        q.push("ball" + P.ARRIVAL, batch)                 # 1 s of ball tuples each
+        q.watermark("players", start + k * 1_000_000)
+    assert q.state_size() <= 4 * 100 + 100       # its window (2 s) and slack, not 4,000 rows
+    q.close()
 
 
 def test_the_sql_asks_for_it_and_explain_shows_it():

@@ -338,9 +338,12 @@ class RunningGraph:
         return self.client(out, batch.num_rows, stream)
 
     def watermark(self, stream: str, ts: int) -> dict:
+        """A stream's BOUNDARY, to its ordered scans and to those reading its arrivals (a
+        quiet stream's time still moves on for them)."""
         out: dict = {}
-        for v in list(self.scans.get(stream.lower(), ())):
-            self.deliver(v, v.op.on_watermark(ts), out)
+        for feed in (stream.lower(), stream.lower() + P.ARRIVAL):
+            for v in list(self.scans.get(feed, ())):
+                self.deliver(v, v.op.on_watermark(ts), out)
         return self.client(out)
 
     def end(self, qid) -> list:

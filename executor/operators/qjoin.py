@@ -190,7 +190,12 @@ class QJoin(Operator):
         return out + self._advance()
 
     def on_watermark(self, ts, port=0):
-        return []                     # arrival order: the inputs' own progress is the newest
+        """A quiet input's time moves on (its heartbeats): T with it, so the other side's
+        buffer is still evicted and L still comes."""
+        side = self.sides[port]
+        if side.newest == NO_TIME or ts > side.newest:
+            side.newest = int(ts)
+        return self._advance()
 
     def on_end(self):
         return []
