@@ -170,6 +170,9 @@ def test_through_a_server_with_the_session_target(server):
         assert "⋈ stream-stream" in "\n".join(r[0] for r in c.execute(
             "EXPLAIN SELECT count(*) FROM qj_r [RANGE '2 seconds'] r, qj_s [RANGE '2 seconds'] "
             "s WHERE r.k = s.k").fetchall())
+        with pytest.raises(psycopg.Error) as e:
+            c.execute(f"CREATE STREAM qj_near AS {join} WITH (recall = 0.9)")
+        assert e.value.sqlstate == "0A000" and "derived stream" in str(e.value)
         c.execute("SET cq.join_recall = off")
         assert "⋈q" not in "\n".join(r[0] for r in c.execute("EXPLAIN " + join).fetchall())
     with psycopg.connect(server.dsn) as reader, \

@@ -144,8 +144,8 @@ def check_above(root, at) -> None:
     if _contains(root):
         raise Unsupported("a join with a recall target gives its rows in the order it finds "
                           "them, so it cannot feed an aggregate, DISTINCT or another join in "
-                          "the same query", hint="Make it a derived stream (CREATE STREAM … "
-                          "AS SELECT … WITH (recall = …)) and aggregate that.", position=at)
+                          "the same query", hint="Read its rows through a cursor.",
+                          position=at)
 
 
 def _contains(node) -> bool:

@@ -189,6 +189,11 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
         p = plan(query, catalog)
     except PlanError as e:
         raise plan_error(e) from None
+    if _has_quality_join(p.root):
+        raise E.FeatureNotSupported(
+            f"a {'named window' if kind == 'window' else 'derived stream'} cannot hold a join "
+            "with a recall target yet: its rows come out of valid_from order, and the queries "
+            "that read it need that order", hint="Read the join through a cursor.")
     reads = sorted({f"{t.db or 'public'}.{t.name}".lower() for t in query.find_all(exp.Table)})
     cols = [[c.name, _duck_type(session, c.type) if c.type != "UNKNOWN" else "VARCHAR", False]
             for c in p.output]
@@ -199,6 +204,11 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     reg.save(obj)
     session.services.grants.created(obj.key, session.user)
     return Done(tag)
+
+
+def _has_quality_join(node) -> bool:
+    return isinstance(node, P.QualityJoin) or any(_has_quality_join(c)
+                                                  for c in P.children(node))
 
 
 def _keep(session, obj: StreamObject, p: P.Plan) -> None:
