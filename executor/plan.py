@@ -353,9 +353,7 @@ _LABELS = {
     Window: lambda n: f"ω {_window_text(n.window)}",
     Filter: lambda n: f"σ {n.predicate.sql}",
     Map: lambda n: f"μ {_names(n.outputs)}",
-    Join: lambda n: f"⋈ {n.kind}"
-    + (" hash " + " AND ".join(f"{a.sql} = {b.sql}" for a, b in n.equi) if n.equi else "")
-    + (f" residual {n.residual.sql}" if n.residual is not None else ""),
+    Join: lambda n: f"⋈ {n.kind}" + _condition_text(n, "hash"),
     Union_: lambda n: "∪ all",
     Aggregate: lambda n: "α" + (f" keys {_names(n.keys)}" if n.keys else "")
     + " partial " + ", ".join(f"{p.name} = {p.func}({p.arg.sql if p.arg else '*'})"
@@ -368,10 +366,15 @@ _LABELS = {
     QualityJoin: lambda n: f"⋈q arrival order, recall {n.recall:g} over "
     f"{_us_text(n.period_us)}; windows {_us_text(n.spans_us[0])}, {_us_text(n.spans_us[1])}; "
     f"delays chosen every {_us_text(n.adapt_us)} (granularity {_us_text(n.granularity_us)}, "
-    f"basic windows {_us_text(n.basic_us)})"
-    + (" equal " + " AND ".join(f"{a.sql} = {b.sql}" for a, b in n.equi) if n.equi else "")
-    + (f" residual {n.residual.sql}" if n.residual is not None else ""),
+    f"basic windows {_us_text(n.basic_us)})" + _condition_text(n, "equal"),
 }
+
+def _condition_text(n, equalities: str) -> str:
+    """A join's equalities (named as it runs them) and the rest of its predicate."""
+    return ((f" {equalities} " + " AND ".join(f"{a.sql} = {b.sql}" for a, b in n.equi)
+             if n.equi else "")
+            + (f" residual {n.residual.sql}" if n.residual is not None else ""))
+
 
 _STRATEGIES = {"any": "skip till any match", "next": "skip till next match",
                "strict": "strict contiguity"}

@@ -174,14 +174,19 @@ def run_slack(ball: pa.Table, players: pa.Table, policy: str, *, window_s: float
 def k_for_recall(ball: pa.Table, players: pa.Table, pairs: np.ndarray, recall: float) -> int:
     """The least K (µs) whose K-slack keeps ``recall`` of the ideal pairs: a tuple is lost
     when it is more than K behind the newest tuple of its stream before it."""
-    behind = {}
-    for name, t in (("ball", ball), ("players", players)):
+    need = np.zeros(len(pairs), np.int64)
+    # pairs' columns: the ball tuple's ts, then the player's sid and ts
+    for t, sid_of, ts_of in ((ball, None, pairs[:, 0]), (players, pairs[:, 1], pairs[:, 2])):
         ts = slack.micros(t.column("ts"))
-        prev = np.concatenate([[ts[0]], np.maximum.accumulate(ts)[:-1]])
+        prev = np.concatenate([ts[:1], np.maximum.accumulate(ts)[:-1]])
+        behind = np.maximum(prev - ts, 0)
         sid = t.column("sid").to_numpy().astype(np.int64)
-        behind[name] = dict(zip(zip(sid.tolist(), ts.tolist()), np.maximum(prev - ts, 0)))
-    need = np.array([max(behind["ball"][(1, r)], behind["players"][(s, st)])
-                     for r, s, st in pairs.tolist()])
+        for s in np.unique(sid) if sid_of is not None else [None]:
+            mine = np.flatnonzero(sid == s) if s is not None else np.arange(len(ts))
+            order = mine[np.argsort(ts[mine], kind="stable")]
+            rows = np.flatnonzero(sid_of == s) if s is not None else np.arange(len(pairs))
+            at = order[np.searchsorted(ts[order], ts_of[rows])]     # the pair's tuple
+            need[rows] = np.maximum(need[rows], behind[at])
     return int(np.quantile(need, recall, method="higher")) if len(need) else 0
 
 

@@ -70,13 +70,10 @@ def tree(e: exp.Expression, var: str, variables: list, column_name) -> tuple:
             x = walk(node.this)
             return ("op", "AND", ("op", ">=", x, walk(node.args["low"])),
                     ("op", "<=", x, walk(node.args["high"])))
-        if isinstance(node, (exp.First, exp.Last)) and isinstance(node.this, exp.Column):
-            how = "first" if isinstance(node, exp.First) else "last"
-            return ref(how, node.this, offset(node, node.args.get("expression"), 0))
-        if isinstance(node, exp.Anonymous) and node.name.upper() == "PREV" \
-                and node.expressions and isinstance(node.expressions[0], exp.Column):
-            more = node.expressions[1] if len(node.expressions) > 1 else None
-            return ref("prev", node.expressions[0], offset(node, more, 1))
+        nav = navigation(node)
+        if nav is not None:
+            how, col, n, default = nav
+            return ref(how, col, offset(node, n, default))
         if isinstance(node, exp.Boolean):
             return ("lit", node.this)
         if isinstance(node, exp.Null):
@@ -101,15 +98,23 @@ def offset(node: exp.Expression, n: exp.Expression | None, default: int) -> int:
     return int(n.this)
 
 
+def navigation(node: exp.Expression) -> tuple | None:
+    """LAST/FIRST(X.col[, n]) or PREV(X.col[, n]) as (how, the column, the offset written or
+    None, its default); None for anything else."""
+    if isinstance(node, (exp.First, exp.Last)) and isinstance(node.this, exp.Column):
+        return ("first" if isinstance(node, exp.First) else "last", node.this,
+                node.args.get("expression"), 0)
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "PREV" \
+            and node.expressions and isinstance(node.expressions[0], exp.Column):
+        more = node.expressions[1] if len(node.expressions) > 1 else None
+        return "prev", node.expressions[0], more, 1
+    return None
+
+
 def as_one_row(e: exp.Expression, alias: str) -> exp.Expression:
     """``e`` with every row it reads taken as one input row: what type-checks it as SQL."""
     def fix(node):
-        if isinstance(node, (exp.First, exp.Last)) and isinstance(node.this, exp.Column):
-            return exp.column(node.this.name, table=alias)
-        if isinstance(node, exp.Anonymous) and node.name.upper() == "PREV" \
-                and node.expressions and isinstance(node.expressions[0], exp.Column):
-            return exp.column(node.expressions[0].name, table=alias)
-        if isinstance(node, exp.Column):
-            return exp.column(node.name, table=alias)
-        return node
+        nav = navigation(node)
+        col = nav[1] if nav is not None else node if isinstance(node, exp.Column) else None
+        return exp.column(col.name, table=alias) if col is not None else node
     return e.copy().transform(fix)

@@ -19,7 +19,7 @@ from .. import duck
 from ..batches import TE, TS, Watermark
 from ..duck import quote
 from .base import Operator
-from .merge import Merger
+from .merge import Merger, Merging
 
 COMPACT = 64        # a side's stored chunks are made one after this many
 
@@ -35,7 +35,7 @@ def _column_list(names) -> str:
     return ", ".join(map(quote, names))
 
 
-class StreamJoin(Operator):
+class StreamJoin(Merging):
     inputs = 2
 
     def __init__(self, node):
@@ -61,8 +61,8 @@ class StreamJoin(Operator):
         return table.select(cols + [TS, TE]).rename_columns(cols + [f"__ts{suffix}",
                                                                    f"__te{suffix}"])
 
-    def _run(self, everything: bool = False) -> list:
-        limit, parts = self.merger.release_parts(everything=everything)
+    def advance(self, limit: int, parts: list, everything: bool) -> list:
+        limit = None if everything else limit
         out = []
         new = [self._side(p, cols, sfx) if p is not None else None
                for p, cols, sfx in zip(parts, (self.left_cols, self.right_cols), ("_l", "_r"))]
@@ -99,17 +99,6 @@ class StreamJoin(Operator):
             selects.append(self.pair.format(l=f"l{k}", r=f"r{k}"))
         sql = " UNION ALL ".join(f"({q})" for q in selects) + f" ORDER BY {TS}, {TE}"
         return duck.run(self.con, tables, None, sql)
-
-    def on_batch(self, batch, port=0):
-        self.merger.add(batch, port)
-        return self._run()
-
-    def on_watermark(self, ts, port=0):
-        self.merger.mark(ts, port)
-        return self._run()
-
-    def on_end(self):
-        return self._run(everything=True)
 
     def state_size(self) -> int:
         held = sum(b.num_rows for q in self.merger.pending for b in q)

@@ -115,12 +115,13 @@ def estimated_recall(parts: tuple, d_r: int, d_s: int) -> float:
 class _Side:
     """One input: its buffer (chunks in arrival order), newest time, the recent delays, and
     this L's arrivals and the window time they found already gone."""
-    __slots__ = ("chunks", "ts", "newest", "delays", "recent", "arrived", "lost_us", "late",
+    __slots__ = ("chunks", "ts", "te", "newest", "delays", "recent", "arrived", "lost_us", "late",
                  "bound")
 
     def __init__(self):
         self.chunks: list = []
-        self.ts: list = []                  # each chunk's event times (numpy)
+        self.ts: list = []                  # each chunk's interval starts (numpy) …
+        self.te: list = []                  # … and ends
         self.newest = NO_TIME
         self.delays: list = []              # this L's delays (numpy arrays)
         self.recent: collections.deque = collections.deque(maxlen=SAMPLE_LS)
@@ -179,13 +180,15 @@ class QJoin(Operator):
         me.late += int((gone > 0).sum())
         out = []
         table = pa.Table.from_batches([batch])
+        te = batch.column(TE).to_numpy(zero_copy_only=False).astype(np.int64)
         if other.chunks:
-            found = self._pairs(table, port, _one(other.chunks))
+            found = self._pairs(table, ts, te, port, other)
             if found is not None:
                 self.produced += found.num_rows
                 out = [found]
         me.chunks.append(table)
         me.ts.append(ts)
+        me.te.append(te)
         me.newest = int(seen[-1])
         return out + self._advance()
 
@@ -201,12 +204,13 @@ class QJoin(Operator):
         return []
 
     # ------------------------------------------------------------------ joining
-    def _pairs(self, new: pa.Table, port: int, other: pa.Table) -> pa.RecordBatch | None:
+    def _pairs(self, new: pa.Table, n_ts: np.ndarray, n_te: np.ndarray, port: int,
+               side: _Side) -> pa.RecordBatch | None:
         """The new tuples × the other side's buffer: the pairs whose intervals meet (numpy
-        over the two time columns), then the join condition on those (the kernels, or
+        over the intervals both keep), then the join condition on those (the kernels, or
         DuckDB when they cannot); each result valid where both are."""
-        n_ts, n_te = (_micros(new, c) for c in (TS, TE))
-        o_ts, o_te = (_micros(other, c) for c in (TS, TE))
+        other = _one(side.chunks)
+        o_ts, o_te = np.concatenate(side.ts), np.concatenate(side.te)
         i, j = np.nonzero((n_ts[:, None] < o_te[None, :]) & (o_ts[None, :] < n_te[:, None]))
         if not len(i):
             return None
@@ -249,18 +253,20 @@ class QJoin(Operator):
 
     @staticmethod
     def _evict(side: _Side) -> None:
-        chunks, stamps = [], []
-        for chunk, ts in zip(side.chunks, side.ts):
+        chunks, starts, ends = [], [], []
+        for chunk, ts, te in zip(side.chunks, side.ts, side.te):
             if len(ts) and ts.max() <= side.bound:
                 continue
             if len(ts) and ts.min() <= side.bound:
                 keep = ts > side.bound
-                chunk, ts = chunk.filter(pa.array(keep)), ts[keep]
+                chunk, ts, te = chunk.filter(pa.array(keep)), ts[keep], te[keep]
             chunks.append(chunk)
-            stamps.append(ts)
+            starts.append(ts)
+            ends.append(te)
         if len(chunks) > 64:             # many small arrivals: one table again
-            chunks, stamps = [_one(chunks).combine_chunks()], [np.concatenate(stamps)]
-        side.chunks, side.ts = chunks, stamps
+            chunks = [_one(chunks).combine_chunks()]
+            starts, ends = [np.concatenate(starts)], [np.concatenate(ends)]
+        side.chunks, side.ts, side.te = chunks, starts, ends
 
     # ------------------------------------------------------------------ Algorithm 1
     def _adapt(self, now: int) -> None:
@@ -324,10 +330,6 @@ def _condition(node: P.QualityJoin) -> P.Expr | None:
     tree = None if None in trees else functools.reduce(lambda a, b: ("and", a, b), trees)
     return P.Expr(" AND ".join(f"({e.sql})" for e in parts),
                   tuple(dict.fromkeys(c for e in parts for c in e.columns)), "BOOLEAN", tree)
-
-
-def _micros(table: pa.Table, column: str) -> np.ndarray:
-    return table.column(column).to_numpy().astype(np.int64, copy=False)
 
 
 def _one(chunks: list) -> pa.Table:
