@@ -113,7 +113,8 @@ class Backend:
     def on_drop_stream(self, msg: wire.DropStream) -> None:
         name = msg.stream.lower()
         self.streams.pop(name, None)
-        for qid in [q.qid for q in self.graph.queries.values() if name in q.streams]:
+        for qid in [q.qid for q in self.graph.queries.values()
+                    if name in q.streams or name + P.ARRIVAL in q.streams]:
             self._end(qid, f'stream "{name}" was dropped', "57014")
 
     def on_stats(self, msg: wire.Stats) -> None:
