@@ -135,7 +135,8 @@ class QualityJoin:                                         # ⋈q (seed 003, QJo
     ``adapt_us`` (L) the two delay bounds are chosen from the delay distributions at
     ``granularity_us`` (g) over the windows cut into basic windows of ``basic_us`` (b).
     ``spans_us``: the two windows' sizes. Results leave as found (not in valid_from
-    order)."""
+    order), or with ``in_order`` (a named window's or derived stream's, whose readers need
+    valid_from order) once no earlier result can come."""
     left: "Node"
     right: "Node"
     equi: tuple = ()
@@ -147,6 +148,7 @@ class QualityJoin:                                         # ⋈q (seed 003, QJo
     adapt_us: int = 1_000_000
     granularity_us: int = 10_000
     basic_us: int = 10_000
+    in_order: bool = False
 
 
 @dataclass(frozen=True)
@@ -366,7 +368,8 @@ _LABELS = {
     QualityJoin: lambda n: f"⋈q arrival order, recall {n.recall:g} over "
     f"{_us_text(n.period_us)}; windows {_us_text(n.spans_us[0])}, {_us_text(n.spans_us[1])}; "
     f"delays chosen every {_us_text(n.adapt_us)} (granularity {_us_text(n.granularity_us)}, "
-    f"basic windows {_us_text(n.basic_us)})" + _condition_text(n, "equal"),
+    f"basic windows {_us_text(n.basic_us)})" + _condition_text(n, "equal")
+    + ("; results held to valid_from order" if n.in_order else ""),
 }
 
 def _condition_text(n, equalities: str) -> str:

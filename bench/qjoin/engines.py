@@ -100,11 +100,13 @@ def _outcome(name, keys, lat, wall, buffered, seconds, stats=None) -> Outcome:
 
 
 def run_qjoin(ball: pa.Table, players: pa.Table, recall: float, *, period: str = "1 minute",
-              adapt: str = "1 second", window_s: float = 2, tick_us: int = TICK_US) -> Outcome:
-    """QJoin: each tick's tuples pushed as they arrived."""
+              adapt: str = "1 second", window_s: float = 2, tick_us: int = TICK_US,
+              in_order: bool = False) -> Outcome:
+    """QJoin: each tick's tuples pushed as they arrived (``in_order``: as a derived stream
+    runs it, its results held to valid_from order)."""
     sql = JOIN.format(w=window_s) + (f" WITH (recall = {recall}, period = '{period}', "
                                      f"adapt = '{adapt}')")
-    q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), CATALOG))
+    q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), CATALOG, joins_in_order=in_order))
     op = next(v.op for v in below(q.graph.queries[0].sink) if isinstance(v.op, QJoin))
     keys, lat, wall, buffered = [], [], [], []
     began = time.perf_counter()
@@ -116,10 +118,12 @@ def run_qjoin(ball: pa.Table, players: pa.Table, recall: float, *, period: str =
                 out += q.push(name + ARRIVAL, batch)        # as they came, before any slack
         _collect(out, tick, (time.perf_counter() - t0) * 1e6, keys, lat, wall)
         buffered.append(q.state_size())
+    _collect(q.end(), tick, 0.0, keys, lat, wall)
     seconds = time.perf_counter() - began
     stats = op.quality()
     q.close()
-    return _outcome(f"QJoin {recall:g}", keys, lat, wall, buffered, seconds, stats)
+    return _outcome(f"QJoin {recall:g}" + (" in order" if in_order else ""), keys, lat, wall,
+                    buffered, seconds, stats)
 
 
 def run_slack(ball: pa.Table, players: pa.Table, policy: str, *, window_s: float = 2,
@@ -210,6 +214,16 @@ def recall_by_period(result: np.ndarray, pairs: np.ndarray, period_us: int,
 
 
 def isin(keys: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """Whether each row of ``keys`` is a row of ``pairs`` (int64 rows of equal width): as one
+    integer a row when the columns' ranges fit in 63 bits, else as structured records."""
+    both = np.concatenate([keys, pairs]) if len(keys) and len(pairs) else None
+    if both is not None:
+        low = both.min(axis=0)
+        bits = [int(r).bit_length() for r in both.max(axis=0) - low]
+        if sum(bits) <= 63:
+            shifts = np.cumsum([0] + bits[:-1]).astype(np.int64)
+            code = lambda a: ((a - low) << shifts).sum(axis=1)
+            return np.isin(code(keys), code(pairs))
     view = lambda a: np.ascontiguousarray(a).view([("", a.dtype)] * a.shape[1]).ravel()
     return np.isin(view(keys), view(pairs))
 

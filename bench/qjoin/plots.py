@@ -1,6 +1,7 @@
 """The QJoin experiment's picture from ``run.py --json``: recall per period for each engine,
 and mean latency and tuples buffered against the recall target beside the two slack
-baselines.
+baselines. The run with its rows held to valid_from order has the same rows as QJoin 0.95
+and holds results, not tuples: it is shown on the latency panel only.
 
     python -m bench.qjoin.plots RESULTS.json OUT.png
 """
@@ -17,6 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def draw(results: dict, path: str) -> None:
     runs = results["runs"]
+    ordered = [s for s in runs if s["engine"].endswith("in order")]
+    runs = [s for s in runs if s not in ordered]
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(13, 3.8))
     for s in runs:
         a.plot(range(1, len(s["periods"]) + 1), s["periods"], marker=".", label=s["engine"])
@@ -24,10 +27,12 @@ def draw(results: dict, path: str) -> None:
     a.legend(fontsize=7)
     qjoin = [s for s in runs if s["engine"].startswith("QJoin")]
     slack = [s for s in runs if not s["engine"].startswith("QJoin")]
-    targets = [float(s["engine"].split()[1]) for s in qjoin]
-    for ax, key, label in ((b, "latency_ms", "mean latency, ms (log)"),
-                           (c, "buffered", "tuples buffered (mean)")):
-        ax.plot(targets, [s[key] for s in qjoin], marker="o", label="QJoin")
+    target = (lambda s: float(s["engine"].split()[1]))
+    for ax, key, label, extra in ((b, "latency_ms", "mean latency, ms (log)", ordered),
+                                  (c, "buffered", "tuples buffered (mean)", [])):
+        ax.plot([target(s) for s in qjoin], [s[key] for s in qjoin], marker="o", label="QJoin")
+        for s in extra:
+            ax.plot([target(s)], [s[key]], marker="s", linestyle="", label=s["engine"])
         for s, style in zip(slack, ("--", ":")):
             ax.axhline(s[key], linestyle=style, color="grey", label=s["engine"])
         ax.set(xlabel="recall target", ylabel=label)

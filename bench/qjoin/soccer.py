@@ -63,8 +63,10 @@ def _walk(rng, n: int, hz: int, speed: float, start, pull=None, strength: float 
     return pos
 
 
-def _delays(rng, n: int, cfg: Soccer) -> np.ndarray:
-    scale = cfg.delay_ms * 1000
+def _delays(rng, ts: np.ndarray, cfg: Soccer) -> np.ndarray:
+    """A delay for each tuple of event times ``ts`` (the shift goes by time: the players'
+    tuples come player by player)."""
+    n, scale = len(ts), cfg.delay_ms * 1000
     kind = cfg.delays
     if kind == "exponential":
         d = rng.exponential(scale, n)
@@ -74,7 +76,7 @@ def _delays(rng, n: int, cfg: Soccer) -> np.ndarray:
         d = rng.uniform(0, 2 * scale, n)
     elif kind == "shift":
         d = rng.exponential(scale, n)
-        d[n // 2:] *= 3
+        d[ts >= START_US + int(cfg.seconds * 500_000)] *= 3
     else:
         raise ValueError(f"unknown delay distribution {kind!r}")
     return d.astype(np.int64)
@@ -99,7 +101,7 @@ def generate(cfg: Soccer) -> tuple[pa.Table, pa.Table]:
     streams = []
     for sid, ts, pos in ((np.full(n_ball, 1), ball_ts, ball),
                          (np.concatenate(sids), np.concatenate(stamps), np.concatenate(xy))):
-        arrival = ts + _delays(rng, len(ts), cfg)
+        arrival = ts + _delays(rng, ts, cfg)
         order = np.lexsort((ts, arrival))
         streams.append(pa.table({
             "sid": pa.array(sid[order], pa.int32()),

@@ -62,13 +62,16 @@ def _mode(root, snapshot: bool, now_us: int | None) -> str:
 
 
 def plan(tree: exp.Expression, catalog: Catalog, *, now_us: int | None = None,
-         snapshot: bool = False, join_quality: dict | None = None) -> P.Plan:
+         snapshot: bool = False, join_quality: dict | None = None,
+         joins_in_order: bool = False) -> P.Plan:
     """Plan one statement (``EXPLAIN x`` plans x). ``snapshot``: the session's cq.mode is
     snapshot; ``now_us`` (Unix µs) tells a fixed window wholly in the past (archive);
-    ``join_quality``: the session's recall target for joins of two streams."""
+    ``join_quality``: the session's recall target for joins of two streams;
+    ``joins_in_order``: a join with a recall target gives its rows in valid_from order
+    (what a named window or derived stream holds)."""
     if isinstance(tree, X.Explain):
         tree = tree.this
-    builder = Builder(catalog, now_us, snapshot, join_quality)
+    builder = Builder(catalog, now_us, snapshot, join_quality, joins_in_order)
     root, output, pseudo = builder.statement(tree)
     check_bounded_state(root)
     return P.Plan(root, _mode(root, snapshot, now_us), output, pseudo, tree.sql("cql"))

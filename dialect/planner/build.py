@@ -57,11 +57,12 @@ def _unstream_dots(e: exp.Expression) -> exp.Expression:
 
 class Builder:
     def __init__(self, catalog: Catalog, now_us: int | None, snapshot: bool,
-                 join_quality: dict | None = None):
+                 join_quality: dict | None = None, joins_in_order: bool = False):
         self.catalog = catalog
         self.now_us = now_us
         self.snapshot = snapshot
         self.join_quality = join_quality      # the session's recall target for joins
+        self.joins_in_order = joins_in_order  # … whose rows a stored relation holds
 
     # ------------------------------------------------------------------ expressions
     def expr(self, e: exp.Expression, resolve) -> P.Expr:
@@ -271,7 +272,8 @@ class Builder:
             if quality is not None and (sel.args.get("join_options") or (
                     kind == "stream-stream" and len(order) == 2)):
                 node = quality_join.quality_join(node, (sources[order[0]].alias, src.alias),
-                                                 quality, quality_join.where(sel))
+                                                 quality, quality_join.where(sel),
+                                                 self.joins_in_order)
         if sel.args.get("join_options") and not isinstance(node, P.QualityJoin):
             raise Unsupported("a recall target applies to a join of two streams",
                               hint="Drop WITH (recall = …), or join two streams.",

@@ -1,7 +1,8 @@
 """A join of two windowed streams with a recall target (seed 003's QJoin): ``WITH (recall =
 0.95, period = '1 minute')`` after the SELECT, or the session's ``cq.join_recall``, makes the
 stream–stream join the quality-driven join; refused (0A000) where its rows, which leave in
-the order they are found, could not go.
+the order they are found, could not go (a named window or derived stream plans it with
+``joins_in_order``: its rows held to valid_from order).
 
 Options: ``recall`` (0 < recall <= 1), ``period`` (P, 1 minute), ``adapt`` (L, 1 second),
 ``granularity`` (g, 10 ms) and ``basic_window`` (b, 10 ms), the paper's defaults.
@@ -113,8 +114,10 @@ def _range_of(node, alias: str, at) -> int:
                       position=at)
 
 
-def quality_join(join: P.Join, aliases: tuple, opts: dict, at) -> P.QualityJoin:
-    """The stream–stream join ``join`` of two windowed streams as the quality-driven join."""
+def quality_join(join: P.Join, aliases: tuple, opts: dict, at,
+                 in_order: bool = False) -> P.QualityJoin:
+    """The stream–stream join ``join`` of two windowed streams as the quality-driven join
+    (``in_order``: its rows held until they can leave in valid_from order)."""
     if join.kind != "stream-stream" or isinstance(join.left, (P.Join, P.QualityJoin)):
         raise Unsupported("a recall target applies to a join of two streams",
                           hint="Join two streams, each with a RANGE window.", position=at)
@@ -123,7 +126,7 @@ def quality_join(join: P.Join, aliases: tuple, opts: dict, at) -> P.QualityJoin:
     return P.QualityJoin(_arrivals(join.left), _arrivals(join.right), join.equi,
                          join.residual, join.schema, spans,
                          o["recall"], o["period"], o["adapt"], o["granularity"],
-                         o["basic_window"])
+                         o["basic_window"], in_order)
 
 
 def _arrivals(node):

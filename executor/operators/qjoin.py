@@ -8,13 +8,19 @@ side k's buffer keeps a tuple while ts > T − d_k − w_k, so a tuple of the ot
 late still finds it. Every L of T the pair (d_R, d_S) is chosen by Algorithm 1: the recall a
 pair gives is estimated from the last few L's delay distributions (granularity g) over the
 window cut into basic windows (size b), and the pair with the fewest buffered tuples
-((d_R + w_R)·V_R + (d_S + w_S)·V_S) that meets the target is taken. The recall each L really
-had is measured as well (the window time each arriving tuple found gone from the other
-buffer), and how far the estimate was from it lately corrects the next target.
+((d_R + w_R)·V_R + (d_S + w_S)·V_S) that meets the target is taken. The pairs are not spread
+evenly over the basic windows: the share in each is read from where the last few L's results
+lay (u = ts_R − ts_S), scaled up where the buffers were short. The recall each L really had is
+measured as well (the share of its pairs each arriving tuple found gone from the other
+buffer), and how far the estimate was from it lately corrects the next target; the target
+of the next L is what the period ending with it still needs.
 
 Results leave as soon as they are found, so not in valid_from order; the output's watermark
-is the lower buffer bound (no later result can begin at or before it). Every result is
-correct; a tuple whose partners may have left a buffer is counted as late.
+is the lower buffer bound (no later result can begin at or before it). A named window's or
+derived stream's join (``in_order``) holds its results until that watermark passes them and
+sends them sorted: the same rows, in valid_from order, later by about a window and a delay
+bound. Every result is correct; a tuple whose partners may have left a buffer is counted as
+late.
 """
 from __future__ import annotations
 
@@ -32,8 +38,13 @@ from .base import Operator
 from .filter_map import Fast
 
 NO_TIME = np.iinfo(np.int64).min
-MARGIN = 0.01         # aimed above the target: a period's recall varies about its mean
+MARGIN = 0.007        # aimed above the target: a period's recall varies about its mean
+SPARE = 0.005         # a period ahead of its target lets the next L aim this much lower …
+CATCH_UP = 0.03       # … and one behind makes it aim up to this much higher
 DELAYS_KEPT = 100_000  # delays kept per side between adaptations
+FOUND_FLOOR = 0.2     # a basic window's results are scaled up at most five times
+EVEN = 0.05           # the even share kept in the pairs' spread over the basic windows
+COMPACT = 8           # a buffer's arrival chunks are made one table after this many
 SAMPLE_LS = 4         # the delay distribution is read over the last few L (a tail needs data)
 
 
@@ -51,29 +62,48 @@ def _cdf(delays: np.ndarray):
     return lambda x: np.searchsorted(ordered, x, side="left") / max(len(ordered), 1)
 
 
-def recall_parts(delays_r: np.ndarray, delays_s: np.ndarray, w_r: int, w_s: int, g: int,
-                 b: int) -> tuple:
+def basic_windows(w_r: int, w_s: int, b: int) -> np.ndarray:
+    """The centres of the basic windows (size b) that cut u = r.ts − s.ts in (−w_R, w_S)."""
+    return np.arange(-w_r + b / 2, w_s, b, dtype=np.float64)
+
+
+def later_arrivals(delays_r: np.ndarray, delays_s: np.ndarray, w_r: int, w_s: int, g: int,
+                   b: int) -> list:
+    """What the recall model reads of two delay samples. A pair (r, s) lies in both windows
+    when u = r.ts − s.ts is in (−w_R, w_S), cut into basic windows of size b. If s arrives
+    after r (D_S − D_R > u), it finds r when r has not left R's buffer: d_R > D_S − w_R − u;
+    and the other way round. For S's tuples, then R's: the share of each delay bin (at
+    granularity g), the bound the partner's buffer needs for each (bin, basic window), and
+    the chance the partner came first."""
+    centres = basic_windows(w_r, w_s, b)
+    out = []
+    for own, other, w_buffer, sign in ((delays_s, delays_r, w_r, 1),
+                                       (delays_r, delays_s, w_s, -1)):
+        d, share = _distribution(own, g)
+        u = sign * centres[None, :]
+        out.append((share, d[:, None] - w_buffer - u, _cdf(other)(d[:, None] - u)))
+    return out
+
+
+def recall_parts(arrivals: list, weight: np.ndarray | None = None) -> tuple:
     """The recall as a function of the two delay bounds, Q(d_R, d_S) = G_R(d_R) + G_S(d_S):
     for each side, (thresholds, cumulative weights); G(d) is the weight of thresholds below
-    d. A pair (r, s) lies in both windows when u = r.ts − s.ts is in (−w_R, w_S), taken
-    uniform over basic windows of size b. If s arrives after r (D_S − D_R > u), it finds r
-    when r has not left R's buffer: d_R > D_S − w_R − u; and the other way round."""
-    centres = np.arange(-w_r + b / 2, w_s, b, dtype=np.float64)
-    weight = np.full(len(centres), 1 / max(len(centres), 1))
+    d. ``weight``: the share of the pairs in each basic window (even if not given)."""
+    if weight is None:
+        n = arrivals[0][1].shape[1]
+        weight = np.full(n, 1 / max(n, 1))
     parts = []
-    for own, other, w_buffer, sign in ((delays_s, delays_r, w_r, 1), (delays_r, delays_s,
-                                                                       w_s, -1)):
-        d, share = _distribution(own, g)
-        if not len(d):
-            parts.append((np.zeros(0), np.zeros(0)))
-            continue
-        u = sign * centres[None, :]
-        last = _cdf(other)(d[:, None] - u)      # this side's tuple arrives after its partner
-        need = (d[:, None] - w_buffer - u).ravel()
+    for share, need, last in arrivals:
         mass = (share[:, None] * weight[None, :] * last).ravel()
-        order = np.argsort(need, kind="stable")
-        parts.append((need[order], np.cumsum(mass[order])))
+        order = np.argsort(need.ravel(), kind="stable")
+        parts.append((need.ravel()[order], np.cumsum(mass[order])))
     return tuple(parts)
+
+
+def basic_recall(arrivals: list, d_r: int, d_s: int) -> np.ndarray:
+    """The recall of the pairs in each basic window at the delay bounds (d_R, d_S)."""
+    return sum((share[:, None] * last * (need < bound + 0.5)).sum(axis=0)
+               for (share, need, last), bound in zip(arrivals, (d_r, d_s)))
 
 
 def _gain(part, bounds: np.ndarray) -> np.ndarray:
@@ -149,9 +179,16 @@ class QJoin(Operator):
         self.history: collections.deque = collections.deque()
         self.bias: collections.deque = collections.deque(maxlen=SAMPLE_LS)
         self.produced = 0
+        self.held: pa.Table | None = None               # in order: results not yet sent,
+        self.held_ts = np.zeros(0, np.int64)            # sorted by valid_from
         self.adaptations = 0
         self.period_recall: float | None = None
         self.condition = _condition(node)
+        # where results lie in u = ts_left − ts_right, per basic window: this L's, the last few
+        self.n_basic = len(basic_windows(*self.spans, node.basic_us))
+        self.offsets = np.zeros(self.n_basic, np.int64)
+        self.recent_offsets: collections.deque = collections.deque(maxlen=SAMPLE_LS)
+        self.below = _below(self._pair_weights())
 
     def open(self, context):
         self.con = context.cursor()
@@ -172,12 +209,16 @@ class QJoin(Operator):
         self.warm[port] = max(self.warm[port], int((seen - ts).max()))
         me.arrived += len(ts)
         # partners of a tuple lie in (ts − w_other, ts + w_own): those at or before the
-        # other buffer's bound have left (measured, for the recall this L had)
-        reach = self.spans[1 - port] + self.spans[port]
-        gone = np.clip(other.bound - (ts - self.spans[1 - port]), 0, reach) \
-            if other.bound != NO_TIME else np.zeros(len(ts), np.int64)
-        me.lost_us += int(gone.sum())
-        me.late += int((gone > 0).sum())
+        # other buffer's bound have left (measured, for the recall this L had, as the share
+        # of its pairs that lay there: u = ts_left − ts_right beyond the bound's)
+        if other.bound != NO_TIME:
+            if port == 0:
+                gone = 1.0 - self._share_below(ts - other.bound)
+            else:
+                gone = self._share_below(other.bound - ts + self.node.basic_us)
+            reach = self.spans[0] + self.spans[1]
+            me.lost_us += int(gone.sum() * reach)
+            me.late += int((gone > 0).sum())
         out = []
         table = pa.Table.from_batches([batch])
         te = batch.column(TE).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -186,11 +227,16 @@ class QJoin(Operator):
             if found is not None:
                 self.produced += found.num_rows
                 out = [found]
+        # kept for the other side's later tuples, but not one already behind its buffer's
+        # bound: a result of two such tuples would begin before the watermark sent
+        behind = ts <= me.bound
+        if behind.any():
+            table, ts, te = table.filter(pa.array(~behind)), ts[~behind], te[~behind]
         me.chunks.append(table)
         me.ts.append(ts)
         me.te.append(te)
         me.newest = int(seen[-1])
-        return out + self._advance()
+        return self._send(out, self._advance())
 
     def on_watermark(self, ts, port=0):
         """A quiet input's time moves on (its heartbeats): T with it, so the other side's
@@ -198,38 +244,87 @@ class QJoin(Operator):
         side = self.sides[port]
         if side.newest == NO_TIME or ts > side.newest:
             side.newest = int(ts)
-        return self._advance()
+        return self._send([], self._advance())
 
     def on_end(self):
-        return []
+        return self._release(np.iinfo(np.int64).max)
+
+    def _send(self, found: list, marks: list) -> list:
+        """What leaves now: the results as found; or, in order, the held results that begin
+        at or before the watermark, then the watermark."""
+        if not self.node.in_order:
+            return found + marks
+        if found:
+            tables = ([self.held] if self.held is not None else []) + \
+                [pa.Table.from_batches(found)]
+            ts = np.concatenate([self.held_ts] + [
+                b.column(TS).to_numpy().astype(np.int64) for b in found])
+            order = np.argsort(ts, kind="stable")
+            self.held = pa.concat_tables(tables).take(pa.array(order))
+            self.held_ts = ts[order]
+        return (self._release(marks[-1].ts) if marks else []) + marks
+
+    def _release(self, upto: int) -> list:
+        """The held results beginning at or before ``upto``, sorted by valid_from."""
+        k = int(np.searchsorted(self.held_ts, upto, side="right"))
+        if not k:
+            return []
+        out = self.held.slice(0, k)
+        self.held, self.held_ts = self.held.slice(k), self.held_ts[k:]
+        return out.combine_chunks().to_batches()
 
     # ------------------------------------------------------------------ joining
     def _pairs(self, new: pa.Table, n_ts: np.ndarray, n_te: np.ndarray, port: int,
                side: _Side) -> pa.RecordBatch | None:
         """The new tuples × the other side's buffer: the pairs whose intervals meet (numpy
-        over the intervals both keep), then the join condition on those (the kernels, or
-        DuckDB when they cannot); each result valid where both are."""
+        over the intervals both keep), then the join condition on those, reading only the
+        columns it names (the kernels, or DuckDB when they cannot); each result valid where
+        both are, with every column."""
         other = _one(side.chunks)
         o_ts, o_te = np.concatenate(side.ts), np.concatenate(side.te)
         i, j = np.nonzero((n_ts[:, None] < o_te[None, :]) & (o_ts[None, :] < n_te[:, None]))
         if not len(i):
             return None
-        sides = [(new, i), (other, j)] if port == 0 else [(other, j), (new, i)]
-        columns = [t.column(c).take(pa.array(k)) for (t, k), cols in zip(sides, self.cols)
-                   for c in cols]
-        ts = np.maximum(n_ts[i], o_ts[j])
-        te = np.minimum(n_te[i], o_te[j])
-        batch = pa.RecordBatch.from_arrays(
-            [c.combine_chunks() for c in columns] + [pa.array(ts), pa.array(te)],
-            names=self.cols[0] + self.cols[1] + [TS, TE])
-        if self.condition is None:
-            return batch
-        keep = self.fast.run(kernels.mask, batch)
-        if keep is None:
-            keep = duck.run(self.con, "b", batch,
-                            f"SELECT ({self.condition.sql}) AS m FROM b").column("m")
-        kept = batch.filter(pc.fill_null(keep, False))
-        return kept if kept.num_rows else None
+        tables = (new, other) if port == 0 else (other, new)
+        if self.condition is not None:
+            named = self._columns(tables, (i, j) if port == 0 else (j, i),
+                                  set(self.condition.columns))
+            keep = self.fast.run(kernels.mask, named)
+            if keep is None:
+                keep = duck.run(self.con, "b", named,
+                                f"SELECT ({self.condition.sql}) AS m FROM b").column("m")
+            keep = pc.fill_null(keep, False).to_numpy(zero_copy_only=False)
+            i, j = i[keep], j[keep]
+            if not len(i):
+                return None
+        self._offsets(n_ts[i] - o_ts[j] if port == 0 else o_ts[j] - n_ts[i])
+        batch = self._columns(tables, (i, j) if port == 0 else (j, i))
+        return pa.RecordBatch.from_arrays(
+            batch.columns + [pa.array(np.maximum(n_ts[i], o_ts[j])),
+                             pa.array(np.minimum(n_te[i], o_te[j]))],
+            names=batch.schema.names + [TS, TE])
+
+    def _columns(self, tables: tuple, rows: tuple, only: set | None = None) -> pa.RecordBatch:
+        """The left and right rows ``rows`` of ``tables`` side by side (``only`` these
+        columns)."""
+        names, arrays = [], []
+        for table, k, cols in zip(tables, rows, self.cols):
+            taken = pa.array(k)
+            for c in cols:
+                if only is None or c in only:
+                    names.append(c)
+                    arrays.append(table.column(c).take(taken).combine_chunks())
+        return pa.RecordBatch.from_arrays(arrays, names=names)
+
+    def _share_below(self, u: np.ndarray) -> np.ndarray:
+        """The share of pairs whose u lies in basic windows wholly below each ``u``."""
+        k = np.clip((u + self.spans[0]) // self.node.basic_us, 0, self.n_basic)
+        return self.below[k]
+
+    def _offsets(self, u: np.ndarray) -> None:
+        """Count the results' offsets u by basic window (where the pairs lie in the window)."""
+        k = np.clip((u + self.spans[0]) // self.node.basic_us, 0, self.n_basic - 1)
+        self.offsets += np.bincount(k, minlength=self.n_basic)
 
     # ------------------------------------------------------------------ buffers
     def _advance(self) -> list:
@@ -253,19 +348,19 @@ class QJoin(Operator):
 
     @staticmethod
     def _evict(side: _Side) -> None:
+        if len(side.chunks) > COMPACT:   # many small arrivals: one table again
+            side.chunks = [_one(side.chunks).combine_chunks()]
+            side.ts, side.te = [np.concatenate(side.ts)], [np.concatenate(side.te)]
         chunks, starts, ends = [], [], []
         for chunk, ts, te in zip(side.chunks, side.ts, side.te):
-            if len(ts) and ts.max() <= side.bound:
-                continue
-            if len(ts) and ts.min() <= side.bound:
-                keep = ts > side.bound
+            keep = ts > side.bound
+            if not keep.all():
+                if not keep.any():
+                    continue
                 chunk, ts, te = chunk.filter(pa.array(keep)), ts[keep], te[keep]
             chunks.append(chunk)
             starts.append(ts)
             ends.append(te)
-        if len(chunks) > 64:             # many small arrivals: one table again
-            chunks = [_one(chunks).combine_chunks()]
-            starts, ends = [np.concatenate(starts)], [np.concatenate(ends)]
         side.chunks, side.ts, side.te = chunks, starts, ends
 
     # ------------------------------------------------------------------ Algorithm 1
@@ -275,8 +370,13 @@ class QJoin(Operator):
         for side in self.sides:
             side.recent.append(np.concatenate(side.delays) if side.delays
                                else np.zeros(0, np.int64))
-        parts = recall_parts(np.concatenate(r.recent), np.concatenate(s.recent),
-                             self.spans[0], self.spans[1], n.granularity_us, n.basic_us)
+        self.recent_offsets.append(self.offsets)
+        self.offsets = np.zeros(self.n_basic, np.int64)
+        arrivals = later_arrivals(np.concatenate(r.recent), np.concatenate(s.recent),
+                                  self.spans[0], self.spans[1], n.granularity_us, n.basic_us)
+        weights = self._pair_weights(basic_recall(arrivals, *self.delay))
+        self.below = _below(weights)
+        parts = recall_parts(arrivals, weights)
         # the L just ended, as measured: each tuple pairs with the other side's tuples in
         # (ts − w_other, ts + w_own), as many as that side's rate there; the ones whose
         # time had left the buffer are missing
@@ -292,9 +392,10 @@ class QJoin(Operator):
         got = sum(q * m for _, q, m in self.history)
         total = sum(m for _, _, m in self.history)
         self.period_recall = got / total if total else None
-        # the next L aims at the target, the model corrected by how far it was off lately
+        # the next L aims at what its period needs, the model corrected by how far it was
+        # off lately
         bias = sum(self.bias) / len(self.bias) if self.bias else 0.0
-        target = min(max(n.recall + bias + MARGIN, 0.0), 1.0)
+        target = min(max(self._aim(now) + bias + MARGIN, 0.0), 1.0)
         seconds = n.adapt_us / 1e6
         d_r_new, d_s_new, _ = choose_delays(parts, target, self.spans[0], self.spans[1],
                                             r.arrived / seconds, s.arrived / seconds,
@@ -303,6 +404,32 @@ class QJoin(Operator):
         self.adaptations += 1
         for side in self.sides:
             side.delays, side.arrived, side.lost_us = [], 0, 0
+
+    def _aim(self, now: int) -> float:
+        """The recall the next L needs for the period that ends with it to reach the
+        target, given the L's of that period already measured (the next L weighs as the
+        last one did): what the user asked for is a period's recall, not each L's."""
+        n, last = self.node, self.history[-1][2] if self.history else 0
+        kept = [(q, m) for end, q, m in self.history if end > now + n.adapt_us - n.period_us]
+        if not last or not kept:
+            return n.recall
+        got, total = sum(q * m for q, m in kept), sum(m for _, m in kept)
+        need = (n.recall * (total + last) - got) / last
+        return min(max(need, n.recall - SPARE), n.recall + CATCH_UP)
+
+    def _pair_weights(self, found: np.ndarray | None = None) -> np.ndarray:
+        """The share of pairs in each basic window, from the results of the last few L: the
+        pairs gather where the two streams' tuples meet (as a ball leaves the players, all
+        in old ball × new player), not evenly. The results a basic window gave are divided
+        by the share of its pairs the buffers let be ``found`` (the pairs lost are where
+        the buffers were short); a little of the even share is kept, so a basic window with
+        no result lately still counts."""
+        even = np.full(self.n_basic, 1 / self.n_basic)
+        counts = sum(self.recent_offsets, np.zeros(self.n_basic, np.int64)).astype(np.float64)
+        if found is not None:
+            counts /= np.maximum(found, FOUND_FLOOR)
+        total = counts.sum()
+        return even if not total else (1 - EVEN) * counts / total + EVEN * even
 
     # ------------------------------------------------------------------ observability
     def quality(self) -> dict:
@@ -313,7 +440,7 @@ class QJoin(Operator):
                 "late_right": self.sides[1].late, "adaptations": self.adaptations}
 
     def state_size(self) -> int:
-        return sum(s.rows() for s in self.sides)
+        return sum(s.rows() for s in self.sides) + len(self.held_ts)
 
 
 def _condition(node: P.QualityJoin) -> P.Expr | None:
@@ -330,6 +457,14 @@ def _condition(node: P.QualityJoin) -> P.Expr | None:
     tree = None if None in trees else functools.reduce(lambda a, b: ("and", a, b), trees)
     return P.Expr(" AND ".join(f"({e.sql})" for e in parts),
                   tuple(dict.fromkeys(c for e in parts for c in e.columns)), "BOOLEAN", tree)
+
+
+def _below(weights: np.ndarray) -> np.ndarray:
+    """The share of pairs below each basic window's lower edge (and 1 above the last)."""
+    below = np.concatenate([[0.0], np.cumsum(weights)])
+    below /= below[-1]
+    below[-1] = 1.0                     # exactly: a span the bound misses loses nothing
+    return below
 
 
 def _one(chunks: list) -> pa.Table:

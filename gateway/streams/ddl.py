@@ -21,7 +21,7 @@ from gateway.clearinghouse.slack import micros
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
 from gateway.security import access
-from gateway.streams.queries import archive_reach, plan_error, tables_of
+from gateway.streams.queries import archive_reach, plan_error, session_quality, tables_of
 from gateway.streams.registry import BUILTIN_WRAPPERS, SessionCatalog, StreamObject
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
@@ -186,14 +186,10 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     access.check_reads(session, query)
     catalog = SessionCatalog(session.services.streams, session.columns)
     try:
-        p = plan(query, catalog)
+        p = plan(query, catalog, joins_in_order=True)
+        _session_target_left(session, query, catalog, p)
     except PlanError as e:
         raise plan_error(e) from None
-    if _has_quality_join(p.root):
-        raise E.FeatureNotSupported(
-            f"a {'named window' if kind == 'window' else 'derived stream'} cannot hold a join "
-            "with a recall target yet: its rows come out of valid_from order, and the queries "
-            "that read it need that order", hint="Read the join through a cursor.")
     reads = sorted({f"{t.db or 'public'}.{t.name}".lower() for t in query.find_all(exp.Table)})
     cols = [[c.name, _duck_type(session, c.type) if c.type != "UNKNOWN" else "VARCHAR", False]
             for c in p.output]
@@ -204,6 +200,18 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     reg.save(obj)
     session.services.grants.created(obj.key, session.user)
     return Done(tag)
+
+
+def _session_target_left(session, query, catalog, p: P.Plan) -> None:
+    """A stored definition says all it runs, so the session's cq.join_recall does not reach
+    it (after a restart it would be gone); a NOTICE says so where it would have applied."""
+    quality = session_quality(session)
+    if quality is None or _has_quality_join(p.root):
+        return
+    if _has_quality_join(plan(query, catalog, join_quality=quality).root):
+        session.notices.append((
+            "NOTICE", "00000", "cq.join_recall does not apply to a named window or derived "
+            "stream: write WITH (recall = …) in its query to give its join a recall target"))
 
 
 def _has_quality_join(node) -> bool:
@@ -228,7 +236,8 @@ def _keep(session, obj: StreamObject, p: P.Plan) -> None:
 def keep_relation(session, obj: StreamObject) -> None:
     """Run a stored named window or derived stream again (at server start)."""
     tree = sqlglot.parse_one(obj.definition, read="cql").args["expression"]
-    _keep(session, obj, plan(tree, SessionCatalog(session.services.streams, session.columns)))
+    _keep(session, obj, plan(tree, SessionCatalog(session.services.streams, session.columns),
+                             joins_in_order=True))
 
 
 def create_window(session, tree: X.CreateWindow, params) -> Done:

@@ -42,6 +42,12 @@ def tables_of(session, p: P.Plan) -> dict:
 PLANS_KEPT = 32     # plans a session keeps for statements it runs again
 
 
+def session_quality(session) -> dict | None:
+    """The session's recall target for joins of two streams (cq.join_recall), or None."""
+    return session_options(session.settings.get("cq.join_recall", "off"),
+                           session.settings.get("cq.join_recall_period", "1 minute"))
+
+
 def plan_query(session, tree) -> P.Plan:
     """The statement's plan, made once: a statement described and then executed (or a
     prepared one run again) reuses it while the catalog and the session's settings stay as
@@ -56,9 +62,7 @@ def plan_query(session, tree) -> P.Plan:
     catalog = SessionCatalog(session.services.streams, session.columns)
     snapshot = session.settings.get("cq.mode", "continuous").lower() == "snapshot"
     try:
-        quality = None if snapshot else session_options(
-            session.settings.get("cq.join_recall", "off"),
-            session.settings.get("cq.join_recall_period", "1 minute"))
+        quality = None if snapshot else session_quality(session)
         p = plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot,
                  join_quality=quality)
     except PlanError as e:
@@ -167,7 +171,7 @@ def _relations(session, p: P.Plan) -> list:
         if isinstance(node, P.WindowRelationScan) and all(n != node.name for n, _ in out):
             obj = reg.by_relation(node.name, kinds=("window", "derived"))
             inner = plan(sqlglot.parse_one(obj.definition, read="cql").args["expression"],
-                         catalog)
+                         catalog, joins_in_order=True)        # as the relation itself runs
             visit(inner.root)
             out.append((node.name, inner))
         for c in P.children(node):
