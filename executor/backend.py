@@ -174,8 +174,8 @@ class Backend:
                 graph.add(f"rel{i}", P.from_dict(plan), feeds=name)
             graph.add("q", P.from_dict(msg.plan))
             reads = set()
-            for q in graph.queries.values():
-                reads |= q.streams
+            for q in graph.queries.values():       # by stream: an arrival-order feed too
+                reads |= {P.stream_of(feed) for feed in q.streams}
             batches = {name: [b for t in history.get(name) or self.retained.get(name, ())
                               for b in t.to_batches()]
                        for name in reads if name in self.retained or name in history}

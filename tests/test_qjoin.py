@@ -20,6 +20,7 @@ from dialect.planner import plan
 from executor import plan as P
 from executor.graph import RunningQuery
 
+JOIN_AT = E.JOIN.replace("'{w} seconds'", "'{w}'")
 SECONDS = 130
 TICK_US = 100_000
 PERIOD_US = 10_000_000
@@ -132,6 +133,32 @@ def test_in_order_it_gives_the_same_results_by_valid_from(data, runs):
     assert o.latency.mean() > runs[0.95].latency.mean()         # what the order costs
 
 
+@pytest.mark.parametrize("window,basic", [("1 millisecond", None),
+                                          ("300 milliseconds", "'250 milliseconds'"),
+                                          ("1 second", "'10 seconds'")])
+def test_any_window_and_basic_window_run(data, window, basic):
+    """Windows smaller than a basic window, or not a whole number of them: the operator
+    runs, and every result is right."""
+    ball, players, _, _ = data
+    sql = JOIN_AT.format(w=window) + " WITH (recall = 0.9, adapt = '200 milliseconds'" + (
+        f", basic_window = {basic})" if basic else ")")
+    q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), E.CATALOG))
+    first = soccer.START_US + 5_000_000
+    ball, players = (t.filter(pc.less(t.column("arrival").cast(pa.int64()), first))
+                     for t in (ball, players))
+    out = []
+    for b, p in zip(ball.to_batches(max_chunksize=50), players.to_batches(max_chunksize=100)):
+        out += q.push("ball" + P.ARRIVAL, b) + q.push("players" + P.ARRIVAL, p)
+    q.close()
+    rows = [b for b in out if isinstance(b, pa.RecordBatch) and b.num_rows]
+    window_s = {"1 millisecond": 0.001, "300 milliseconds": 0.3, "1 second": 1}[window]
+    assert rows or window_s < 0.01
+    for b in rows:
+        keys = np.stack([b.column(c).cast(pa.int64()).to_numpy() for c in
+                         ("r_ts", "s_sid", "s_ts")], axis=1)
+        assert E.isin(keys, E.ideal(ball, players, window_s)).all()
+
+
 def test_a_quiet_input_does_not_hold_the_other_buffer(data):
     """The players stop; their stream's BOUNDARYs go on (heartbeats): T follows them, so
     the ball's buffer is still evicted, and its size stays that of its window."""
@@ -230,8 +257,13 @@ def test_through_a_server_with_the_session_target(server):
         # a stored definition says all it runs: the session's target does not reach it
         c.execute(f"CREATE STREAM qj_plain AS {named}")
         assert any("cq.join_recall does not apply" in n for n in notices)
+        assert c.execute("SELECT count(*) FROM cq_joins WHERE name = 'qj_plain'").fetchone() \
+            == (0,)
         c.execute("DROP STREAM qj_plain")
         c.execute(f"CREATE STREAM qj_near AS {named} WITH (recall = 0.95)")
+        # a named window may aggregate over its join: its rows come in valid_from order
+        c.execute("CREATE WINDOW qj_pairs AS SELECT count(*) AS n FROM qj_r [RANGE '2 seconds'] "
+                  "r, qj_s [RANGE '2 seconds'] s WHERE r.k = s.k WITH (recall = 0.95)")
         c.execute("SET cq.join_recall = off")
         assert "⋈q" not in "\n".join(r[0] for r in c.execute("EXPLAIN " + join).fetchall())
     with psycopg.connect(server.dsn) as reader, \
@@ -278,3 +310,5 @@ def test_through_a_server_with_the_session_target(server):
         starts = [int(vf.timestamp()) % 60 for *_, vf in rows]
         assert starts == sorted(starts)                      # valid_from order
         assert sorted(row[:3] + (at,) for row, at in zip(rows, starts)) == sorted(held)
+        # read at now, the window holds the one pair of 00:00:59's tuples
+        assert feed.execute("SELECT n FROM qj_pairs").fetchall() == [(1,)]

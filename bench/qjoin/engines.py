@@ -109,7 +109,7 @@ def run_qjoin(ball: pa.Table, players: pa.Table, recall: float, *, period: str =
     q = RunningQuery(plan(sqlglot.parse_one(sql, read="cql"), CATALOG, joins_in_order=in_order))
     op = next(v.op for v in below(q.graph.queries[0].sink) if isinstance(v.op, QJoin))
     keys, lat, wall, buffered = [], [], [], []
-    began = time.perf_counter()
+    began, tick = time.perf_counter(), 0
     for tick, b, p in _ticks(ball, players, tick_us):
         t0 = time.perf_counter()
         out = []
@@ -136,7 +136,7 @@ def run_slack(ball: pa.Table, players: pa.Table, policy: str, *, window_s: float
         p = progress[stream] = slack.StreamProgress(ts_column="ts")
         p.configure({"slack": policy})
     keys, lat, wall, buffered = [], [], [], []
-    late = 0
+    late, tick = 0, 0
     began = time.perf_counter()
     for tick, b, pl in _ticks(ball, players, tick_us):
         t0 = time.perf_counter()
@@ -222,10 +222,13 @@ def isin(keys: np.ndarray, pairs: np.ndarray) -> np.ndarray:
         bits = [int(r).bit_length() for r in both.max(axis=0) - low]
         if sum(bits) <= 63:
             shifts = np.cumsum([0] + bits[:-1]).astype(np.int64)
-            code = lambda a: ((a - low) << shifts).sum(axis=1)
-            return np.isin(code(keys), code(pairs))
-    view = lambda a: np.ascontiguousarray(a).view([("", a.dtype)] * a.shape[1]).ravel()
-    return np.isin(view(keys), view(pairs))
+            return np.isin(((keys - low) << shifts).sum(axis=1),
+                           ((pairs - low) << shifts).sum(axis=1))
+    return np.isin(_records(keys), _records(pairs))
+
+
+def _records(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view([("", a.dtype)] * a.shape[1]).ravel()
 
 
 def summary(o: Outcome, pairs: np.ndarray, period_us: int, until_us: int,

@@ -27,12 +27,12 @@ def draw(results: dict, path: str) -> None:
     a.legend(fontsize=7)
     qjoin = [s for s in runs if s["engine"].startswith("QJoin")]
     slack = [s for s in runs if not s["engine"].startswith("QJoin")]
-    target = (lambda s: float(s["engine"].split()[1]))
     for ax, key, label, extra in ((b, "latency_ms", "mean latency, ms (log)", ordered),
                                   (c, "buffered", "tuples buffered (mean)", [])):
-        ax.plot([target(s) for s in qjoin], [s[key] for s in qjoin], marker="o", label="QJoin")
+        ax.plot([_target(s) for s in qjoin], [s[key] for s in qjoin], marker="o",
+                label="QJoin")
         for s in extra:
-            ax.plot([target(s)], [s[key]], marker="s", linestyle="", label=s["engine"])
+            ax.plot([_target(s)], [s[key]], marker="s", linestyle="", label=s["engine"])
         for s, style in zip(slack, ("--", ":")):
             ax.axhline(s[key], linestyle=style, color="grey", label=s["engine"])
         ax.set(xlabel="recall target", ylabel=label)
@@ -40,6 +40,10 @@ def draw(results: dict, path: str) -> None:
     b.set_yscale("log")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def _target(run: dict) -> float:
+    return float(run["engine"].split()[1])          # "QJoin 0.95 …"
 
 
 def main(argv=None) -> None:

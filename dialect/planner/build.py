@@ -282,7 +282,7 @@ class Builder:
             node = P.Filter(node, pred, node.schema)
         check_bounded_state(node)
         root = self.project(sel, node, scope, windows)
-        quality_join.check_above(root[0], quality_join.where(sel))
+        quality_join.check_above(root[0], quality_join.where(sel), self.joins_in_order)
         return root
 
     def select(self, sel: exp.Select):

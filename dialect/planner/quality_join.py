@@ -136,9 +136,12 @@ def _arrivals(node):
     return dataclasses.replace(node, input=_arrivals(node.input))
 
 
-def check_above(root, at) -> None:
+def check_above(root, at, in_order: bool = False) -> None:
     """Only row-by-row steps may read a quality-driven join's rows: they leave in the order
-    they are found, and anything that keeps state reads rows in valid_from order."""
+    they are found, and anything that keeps state reads rows in valid_from order (which a
+    named window's or derived stream's join, ``in_order``, gives)."""
+    if in_order:
+        return
     node = root
     while isinstance(node, _ABOVE):
         node = node.input
@@ -147,8 +150,9 @@ def check_above(root, at) -> None:
     if _contains(root):
         raise Unsupported("a join with a recall target gives its rows in the order it finds "
                           "them, so it cannot feed an aggregate, DISTINCT or another join in "
-                          "the same query", hint="Read its rows through a cursor.",
-                          position=at)
+                          "the same query", hint="Make the join a derived stream (CREATE "
+                          "STREAM … AS), whose rows come in valid_from order, and aggregate "
+                          "that; or read the join's rows through a cursor.", position=at)
 
 
 def _contains(node) -> bool:

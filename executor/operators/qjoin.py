@@ -62,9 +62,12 @@ def _cdf(delays: np.ndarray):
     return lambda x: np.searchsorted(ordered, x, side="left") / max(len(ordered), 1)
 
 
-def basic_windows(w_r: int, w_s: int, b: int) -> np.ndarray:
-    """The centres of the basic windows (size b) that cut u = r.ts − s.ts in (−w_R, w_S)."""
-    return np.arange(-w_r + b / 2, w_s, b, dtype=np.float64)
+def basic_windows(w_r: int, w_s: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """The basic windows that cut u = r.ts − s.ts in (−w_R, w_S): slices of b from −w_R,
+    the last one cut at w_S (at least one); (their centres, their widths)."""
+    lower = np.arange(-w_r, w_s, b, dtype=np.float64) if w_r + w_s > 0 else np.zeros(1)
+    upper = np.minimum(lower + b, w_s)
+    return (lower + upper) / 2, upper - lower
 
 
 def later_arrivals(delays_r: np.ndarray, delays_s: np.ndarray, w_r: int, w_s: int, g: int,
@@ -75,7 +78,7 @@ def later_arrivals(delays_r: np.ndarray, delays_s: np.ndarray, w_r: int, w_s: in
     and the other way round. For S's tuples, then R's: the share of each delay bin (at
     granularity g), the bound the partner's buffer needs for each (bin, basic window), and
     the chance the partner came first."""
-    centres = basic_windows(w_r, w_s, b)
+    centres, _ = basic_windows(w_r, w_s, b)
     out = []
     for own, other, w_buffer, sign in ((delays_s, delays_r, w_r, 1),
                                        (delays_r, delays_s, w_s, -1)):
@@ -85,13 +88,10 @@ def later_arrivals(delays_r: np.ndarray, delays_s: np.ndarray, w_r: int, w_s: in
     return out
 
 
-def recall_parts(arrivals: list, weight: np.ndarray | None = None) -> tuple:
+def recall_parts(arrivals: list, weight: np.ndarray) -> tuple:
     """The recall as a function of the two delay bounds, Q(d_R, d_S) = G_R(d_R) + G_S(d_S):
     for each side, (thresholds, cumulative weights); G(d) is the weight of thresholds below
-    d. ``weight``: the share of the pairs in each basic window (even if not given)."""
-    if weight is None:
-        n = arrivals[0][1].shape[1]
-        weight = np.full(n, 1 / max(n, 1))
+    d. ``weight``: the share of the pairs in each basic window."""
     parts = []
     for share, need, last in arrivals:
         mass = (share[:, None] * weight[None, :] * last).ravel()
@@ -144,7 +144,7 @@ def estimated_recall(parts: tuple, d_r: int, d_s: int) -> float:
 # ---------------------------------------------------------------------- the operator
 class _Side:
     """One input: its buffer (chunks in arrival order), newest time, the recent delays, and
-    this L's arrivals and the window time they found already gone."""
+    this L's arrivals and how much of their pairs they found already gone."""
     __slots__ = ("chunks", "ts", "te", "newest", "delays", "recent", "arrived", "lost_us", "late",
                  "bound")
 
@@ -156,7 +156,7 @@ class _Side:
         self.delays: list = []              # this L's delays (numpy arrays)
         self.recent: collections.deque = collections.deque(maxlen=SAMPLE_LS)
         self.arrived = 0                    # tuples this L
-        self.lost_us = 0                    # this L: window time whose partners had left
+        self.lost_us = 0                    # this L: Σ share of pairs gone × (w_R + w_S)
         self.late = 0                       # tuples whose partners may have left
         self.bound = NO_TIME                # the buffer keeps ts > bound
 
@@ -185,7 +185,9 @@ class QJoin(Operator):
         self.period_recall: float | None = None
         self.condition = _condition(node)
         # where results lie in u = ts_left − ts_right, per basic window: this L's, the last few
-        self.n_basic = len(basic_windows(*self.spans, node.basic_us))
+        _, widths = basic_windows(*self.spans, node.basic_us)
+        self.even = widths / widths.sum()               # pairs spread evenly over the window
+        self.n_basic = len(widths)
         self.offsets = np.zeros(self.n_basic, np.int64)
         self.recent_offsets: collections.deque = collections.deque(maxlen=SAMPLE_LS)
         self.below = _below(self._pair_weights())
@@ -214,8 +216,10 @@ class QJoin(Operator):
         if other.bound != NO_TIME:
             if port == 0:
                 gone = 1.0 - self._share_below(ts - other.bound)
-            else:
-                gone = self._share_below(other.bound - ts + self.node.basic_us)
+            else:           # the basic window the bound falls in counts as gone, if any is
+                cut = other.bound - ts
+                gone = np.where(cut > -self.spans[0],
+                                self._share_below(cut + self.node.basic_us), 0.0)
             reach = self.spans[0] + self.spans[1]
             me.lost_us += int(gone.sum() * reach)
             me.late += int((gone > 0).sum())
@@ -316,14 +320,18 @@ class QJoin(Operator):
                     arrays.append(table.column(c).take(taken).combine_chunks())
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
+    def _basic_window(self, u: np.ndarray) -> np.ndarray:
+        """The basic window each u lies in (−1 below the first, n_basic at w_S or above)."""
+        k = np.clip((u + self.spans[0]) // self.node.basic_us, -1, self.n_basic - 1)
+        return np.where(u >= self.spans[1], self.n_basic, k)
+
     def _share_below(self, u: np.ndarray) -> np.ndarray:
         """The share of pairs whose u lies in basic windows wholly below each ``u``."""
-        k = np.clip((u + self.spans[0]) // self.node.basic_us, 0, self.n_basic)
-        return self.below[k]
+        return self.below[np.maximum(self._basic_window(u), 0)]
 
     def _offsets(self, u: np.ndarray) -> None:
         """Count the results' offsets u by basic window (where the pairs lie in the window)."""
-        k = np.clip((u + self.spans[0]) // self.node.basic_us, 0, self.n_basic - 1)
+        k = np.clip(self._basic_window(u), 0, self.n_basic - 1)
         self.offsets += np.bincount(k, minlength=self.n_basic)
 
     # ------------------------------------------------------------------ buffers
@@ -409,7 +417,8 @@ class QJoin(Operator):
         """The recall the next L needs for the period that ends with it to reach the
         target, given the L's of that period already measured (the next L weighs as the
         last one did): what the user asked for is a period's recall, not each L's."""
-        n, last = self.node, self.history[-1][2] if self.history else 0
+        n = self.node
+        last = self.history[-1][2] if self.history else 0
         kept = [(q, m) for end, q, m in self.history if end > now + n.adapt_us - n.period_us]
         if not last or not kept:
             return n.recall
@@ -424,12 +433,11 @@ class QJoin(Operator):
         by the share of its pairs the buffers let be ``found`` (the pairs lost are where
         the buffers were short); a little of the even share is kept, so a basic window with
         no result lately still counts."""
-        even = np.full(self.n_basic, 1 / self.n_basic)
         counts = sum(self.recent_offsets, np.zeros(self.n_basic, np.int64)).astype(np.float64)
         if found is not None:
             counts /= np.maximum(found, FOUND_FLOOR)
         total = counts.sum()
-        return even if not total else (1 - EVEN) * counts / total + EVEN * even
+        return self.even if not total else (1 - EVEN) * counts / total + EVEN * self.even
 
     # ------------------------------------------------------------------ observability
     def quality(self) -> dict:
@@ -437,7 +445,8 @@ class QJoin(Operator):
                 "delay_left_us": self.delay[0], "delay_right_us": self.delay[1],
                 "buffered_left": self.sides[0].rows(), "buffered_right": self.sides[1].rows(),
                 "results": self.produced, "late_left": self.sides[0].late,
-                "late_right": self.sides[1].late, "adaptations": self.adaptations}
+                "late_right": self.sides[1].late, "adaptations": self.adaptations,
+                "held": len(self.held_ts)}
 
     def state_size(self) -> int:
         return sum(s.rows() for s in self.sides) + len(self.held_ts)

@@ -128,7 +128,7 @@ LIVE_TABLES = {
     "cq_joins": "pid INTEGER, name VARCHAR, query VARCHAR, recall_target DOUBLE, "
                 "recall_estimate DOUBLE, delay_left INTERVAL, delay_right INTERVAL, "
                 "buffered_left BIGINT, buffered_right BIGINT, results BIGINT, "
-                "late_left BIGINT, late_right BIGINT, adaptations BIGINT",
+                "late_left BIGINT, late_right BIGINT, adaptations BIGINT, held BIGINT",
     "cq_streams": "stream VARCHAR, tuples BIGINT, rate DOUBLE, watermark TIMESTAMP, "
                   "late BIGINT, errors BIGINT, dropped BIGINT, slack INTERVAL, "
                   "heartbeat INTERVAL, watermark_follows VARCHAR",

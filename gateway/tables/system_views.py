@@ -87,7 +87,8 @@ _JOIN_COLUMNS = [
     ("recall_target", pa.float64()), ("recall_estimate", pa.float64()),
     ("delay_left_us", pa.duration("us")), ("delay_right_us", pa.duration("us")),
     ("buffered_left", pa.int64()), ("buffered_right", pa.int64()), ("results", pa.int64()),
-    ("late_left", pa.int64()), ("late_right", pa.int64()), ("adaptations", pa.int64())]
+    ("late_left", pa.int64()), ("late_right", pa.int64()), ("adaptations", pa.int64()),
+    ("held", pa.int64())]
 
 
 def _joins(rows: list, counters: list) -> pa.Table:
