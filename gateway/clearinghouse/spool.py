@@ -1,0 +1,119 @@
+"""A stream's spool: the tuples the clearinghouse releases (after the slack, in valid_from
+order) and the punctuation after them, as numbered Arrow files a reader can replay from any
+offset, for engines outside the back end (Spark Structured Streaming) that restart from a
+checkpoint.
+
+Each release is one file ``<seq>.arrow`` (an Arrow IPC file, seq counting from 1 with no
+gaps), written to a hidden name, flushed to disk and renamed into place, so a reader never
+sees half a file; its schema's metadata holds the watermark that follows it. A reader says
+how far it has committed (``commit``); files every registered reader has committed are
+deleted. Unlike the archive, whose compaction renames files, a spool file keeps its name
+until it is deleted.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+WATERMARK_KEY = b"cqgate.watermark"
+_FILE = re.compile(r"^(\d{16})\.arrow$")
+_READER = re.compile(r"^committed\.([A-Za-z0-9_.-]+)$")
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def file_name(seq: int) -> str:
+    return f"{seq:016d}.arrow"
+
+
+def sequences(path: str) -> list[int]:
+    """The spool's file numbers, in order."""
+    if not os.path.isdir(path):
+        return []
+    return sorted(int(m.group(1)) for m in map(_FILE.match, os.listdir(path)) if m)
+
+
+def read(path: str, seq: int) -> tuple[pa.Table, int | None]:
+    """File ``seq``: its tuples and the watermark after them (None if it has none)."""
+    with ipc.open_file(os.path.join(path, file_name(seq))) as f:
+        table = f.read_all()
+    mark = (table.schema.metadata or {}).get(WATERMARK_KEY)
+    return table.replace_schema_metadata(None), int(mark) if mark is not None else None
+
+
+class SpoolWriter:
+    """Appends releases to one stream's spool directory, numbering on from what is there."""
+
+    def __init__(self, path: str, schema: pa.Schema):
+        self.path = path
+        self.schema = schema
+        os.makedirs(path, exist_ok=True)
+        known = sequences(path)
+        self.last = known[-1] if known else self._committed_floor()
+
+    def append(self, batch: pa.RecordBatch | pa.Table | None, watermark: int | None) -> int:
+        """Write one release (tuples, possibly none, and the watermark after them); its
+        number."""
+        seq = self.last + 1
+        table = batch if isinstance(batch, pa.Table) else \
+            pa.Table.from_batches([batch] if batch is not None else [], schema=self.schema)
+        meta = {WATERMARK_KEY: str(watermark).encode()} if watermark is not None else None
+        table = table.cast(self.schema).replace_schema_metadata(meta)
+        hidden = os.path.join(self.path, f".{seq}.tmp")
+        with open(hidden, "wb") as out:
+            with ipc.new_file(out, table.schema) as w:
+                w.write_table(table)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(hidden, os.path.join(self.path, file_name(seq)))
+        _fsync_dir(self.path)
+        self.last = seq
+        return seq
+
+    def prune(self) -> int:
+        """Delete the files every registered reader has committed; how many went."""
+        floor = self._committed_floor()
+        gone = 0
+        for seq in sequences(self.path):
+            if seq > floor:
+                break
+            os.remove(os.path.join(self.path, file_name(seq)))
+            gone += 1
+        return gone
+
+    def _committed_floor(self) -> int:
+        marks = committed(self.path)
+        return min(marks.values()) if marks else 0
+
+
+def committed(path: str) -> dict[str, int]:
+    """How far each registered reader has committed."""
+    out = {}
+    if os.path.isdir(path):
+        for name in os.listdir(path):
+            m = _READER.match(name)
+            if m:
+                with open(os.path.join(path, name)) as f:
+                    out[m.group(1)] = int(f.read().strip() or 0)
+    return out
+
+
+def commit(path: str, reader: str, seq: int) -> None:
+    """Reader ``reader`` has what came up to file ``seq`` (written atomically)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", reader):
+        raise ValueError(f"bad spool reader name {reader!r}")
+    hidden = os.path.join(path, f".committed.{reader}.tmp")
+    with open(hidden, "w") as out:
+        out.write(str(seq))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(hidden, os.path.join(path, f"committed.{reader}"))
