@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from gateway.durable import fsync_dir
+
 FOLDER = "catalog"
 
 
@@ -35,8 +37,4 @@ def save(data_dir: str, name: str, document) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, final)
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(folder)

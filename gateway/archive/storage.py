@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from dialect.intervals import interval_us
 from executor import wire
+from gateway.durable import fsync_dir
 
 DEFAULT_FRAGMENT = "1 hour"
 COMPACT_AT = 8                 # parts in a fragment before they are merged into one
@@ -47,15 +48,7 @@ def _finish_compaction(folder: str) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(folder, p))
     os.remove(journal)
-    _fsync_dir(folder)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(folder)
 
 
 def _hidden(path: str) -> str:
@@ -76,7 +69,7 @@ def _write_hidden(table: pa.Table, path: str) -> None:
 def _reveal(path: str) -> None:
     """The file written under ``path``'s temporary name becomes ``path``, durably."""
     os.replace(_hidden(path), path)
-    _fsync_dir(os.path.dirname(path))
+    fsync_dir(os.path.dirname(path))
 
 
 def write_durably(table: pa.Table, path: str) -> None:
@@ -97,7 +90,7 @@ def _commit_together(base: str, paths: list) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, journal)
-    _fsync_dir(base)
+    fsync_dir(base)
     _finish_append(base, journal)
 
 
@@ -110,9 +103,9 @@ def _finish_append(base: str, journal: str) -> None:
         with contextlib.suppress(FileNotFoundError):    # renamed before the crash
             os.replace(_hidden(path), path)
     for folder in {os.path.dirname(p) for p in paths}:
-        _fsync_dir(folder)
+        fsync_dir(folder)
     os.remove(journal)
-    _fsync_dir(base)
+    fsync_dir(base)
 
 
 def _top(path: str, ts_column: str) -> int | None:

@@ -18,17 +18,11 @@ import re
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from gateway.durable import fsync_dir
+
 WATERMARK_KEY = b"cqgate.watermark"
 _FILE = re.compile(r"^(\d{16})\.arrow$")
 _READER = re.compile(r"^committed\.([A-Za-z0-9_.-]+)$")
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def file_name(seq: int) -> str:
@@ -75,7 +69,7 @@ class SpoolWriter:
             out.flush()
             os.fsync(out.fileno())
         os.replace(hidden, os.path.join(self.path, file_name(seq)))
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         self.last = seq
         return seq
 
