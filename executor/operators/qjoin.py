@@ -65,7 +65,9 @@ def _cdf(delays: np.ndarray):
 def basic_windows(w_r: int, w_s: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     """The basic windows that cut u = r.ts − s.ts in (−w_R, w_S): slices of b from −w_R,
     the last one cut at w_S (at least one); (their centres, their widths)."""
-    lower = np.arange(-w_r, w_s, b, dtype=np.float64) if w_r + w_s > 0 else np.zeros(1)
+    if w_r + w_s <= 0:                  # two empty windows: one point
+        return np.zeros(1), np.ones(1)
+    lower = np.arange(-w_r, w_s, b, dtype=np.float64)
     upper = np.minimum(lower + b, w_s)
     return (lower + upper) / 2, upper - lower
 
