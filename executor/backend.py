@@ -114,7 +114,7 @@ class Backend:
         name = msg.stream.lower()
         self.streams.pop(name, None)
         for qid in [q.qid for q in self.graph.queries.values()
-                    if name in q.streams or name + P.ARRIVAL in q.streams]:
+                    if name in {P.stream_of(feed) for feed in q.streams}]:
             self._end(qid, f'stream "{name}" was dropped', "57014")
 
     def on_stats(self, msg: wire.Stats) -> None:

@@ -147,7 +147,7 @@ def estimated_recall(parts: tuple, d_r: int, d_s: int) -> float:
 class _Side:
     """One input: its buffer (chunks in arrival order), newest time, the recent delays, and
     this L's arrivals and how much of their pairs they found already gone."""
-    __slots__ = ("chunks", "ts", "te", "newest", "delays", "recent", "arrived", "lost_us", "late",
+    __slots__ = ("chunks", "ts", "te", "newest", "delays", "recent", "arrived", "lost", "late",
                  "bound")
 
     def __init__(self):
@@ -158,7 +158,7 @@ class _Side:
         self.delays: list = []              # this L's delays (numpy arrays)
         self.recent: collections.deque = collections.deque(maxlen=SAMPLE_LS)
         self.arrived = 0                    # tuples this L
-        self.lost_us = 0                    # this L: Σ share of pairs gone × (w_R + w_S)
+        self.lost = 0.0                     # this L: Σ over arrivals of the share of pairs gone
         self.late = 0                       # tuples whose partners may have left
         self.bound = NO_TIME                # the buffer keeps ts > bound
 
@@ -181,8 +181,8 @@ class QJoin(Operator):
         self.history: collections.deque = collections.deque()
         self.bias: collections.deque = collections.deque(maxlen=SAMPLE_LS)
         self.produced = 0
-        self.held: pa.Table | None = None               # in order: results not yet sent,
-        self.held_ts = np.zeros(0, np.int64)            # sorted by valid_from
+        # in order: results not yet sent, as runs (table, valid_from) each sorted on its own
+        self.held: list = []
         self.adaptations = 0
         self.period_recall: float | None = None
         self.condition = _condition(node)
@@ -192,7 +192,7 @@ class QJoin(Operator):
         self.n_basic = len(widths)
         self.offsets = np.zeros(self.n_basic, np.int64)
         self.recent_offsets: collections.deque = collections.deque(maxlen=SAMPLE_LS)
-        self.below = _below(self._pair_weights())
+        self.below = _below(self.even)
 
     def open(self, context):
         self.con = context.cursor()
@@ -222,8 +222,7 @@ class QJoin(Operator):
                 cut = other.bound - ts
                 gone = np.where(cut > -self.spans[0],
                                 self._share_below(cut + self.node.basic_us), 0.0)
-            reach = self.spans[0] + self.spans[1]
-            me.lost_us += int(gone.sum() * reach)
+            me.lost += float(gone.sum())
             me.late += int((gone > 0).sum())
         out = []
         table = pa.Table.from_batches([batch])
@@ -260,24 +259,32 @@ class QJoin(Operator):
         at or before the watermark, then the watermark."""
         if not self.node.in_order:
             return found + marks
-        if found:
-            tables = ([self.held] if self.held is not None else []) + \
-                [pa.Table.from_batches(found)]
-            ts = np.concatenate([self.held_ts] + [
-                b.column(TS).to_numpy().astype(np.int64) for b in found])
+        if found:               # one sorted run; held rows are not copied again
+            table = pa.Table.from_batches(found)
+            ts = table.column(TS).to_numpy().astype(np.int64)
             order = np.argsort(ts, kind="stable")
-            self.held = pa.concat_tables(tables).take(pa.array(order))
-            self.held_ts = ts[order]
+            self.held.append((table.take(pa.array(order)), ts[order]))
         return (self._release(marks[-1].ts) if marks else []) + marks
 
     def _release(self, upto: int) -> list:
-        """The held results beginning at or before ``upto``, sorted by valid_from."""
-        k = int(np.searchsorted(self.held_ts, upto, side="right"))
-        if not k:
+        """The held results beginning at or before ``upto``, sorted by valid_from: each
+        run's head, merged."""
+        ready, starts, rest = [], [], []
+        for table, ts in self.held:
+            k = int(np.searchsorted(ts, upto, side="right"))
+            if k:
+                ready.append(table.slice(0, k))
+                starts.append(ts[:k])
+            if k < len(ts):
+                rest.append((table.slice(k), ts[k:]))
+        self.held = rest
+        if not ready:
             return []
-        out = self.held.slice(0, k)
-        self.held, self.held_ts = self.held.slice(k), self.held_ts[k:]
-        return out.combine_chunks().to_batches()
+        order = np.argsort(np.concatenate(starts), kind="stable")
+        return pa.concat_tables(ready).take(pa.array(order)).combine_chunks().to_batches()
+
+    def _held_rows(self) -> int:
+        return sum(len(ts) for _, ts in self.held)
 
     # ------------------------------------------------------------------ joining
     def _pairs(self, new: pa.Table, n_ts: np.ndarray, n_te: np.ndarray, port: int,
@@ -387,11 +394,10 @@ class QJoin(Operator):
         weights = self._pair_weights(basic_recall(arrivals, *self.delay))
         self.below = _below(weights)
         parts = recall_parts(arrivals, weights)
-        # the L just ended, as measured: each tuple pairs with the other side's tuples in
-        # (ts − w_other, ts + w_own), as many as that side's rate there; the ones whose
-        # time had left the buffer are missing
-        ideal = r.arrived * s.arrived * (self.spans[0] + self.spans[1])
-        missing = r.lost_us * s.arrived + s.lost_us * r.arrived
+        # the L just ended, as measured: each tuple's pairs are in proportion to the other
+        # side's arrivals, and the share of them it found gone from the buffer is missing
+        ideal = r.arrived * s.arrived
+        missing = r.lost * s.arrived + s.lost * r.arrived
         got = min(max(1.0 - missing / ideal if ideal else 1.0, 0.0), 1.0)
         self.history.append((now, got, ideal))
         # how far the model was from what was measured, at the bounds this L had
@@ -413,7 +419,7 @@ class QJoin(Operator):
         self.delay = [d_r_new, d_s_new]
         self.adaptations += 1
         for side in self.sides:
-            side.delays, side.arrived, side.lost_us = [], 0, 0
+            side.delays, side.arrived, side.lost = [], 0, 0.0
 
     def _aim(self, now: int) -> float:
         """The recall the next L needs for the period that ends with it to reach the
@@ -448,10 +454,10 @@ class QJoin(Operator):
                 "buffered_left": self.sides[0].rows(), "buffered_right": self.sides[1].rows(),
                 "results": self.produced, "late_left": self.sides[0].late,
                 "late_right": self.sides[1].late, "adaptations": self.adaptations,
-                "held": len(self.held_ts)}
+                "held": self._held_rows()}
 
     def state_size(self) -> int:
-        return sum(s.rows() for s in self.sides) + len(self.held_ts)
+        return sum(s.rows() for s in self.sides) + self._held_rows()
 
 
 def _condition(node: P.QualityJoin) -> P.Expr | None:
