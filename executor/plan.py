@@ -318,7 +318,7 @@ def _us_text(us: int) -> str:
     return f"{us} µs"
 
 
-def _window_text(w) -> str:
+def window_text(w) -> str:
     labels = {
         RangeWindow: lambda w: f"range {_us_text(w.size_us)}",
         SlideWindow: lambda w: f"range {_us_text(w.size_us)} slide {_us_text(w.slide_us)}"
@@ -352,7 +352,7 @@ _LABELS = {
     + " (time-tabular)",
     WindowRelationScan: lambda n: f"{n.kind} {n.name}"
     + (f" as {n.alias}" if n.alias != n.name else ""),
-    Window: lambda n: f"ω {_window_text(n.window)}",
+    Window: lambda n: f"ω {window_text(n.window)}",
     Filter: lambda n: f"σ {n.predicate.sql}",
     Map: lambda n: f"μ {_names(n.outputs)}",
     Join: lambda n: f"⋈ {n.kind}" + _condition_text(n, "hash"),

@@ -1,6 +1,6 @@
 """The parts of the running gateway that statements may use: config, clock, store, streams, worker
-pool, back-end link, archive, Spark, ingest, wrapper folders, sessions, roles and their grants;
-no socket, no lifecycle."""
+pool, back-end link, archive, Spark (archive queries, and continuous queries on it), ingest,
+wrapper folders, sessions, roles and their grants; no socket, no lifecycle."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +15,7 @@ from gateway.process.config import Config
 from gateway.security.privileges import Grants
 from gateway.security.roles import Roles
 from gateway.security.server_files import ServerFiles
+from gateway.spark_engine.streaming import SparkStreams
 from gateway.streams.registry import StreamRegistry
 from gateway.tables.store import Store
 
@@ -29,6 +30,7 @@ class Services:
     backend: BackendLink
     archive: Archive
     spark: Spark
+    spark_streams: SparkStreams       # continuous queries run on Spark (cq.engine = spark)
     ingest: Ingest
     wrapper_dirs: list                # user wrappers (CREATE WRAPPER) load only from these
     sessions: dict                    # pid -> Session: system views and CancelRequest

@@ -258,6 +258,23 @@ def _wait_port(port: int, timeout: float) -> None:
     raise AssertionError(f"nothing listens on {port} after {timeout}s")
 
 
+def _tumbling_counts_on_spark(srv) -> dict:
+    """{(k, window end in seconds): count} of a tumbling count run with cq.engine = spark over
+    a live stream of 30 seconds, 10 tuples each second-ten, keys 0 and 1."""
+    live = unique("live")
+    with psycopg.connect(srv.dsn, autocommit=True) as admin, psycopg.connect(srv.dsn) as c:
+        admin.execute(f"CREATE STREAM {live} (k INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "WITH (heartbeat = 'none')")
+        c.execute("SET cq.engine = spark")
+        c.execute(f"DECLARE w CURSOR FOR SELECT k, COUNT(*) AS n, wtime(*) FROM {live} "
+                  "[RANGE '10 seconds' SLIDE '10 seconds'] GROUP BY k")
+        admin.execute(f"INSERT INTO {live} VALUES " + ", ".join(
+            f"({i % 2}, TIMESTAMP {_lit(i + 0.5)})" for i in range(30)))
+        admin.execute(f"ALTER STREAM {live} ADVANCE TO TIMESTAMP {_lit(40)}")
+        rows = c.execute("FETCH 6 FROM w WITH (timeout = '60s')").fetchall()
+        return {(k, int((t - at(0)).total_seconds())): n for k, n, t in rows}
+
+
 def test_an_archive_query_on_a_standalone_spark_cluster(tmp_path):
     import pyspark
     home = os.path.dirname(pyspark.__file__)
@@ -289,6 +306,9 @@ def test_an_archive_query_on_a_standalone_spark_cluster(tmp_path):
                        f"t >= TIMESTAMP {_lit(5)} AND t < TIMESTAMP {_lit(55)} "
                        "GROUP BY k ORDER BY k")
         assert got == want and len(got) == 4
+        # a continuous query on the cluster (cq.engine = spark): its executor reads the spool
+        assert _tumbling_counts_on_spark(srv) == {(k, 10 * (w + 1)): 5 for k in range(2)
+                                                  for w in range(3)}
         # the cluster ran it: the worker launched an executor for the server's application
         assert glob.glob(str(tmp_path / "work" / "app-*"))
     finally:

@@ -43,7 +43,7 @@ class ArchiveView:
     high: str
 
 
-def _spark_type(duck_type: str) -> str:
+def spark_type(duck_type: str) -> str:
     t = exp.DataType.build(duck_type, dialect="duckdb")
     if t.this == exp.DataType.Type.TIMESTAMP:
         return "TIMESTAMP_NTZ"
@@ -118,7 +118,7 @@ class Spark:
                             f"TIMESTAMP_NTZ '{v.high}'")
                 else:
                     body = "SELECT " + ", ".join(
-                        f"CAST(NULL AS {_spark_type(t)}) AS {_q(c)}" for c, t in v.columns) + \
+                        f"CAST(NULL AS {spark_type(t)}) AS {_q(c)}" for c, t in v.columns) + \
                         " WHERE false"
                 spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS {body}")
                 made.append(name)

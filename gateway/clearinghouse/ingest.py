@@ -17,8 +17,9 @@ from gateway.clearinghouse.slack import StreamProgress, micros
 
 
 class Ingest:
-    def __init__(self, link, archive=None, pool=None, clock: Clock = SYSTEM):
+    def __init__(self, link, archive=None, pool=None, clock: Clock = SYSTEM, spools=None):
         self.link = link
+        self.spools = spools              # spool.Spools: streams engines outside the back end read
         self.archive = archive            # gateway/archive/storage.py: TYPE ARCHIVED streams
         self.pool = pool                  # threads for the archive's file writes
         self.clock = clock
@@ -86,6 +87,9 @@ class Ingest:
         out = slack.release(p, bound)
         if out is not None:
             await self.link.send_data(name, out, p.current, wait=shedding.blocks(p.overload))
+        if self.spools is not None and self.spools.tapped(name):
+            await asyncio.get_running_loop().run_in_executor(
+                self.pool, self.spools.release, name, out, p.watermark)
         await self._split(name, p, at_once, asked)
 
     async def _split(self, name: str, p: StreamProgress, at_once: bool = False,

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import threading
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from gateway.durable import fsync_dir
 
+FOLDER = "spool"          # the spools' folder, under the data directory
 WATERMARK_KEY = b"cqgate.watermark"
 _FILE = re.compile(r"^(\d{16})\.arrow$")
 _READER = re.compile(r"^committed\.([A-Za-z0-9_.-]+)$")
@@ -44,6 +47,16 @@ def read(path: str, seq: int) -> tuple[pa.Table, int | None]:
     return table.replace_schema_metadata(None), int(mark) if mark is not None else None
 
 
+def watermark_at(path: str, seq: int) -> int | None:
+    """The watermark after file ``seq`` (None: it has none, or it is gone)."""
+    try:
+        with ipc.open_file(os.path.join(path, file_name(seq))) as f:
+            mark = (f.schema.metadata or {}).get(WATERMARK_KEY)
+    except FileNotFoundError:
+        return None
+    return int(mark) if mark is not None else None
+
+
 class SpoolWriter:
     """Appends releases to one stream's spool directory, numbering on from what is there."""
 
@@ -61,7 +74,8 @@ class SpoolWriter:
         table = batch if isinstance(batch, pa.Table) else \
             pa.Table.from_batches([batch] if batch is not None else [], schema=self.schema)
         meta = {WATERMARK_KEY: str(watermark).encode()} if watermark is not None else None
-        table = table.cast(self.schema).replace_schema_metadata(meta)
+        # columns added to the stream since its first reader came are not its readers'
+        table = table.select(self.schema.names).cast(self.schema).replace_schema_metadata(meta)
         hidden = os.path.join(self.path, f".{seq}.tmp")
         with open(hidden, "wb") as out:
             with ipc.new_file(out, table.schema) as w:
@@ -74,11 +88,12 @@ class SpoolWriter:
         return seq
 
     def prune(self) -> int:
-        """Delete the files every registered reader has committed; how many went."""
+        """Delete the files every registered reader has committed but the newest of them,
+        whose watermark a reader that reads on from there still asks for; how many went."""
         floor = self._committed_floor()
         gone = 0
         for seq in sequences(self.path):
-            if seq > floor:
+            if seq >= floor:
                 break
             os.remove(os.path.join(self.path, file_name(seq)))
             gone += 1
@@ -111,3 +126,72 @@ def commit(path: str, reader: str, seq: int) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(hidden, os.path.join(path, f"committed.{reader}"))
+
+
+def forget(path: str, reader: str) -> None:
+    """Reader ``reader`` is gone: what it had not read need not be kept for it."""
+    try:
+        os.remove(os.path.join(path, f"committed.{reader}"))
+    except FileNotFoundError:
+        pass
+
+
+PRUNE_EVERY = 32        # releases between two looks for files every reader has committed
+
+
+class Spools:
+    """The spools of the streams that queries outside the back end read, one folder each
+    under ``root``: a stream is spooled from the moment its first reader comes (which reads
+    from there on) until its last goes (then its folder goes too)."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.writers: dict = {}         # stream (lower) -> SpoolWriter
+        self.readers: dict = {}         # stream (lower) -> set of reader names
+        self.marks: dict = {}           # stream (lower) -> the last watermark written
+        self._lock = threading.Lock()   # readers come and go while releases are written
+
+    def path(self, stream: str) -> str:
+        return os.path.join(self.root, stream.lower())
+
+    def tapped(self, stream: str) -> bool:
+        return stream.lower() in self.writers
+
+    def open(self, stream: str, schema: pa.Schema, reader: str) -> str:
+        """Spool ``stream`` for ``reader``, who reads what comes from now on; its folder."""
+        name = stream.lower()
+        with self._lock:
+            writer = self.writers.get(name)
+            if writer is None:
+                writer = self.writers[name] = SpoolWriter(self.path(name), schema)
+            commit(writer.path, reader, writer.last)
+            self.readers.setdefault(name, set()).add(reader)
+            return writer.path
+
+    def close(self, stream: str, reader: str) -> None:
+        name = stream.lower()
+        with self._lock:
+            left = self.readers.get(name, set())
+            left.discard(reader)
+            if name not in self.writers:
+                return
+            forget(self.writers[name].path, reader)
+            if not left:
+                writer = self.writers.pop(name)
+                self.readers.pop(name, None)
+                self.marks.pop(name, None)
+                shutil.rmtree(writer.path, ignore_errors=True)
+
+    def release(self, stream: str, table: pa.Table | None, watermark: int | None) -> None:
+        """What the slack let go of ``stream`` (maybe nothing) and its watermark after, as
+        one file when either is new."""
+        name = stream.lower()
+        rows = table is not None and table.num_rows > 0
+        with self._lock:
+            writer = self.writers.get(name)
+            if writer is None or (not rows and watermark == self.marks.get(name)):
+                return
+            seq = writer.append(table if rows else None, watermark)
+            self.marks[name] = watermark
+            if seq % PRUNE_EVERY == 0:
+                writer.prune()

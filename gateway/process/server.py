@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import logging
 import os
+import shutil
 import signal
 import ssl
 import sys
@@ -22,6 +23,7 @@ from gateway.archive.storage import Archive
 from gateway.clearinghouse import sources
 from gateway.clearinghouse.ingest import Ingest
 from gateway.clearinghouse.source_stream import SourceStream
+from gateway.clearinghouse import spool
 from gateway.clock import SYSTEM, Clock
 from gateway.link import spill
 from gateway.link.backend_link import BackendLink
@@ -33,6 +35,7 @@ from gateway.security.roles import Roles, load_passwords
 from gateway.security.server_files import ServerFiles
 from gateway.services import Services
 from gateway.sessions import backend_signals, settings
+from gateway.spark_engine import streaming
 from gateway.sessions.connection import Connection
 from gateway.sessions.session import Session
 from gateway.streams import ddl
@@ -74,11 +77,17 @@ class Server:
         backend = BackendLink(config.aggregates, clock)
         archive = Archive(config.data_dir)
         spark = Spark(config.spark_master, config.data_dir)
+        # a cursor's query on Spark ends with its cursor: nothing of one survives a restart
+        spools = spool.Spools(os.path.join(config.data_dir, spool.FOLDER))
+        for folder in (spools.root, os.path.join(config.data_dir, streaming.FOLDER)):
+            shutil.rmtree(folder, ignore_errors=True)
         # what sessions, sources and system views may use; the rest of this object is the process
         self.services = Services(
             config=config, clock=clock, store=store, streams=streams, pool=pool,
             backend=backend, archive=archive, spark=spark,
-            ingest=Ingest(backend, archive, pool, clock),
+            spark_streams=streaming.SparkStreams(spark, spools, config.data_dir,
+                                                 backend.new_qid),
+            ingest=Ingest(backend, archive, pool, clock, spools),
             # user wrappers (CREATE WRAPPER) are imported only from these folders
             wrapper_dirs=[os.path.join(config.data_dir, "wrappers")]
             + [d for d in (config.wrapper_path or "").split(os.pathsep) if d],
@@ -210,7 +219,10 @@ class Server:
     async def _stop_spark(self) -> None:
         """Spark's session stopped in a thread of its own (not a worker: those may all be
         busy), given SPARK_STOP_S; a JVM that does not stop is left to the process's exit."""
-        if not await _bounded(self.services.spark.stop, SPARK_STOP_S):
+        def stop():
+            self.services.spark_streams.stop()
+            self.services.spark.stop()
+        if not await _bounded(stop, SPARK_STOP_S):
             log.warning("shutdown: Spark did not stop within %.0f s; going on", SPARK_STOP_S)
             self.abandoned = True
 

@@ -69,6 +69,16 @@ def _interval_setting(name: str, value: str, bare_unit: str = "s") -> str:
     return value
 
 
+def _choice(name: str, key: str, value: str) -> str:
+    """One of an enum setting's words (any case), as PostgreSQL checks them."""
+    word = value.strip().strip("'").lower()
+    if word not in S.CHOICES[key]:
+        raise E.InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"',
+                                      hint="Available values: " + ", ".join(S.CHOICES[key])
+                                      + ".")
+    return word
+
+
 @dataclass
 class Session:
     services: Services
@@ -243,6 +253,8 @@ class Session:
             value = "UTF8"
         if key == "TimeZone":
             value = value.strip("'")
+        if key in S.CHOICES:
+            value = _choice(name, key, value)
         if key in _DURATIONS:
             value = _interval_setting(name, value, bare_unit=_DURATIONS[key])
         if key in S.SERVER_BOUNDS:
@@ -399,6 +411,12 @@ class Session:
             raise _placed(e, p.stmt) from None
         if not isinstance(res, queries.Planned):
             return res
+        if res.spark is not None:
+            return await self.services.spark_streams.open(
+                res.plan, res.spark, res.fields, res.schema, p.stmt.text, self.pid,
+                p.cursor or p.name, self.services.pool,
+                label=f"cursor {p.cursor}" if p.cursor else "query",
+                bounds=self.result_bounds())
 
         def start(history=None, seam=None):
             return self.services.backend.open(res.plan, res.fields, res.schema, p.stmt.text,

@@ -47,7 +47,11 @@ DEFAULTS = {
     "cq.result_spill": "1GB",          # … and spilled to disk past that (server flags set them)
     "cq.join_recall": "off",           # a recall target for joins of two streams (QJoin) …
     "cq.join_recall_period": "1 minute",   # … over this period
+    "cq.engine": "backend",            # where continuous queries run: backend or spark
 }
+
+# settings that take one of a few words, as PostgreSQL's enum settings
+CHOICES = {"cq.engine": ("backend", "spark")}
 
 # settings whose default is the server's (a flag), and which only a superuser may raise above it
 SERVER_BOUNDS = {"cq.result_memory": "result_memory", "cq.result_spill": "result_spill"}

@@ -1,20 +1,25 @@
 """``cqgate_spool``: a PySpark streaming data source over one stream's spool (see
-gateway.clearinghouse.spool). An offset is ``{"seq": n}``: every file up to n has been read.
+gateway.clearinghouse.spool). An offset is ``{"seq": n, "spool": path}``: every file up to n
+has been read (the path lets whoever reads a checkpoint's offsets tell the spools apart).
 Each micro-batch reads the files after the last offset, one partition a file, as Arrow
 batches; ``commit`` tells the spool so it can delete what every reader has. Spark keeps the
 offsets in the query's checkpoint, so a query restarted from it reads on from there: no
 tuple lost or read twice.
 
 Options: ``path`` (the spool directory), ``schema`` (a DDL string), ``reader`` (this query's
-name, for commits; none: never commits).
+name, for commits; none: never commits), ``ts_column`` (the stream's event-time column: each
+file's watermark then also comes as a row, ``PUNCT`` true and every other column null but
+that one, so Spark's event-time watermark follows the stream's even when no tuple comes).
 """
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from gateway.clearinghouse import spool
 
 NAME = "cqgate_spool"
+PUNCT = "__punct"        # true on a watermark's row, false on the stream's tuples
 
 
 class SpoolFile(InputPartition):
@@ -27,22 +32,29 @@ class SpoolReader(DataSourceStreamReader):
     def __init__(self, options: dict):
         self.path = options["path"]
         self.reader = options.get("reader")
+        self.ts_column = options.get("ts_column")
 
     def initialOffset(self) -> dict:
         mine = spool.committed(self.path).get(self.reader, 0) if self.reader else 0
-        return {"seq": mine}
+        return {"seq": mine, "spool": self.path}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         known = spool.sequences(self.path)
-        return {"seq": known[-1] if known else (start or {}).get("seq", 0)}
+        return {"seq": known[-1] if known else (start or {}).get("seq", 0), "spool": self.path}
 
     def partitions(self, start: dict, end: dict) -> list:
         return [SpoolFile(seq) for seq in spool.sequences(self.path)
                 if start["seq"] < seq <= end["seq"]]
 
     def read(self, partition: SpoolFile):
-        table, _ = spool.read(self.path, partition.seq)
+        table, mark = spool.read(self.path, partition.seq)
+        if self.ts_column is None:
+            yield from table.to_batches()
+            return
+        table = table.append_column(PUNCT, pa.array([False] * table.num_rows, pa.bool_()))
         yield from table.to_batches()
+        if mark is not None:
+            yield punctuation(table.schema, self.ts_column, mark)
 
     def commit(self, end: dict) -> None:
         if self.reader:
@@ -55,7 +67,15 @@ class SpoolSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return self.options["schema"]
+        extra = f", {PUNCT} BOOLEAN" if self.options.get("ts_column") else ""
+        return self.options["schema"] + extra
 
     def streamReader(self, schema) -> SpoolReader:
         return SpoolReader(self.options)
+
+
+def punctuation(schema: pa.Schema, ts_column: str, mark: int) -> pa.RecordBatch:
+    """The row that carries watermark ``mark`` (µs) through Spark: nulls but its time."""
+    cols = [pa.array([mark], pa.int64()).cast(f.type) if f.name == ts_column
+            else pa.array([True]) if f.name == PUNCT else pa.nulls(1, f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)

@@ -284,7 +284,7 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
         raise E.UndefinedTable(f'{word.lower()} "{name}" does not exist')
     access.require_owner(session, obj.kind, obj.schema, obj.name)
     dependents = _all_dependents(reg, obj)
-    readers = _readers(session.services.backend, [obj, *dependents]) \
+    readers = _readers(session.services, [obj, *dependents]) \
         if obj.kind != "wrapper" else []
     if (dependents or readers) and not tree.args.get("cascade"):
         if dependents:
@@ -308,10 +308,10 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
     return Done(tag)
 
 
-def _readers(link, objs: list) -> list:
-    """The running cursors' queries (of the back-end ``link``) that read any of ``objs``."""
+def _readers(services, objs: list) -> list:
+    """The running cursors' queries (on the back end or Spark) that read any of ``objs``."""
     names = {o.relation().name.lower() for o in objs}
-    return link.reading(names)
+    return services.backend.reading(names) + services.spark_streams.reading(names)
 
 
 def _stop(services, obj: StreamObject) -> None:
@@ -322,6 +322,7 @@ def _stop(services, obj: StreamObject) -> None:
         link.drop(-obj.oid)
     if obj.kind != "wrapper":
         link.drop_stream(obj.relation().name)
+        services.spark_streams.drop_stream(obj.relation().name)
         services.ingest.forget(obj.relation().name)
     if obj.kind == "stream" and obj.archived:
         services.archive.drop(obj.key)
@@ -365,7 +366,7 @@ def alter(session, tree: X.AlterStream, params) -> Done:
             raise E.FeatureNotSupported("a stream's event-time columns are fixed at CREATE")
         obj.columns.append([folded(col.this),
                             _duck_type(session, col.args["kind"].sql("postgres")), False])
-        _tell_readers(session.services.backend, obj, f'stream "{obj.name}" has a new column '
+        _tell_readers(session.services, obj, f'stream "{obj.name}" has a new column '
                       f'"{folded(col.this)}"; this query keeps the columns it started with')
     elif action == "ADVANCE":
         ts = _event_time(session, obj, tree.args["to"], params)
@@ -381,11 +382,11 @@ def alter(session, tree: X.AlterStream, params) -> Done:
     return Done("ALTER STREAM")
 
 
-def _tell_readers(link, obj: StreamObject, message: str) -> None:
-    """A NOTICE at the next FETCH of every running query (of the back-end ``link``) that
+def _tell_readers(services, obj: StreamObject, message: str) -> None:
+    """A NOTICE at the next FETCH of every running query (on the back end or Spark) that
     reads ``obj``."""
     name = obj.relation().name.lower()
-    for live in link.running():
+    for live in services.backend.running() + services.spark_streams.running():
         if name in live.streams:
             live.notices.append(("NOTICE", "00000", message))
 

@@ -23,6 +23,7 @@ from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows
 from gateway.security import access
+from gateway.spark_engine import translate as spark_plans
 from gateway.streams.registry import SessionCatalog
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
@@ -90,7 +91,14 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
         lines[0] = "recompute (back end, over the archive) →" + lines[0].split("→", 1)[1]
     elif X.is_stream_syntax(inner) or is_continuous(inner, SessionCatalog(
             session.services.streams, session.columns)):
-        lines = explain(plan_query(session, inner))
+        p = plan_query(session, inner)
+        lines = explain(p)
+        if p.mode == "continuous" and on_spark(session):
+            spark_shape(session, p)
+            lines[0] = "continuous query (Spark Structured Streaming) →" + \
+                lines[0].split("→", 1)[1]
+            lines += ["Spark plan:"] + ["  " + ln for ln in session.services.spark_streams
+                                          .explain(p)]
     else:
         access.check_reads(session, inner)
         tr = TR.translate(inner.sql("cql"))
@@ -105,12 +113,28 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
 
 @dataclass(frozen=True)
 class Planned:
-    """A continuous query, planned, for the session to start in the back end."""
+    """A continuous query, planned, for the session to start in the back end (or on Spark,
+    ``spark`` saying the shape the Spark engine found)."""
     plan: P.Plan
     fields: list
     schema: pa.Schema             # the Arrow types the rows are sent with
     tables: dict                  # name -> contents of the tables its stream–table joins read
     history: tuple = ()           # ingest.History of archived streams its windows reach into
+    spark: spark_plans.Shape | None = None
+
+
+def on_spark(session) -> bool:
+    """Whether the session runs its continuous queries on Spark (cq.engine)."""
+    return session.settings.get("cq.engine", "backend") == "spark"
+
+
+def spark_shape(session, p: P.Plan) -> spark_plans.Shape:
+    """The Spark engine's check of a continuous plan (0A000 for what it cannot run)."""
+    shape = spark_plans.check(p)
+    if archive_reach(session, p):
+        raise spark_plans.Refused("its window reaches into an archived stream's past (on "
+                                  "Spark a query starts with the stream's live tuples)")
+    return shape
 
 
 def without_order(tree):
@@ -136,6 +160,8 @@ def continuous_query(session, tree, params) -> Planned | Rows:
     if ordered:        # every planning error reaches the client with its SQLSTATE
         p = plan_query(session, tree)
     fields, schema = typed_fields(session, p)
+    if on_spark(session):
+        return Planned(p, fields, schema, {}, spark=spark_shape(session, p))
     return Planned(p, fields, schema, tables_of(session, p), archive_reach(session, p))
 
 

@@ -39,8 +39,10 @@ async def gather(services, viewer: str) -> dict:
     stats = await link.stats()
     counters = {q["qid"]: q for q in stats["queries"]}
     rows, listed = [], []                  # listed: each row's back end counters
-    for live in link.running():
-        c = counters.get(live.qid, {})
+    spark = services.spark_streams
+    for engine, live, c in [("backend", live, counters.get(live.qid, {}))
+                            for live in link.running()] + \
+            [("spark", live, spark.counters(live.qid)) for live in spark.running()]:
         listed.append(c)
         state = "failed" if live.failure else "waiting" if live.n_pending == 0 else "ready"
         session = services.sessions.get(live.owner)
@@ -49,20 +51,22 @@ async def gather(services, viewer: str) -> dict:
         rows.append((live.owner, live.name, "cursor", sql, state, _when(live.started),
                      c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
                      _when(c.get("last_emit")), live.failure, live.n_pending,
-                     live.memory_bytes, live.spilled_bytes))
+                     live.memory_bytes, live.spilled_bytes, engine))
     kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
     for qid, (plan, feeds) in list(link.persistent.items()):
         c = counters.get(qid, {})
         listed.append(c)
         rows.append((None, feeds, kinds.get(feeds.lower(), "window"), plan.sql, "running",
                      _when(c.get("started")), c.get("rows_in", 0), c.get("rows_out", 0),
-                     c.get("state", 0), _when(c.get("last_emit")), None, 0, 0, 0))
+                     c.get("state", 0), _when(c.get("last_emit")), None, 0, 0, 0, "backend"))
     joins = _joins(rows, listed)
     names = ["pid", "name", "kind", "query", "state", "started", "rows_in", "rows_out",
-             "state_size", "last_emit", "error", "unread_rows", "memory_bytes", "spill_bytes"]
+             "state_size", "last_emit", "error", "unread_rows", "memory_bytes", "spill_bytes",
+             "engine"]
     types = [pa.int32(), pa.string(), pa.string(), pa.string(), pa.string(),
              pa.timestamp("us", tz="UTC"), pa.int64(), pa.int64(), pa.int64(),
-             pa.timestamp("us", tz="UTC"), pa.string(), pa.int64(), pa.int64(), pa.int64()]
+             pa.timestamp("us", tz="UTC"), pa.string(), pa.int64(), pa.int64(), pa.int64(),
+             pa.string()]
     queries = pa.table({n: pa.array([r[i] for r in rows], t)
                         for i, (n, t) in enumerate(zip(names, types))})
     s = stats["streams"]

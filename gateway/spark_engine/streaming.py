@@ -1,0 +1,290 @@
+"""Continuous queries on Spark Structured Streaming (``cq.engine = spark``): each runs as a
+streaming query in the server's SparkSession over its streams' spools (the clearinghouse
+writes one for every stream such a query reads, after the slack, with its watermarks), and
+hands each micro-batch's rows, through ``foreachBatch``, to the same result queue
+(``LiveRows``) the back end's queries fill, so FETCH, portals and COPY read them alike.
+
+A micro-batch whose id was already delivered is skipped (Spark runs a batch again after a
+failure). Rows leave in valid_from order: a query of one stream's rows, or an aggregate that
+Spark's watermark closes, gives them so; a union's are held until every input's watermark
+has passed them. A cursor's query keeps its checkpoint under the data directory while it
+runs; it ends with its cursor, as on the back end.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.errors import PySparkException
+from sqlglot import exp
+
+from executor import plan as P
+
+from gateway.archive.spark import Spark, spark_type
+from gateway.clearinghouse import spool
+from gateway.clearinghouse.spool import Spools
+from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
+from gateway.pgwire import errors as E
+from gateway.spark_engine import translate as T
+from gateway.spark_engine.spool_source import NAME, PUNCT, SpoolSource
+
+log = logging.getLogger("cqgate")
+FOLDER = "spark-streams"       # checkpoints, under the data directory
+_SQLSTATE = re.compile(r"SQLSTATE: ([0-9A-Z]{5})")
+
+
+@dataclass(eq=False)
+class SparkQuery:
+    """One continuous query running on Spark, and what its batches left behind."""
+    qid: int
+    plan: P.Plan
+    shape: T.Shape
+    live: LiveRows
+    reader: str
+    checkpoint: str
+    query: object = None                 # pyspark's StreamingQuery, once started
+    last_batch: int = -1                 # the newest batch id delivered
+    held: pa.Table | None = None         # a union's rows its inputs' watermarks have not passed
+    batches: int = 0
+    rows_out: int = 0
+    stopped: bool = False
+
+
+class SparkStreams:
+    def __init__(self, spark: Spark, spools: Spools, data_dir: str, new_qid):
+        self.spark = spark
+        self.spools = spools
+        self.folder = os.path.join(data_dir, FOLDER)
+        self.new_qid = new_qid              # query ids shared with the back end's
+        self.queries: dict = {}             # qid -> SparkQuery
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._registered = False
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ start
+    async def open(self, p: P.Plan, shape: T.Shape, fields: list, schema: pa.Schema, sql: str,
+                   owner: int, name: str, pool, label: str = "query",
+                   bounds: Bounds = UNBOUNDED) -> LiveRows:
+        """Start ``p`` (checked: ``shape``) on Spark; its rows arrive in the returned queue.
+        Spark's analysis errors come back here, before any row."""
+        self.loop = asyncio.get_running_loop()
+        qid = self.new_qid()
+        live = LiveRows(fields, schema, qid, sql, owner, name, self, bounds=bounds)
+        live.streams = P.streams_read(p.root)
+        sq = SparkQuery(qid, p, shape, live, f"q{qid}", os.path.join(self.folder, f"q{qid}"))
+        self.queries[qid] = sq
+        try:
+            await self.loop.run_in_executor(pool, self._start, sq)
+        except BaseException as e:
+            self.queries.pop(qid, None)
+            await self.loop.run_in_executor(pool, self._clean, sq)
+            if isinstance(e, PySparkException):
+                raise spark_error(e, "Spark could not start the query") from None
+            raise
+        log.info("query started on Spark: %s of pid %d: %s", label, owner, " ".join(sql.split()))
+        return live
+
+    def _session(self):
+        session = self.spark.session()
+        with self._lock:
+            if not self._registered:
+                session.dataSource.register(SpoolSource)
+                self._registered = True
+        return session
+
+    def _frame(self, p: P.Plan, read):
+        """The DataFrame of ``p``: its root's columns, then the interval and PUNCT."""
+        df = T.Builder(read).build(p.root)
+        names = [c.name for c in p.root.schema]
+        return df.select(*names, T.TS, T.TE, PUNCT)
+
+    def _reader_of(self, session, reader: str | None):
+        def read(scan: P.StreamScan):
+            path = self.spools.path(scan.stream) if reader is None else self.spools.open(
+                scan.stream, _arrow_schema(scan), reader)
+            r = (session.readStream.format(NAME).option("path", path)
+                 .option("schema", _ddl(scan)).option("ts_column", scan.timestamp_column))
+            return (r.option("reader", reader) if reader else r).load()
+        return read
+
+    def _start(self, sq: SparkQuery) -> None:
+        session = self._session()
+        df = self._frame(sq.plan, self._reader_of(session, sq.reader))
+        os.makedirs(sq.checkpoint, exist_ok=True)
+        sq.query = (df.writeStream.queryName(f"cqgate_{sq.reader}")
+                    .foreachBatch(lambda batch, batch_id: self._deliver(sq, batch, batch_id))
+                    .option("checkpointLocation", sq.checkpoint).start())
+        threading.Thread(target=self._watch, args=(sq,), daemon=True,
+                         name=f"spark-{sq.reader}").start()
+
+    # ------------------------------------------------------------------ rows
+    def _deliver(self, sq: SparkQuery, batch, batch_id: int) -> None:
+        """foreachBatch, in Spark's callback thread: the batch's rows, in valid_from order,
+        to the query's queue (once per batch id)."""
+        if batch_id <= sq.last_batch or sq.stopped:
+            return
+        table = batch.toArrow()
+        punct = table.column(PUNCT).to_numpy(zero_copy_only=False).astype(bool)
+        rows = table.filter(pa.array(~punct))
+        if sq.shape.hold:
+            rows = self._hold(sq, rows, self._frontier(sq, batch_id))
+        if rows.num_rows:
+            rows = rows.take(pc.sort_indices(rows, [(T.TS, "ascending"),
+                                                   (T.TE, "ascending")]))
+            out = client_table(sq.plan, rows)
+            sq.rows_out += out.num_rows
+            self.loop.call_soon_threadsafe(sq.live.put, out)
+        sq.batches += 1
+        sq.last_batch = batch_id
+
+    @staticmethod
+    def _frontier(sq: SparkQuery, batch_id: int) -> int | None:
+        """The least of the inputs' watermarks once batch ``batch_id`` is read (µs; None:
+        an input has none yet): from the batch's end offsets, which Spark wrote to the
+        checkpoint before running it, and the watermark each spool file ends with."""
+        with open(os.path.join(sq.checkpoint, "offsets", str(batch_id))) as f:
+            lines = f.read().splitlines()[2:]           # a version, the batch's metadata
+        marks = [spool.watermark_at(o["spool"], o["seq"])
+                 for o in map(json.loads, lines) if o and "spool" in o]
+        return None if not marks or None in marks else min(marks)
+
+    @staticmethod
+    def _hold(sq: SparkQuery, rows: pa.Table, frontier: int | None) -> pa.Table:
+        """A union's or join's rows that nothing can still come before: those whose
+        valid_from every input's watermark has passed; the rest wait in ``held``."""
+        if sq.held is not None and sq.held.num_rows:
+            rows = pa.concat_tables([sq.held, rows])
+        if frontier is None:
+            sq.held = rows
+            return rows.slice(0, 0)
+        start = pc.cast(rows.column(T.TS), pa.int64())
+        early = pc.less(start, pa.scalar(frontier, pa.int64()))
+        sq.held = rows.filter(pc.invert(early))
+        return rows.filter(early)
+
+    def _watch(self, sq: SparkQuery) -> None:
+        """Wait for the streaming query to end; one that failed ends its cursor's query."""
+        try:
+            sq.query.awaitTermination()
+            err = None
+        except Exception as e:               # pyspark's StreamingQueryException and kin
+            err = e
+        if err is None or sq.stopped:
+            return
+        failure = spark_error(err, "the query failed on Spark")
+        log.error("query failed on Spark: %s of pid %d: %s", sq.live.name or "query",
+                  sq.live.owner, failure.message)
+        self.loop.call_soon_threadsafe(self._failed, sq, failure)
+
+    def _failed(self, sq: SparkQuery, err: E.PgError) -> None:
+        sq.live.failure = err.message
+        sq.live.finish(err)
+
+    # ------------------------------------------------------------------ the queue's source
+    def drop(self, qid: int) -> None:
+        """End a query (its cursor closed)."""
+        self.end_query(qid, "stopped")
+
+    def end_query(self, qid: int, how: str) -> None:
+        sq = self.queries.pop(qid, None)
+        if sq is None:
+            return
+        sq.stopped = True
+        log.info("query %s on Spark: %s", how, " ".join(sq.live.sql.split()))
+        threading.Thread(target=self._stop_one, args=(sq,), daemon=True).start()
+
+    def forget(self, qid: int) -> None:
+        self.end_query(qid, "ended")
+
+    def _stop_one(self, sq: SparkQuery) -> None:
+        if sq.query is not None:
+            try:
+                sq.query.stop()
+            except Exception as e:          # a session already stopping: nothing to stop
+                log.debug("stopping %s on Spark: %s", sq.reader, e)
+        self._clean(sq)
+
+    def _clean(self, sq: SparkQuery) -> None:
+        for stream in sq.shape.streams:
+            self.spools.close(stream, sq.reader)
+        shutil.rmtree(sq.checkpoint, ignore_errors=True)
+
+    # ------------------------------------------------------------------ views, DDL, shutdown
+    def running(self) -> list:
+        return [sq.live for sq in list(self.queries.values())]
+
+    def counters(self, qid: int) -> dict:
+        sq = self.queries.get(qid)
+        return {} if sq is None else {"rows_out": sq.rows_out, "batches": sq.batches}
+
+    def reading(self, names) -> list:
+        names = set(names)
+        return [live for live in self.running() if live.streams & names and not live.ended]
+
+    def drop_stream(self, name: str) -> None:
+        """A dropped stream's readers end (as the back end's do)."""
+        for live in self.reading({name.lower()}):
+            live.finish(E.PgError(f"stream {name} was dropped", sqlstate="57014"))
+            self.end_query(live.qid, "ended: its stream was dropped")
+
+    def explain(self, p: P.Plan) -> list[str]:
+        """Spark's plan of ``p`` (not started: no spool is opened for it)."""
+        session = self._session()
+        df = self._frame(p, self._reader_of(session, None))
+        text = session._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple")
+        return [ln for ln in str(text).splitlines() if ln.strip()]
+
+    def stop(self) -> None:
+        """Every query stopped (the server is shutting down)."""
+        for qid in list(self.queries):
+            sq = self.queries.pop(qid)
+            sq.stopped = True
+            self._stop_one(sq)
+
+
+def spark_error(err: Exception, what: str) -> E.PgError:
+    """A Spark error as the client sees it: its first line, and its SQLSTATE when Spark
+    gives one (an error with none is Spark's own: XX000)."""
+    text = str(err).strip()
+    first = text.splitlines()[0] if text else type(err).__name__
+    m = _SQLSTATE.search(text)
+    return E.PgError(f"{what}: {first}", sqlstate=m.group(1) if m else "XX000")
+
+
+def client_table(p: P.Plan, rows: pa.Table) -> pa.Table:
+    """Rows of ``p``'s root (its columns, then the interval) with the client's columns:
+    the plan's output, valid_from / wtime from ``__ts`` and valid_to from ``__te``."""
+    cols, names = [], []
+    real = iter(c.name for c in p.root.schema)
+    for c in p.output:
+        if c.name in P.PSEUDO_COLUMNS and c.name in p.pseudo:
+            cols.append(rows.column(T.TE if c.name == "valid_to" else T.TS))
+        else:
+            cols.append(rows.column(next(real)))
+        names.append(c.name)
+    return pa.table(cols, names=names)
+
+
+def _ddl(scan: P.StreamScan) -> str:
+    """The stream's columns as a Spark schema."""
+    return ", ".join(f"{T.q(c.name.split('.', 1)[1])} {spark_type(c.type)}"
+                     for c in scan.schema)
+
+
+def _arrow_schema(scan: P.StreamScan) -> pa.Schema:
+    """The stream's columns as Arrow types (DuckDB's mapping: the spool keeps what ingest
+    gives)."""
+    casts = ", ".join(f"CAST(NULL AS {c.type}) AS "
+                      + exp.to_identifier(c.name.split('.', 1)[1], quoted=True).sql("duckdb")
+                      for c in scan.schema)
+    return duckdb.connect().sql(f"SELECT {casts}").to_arrow_table().schema
+

@@ -1,0 +1,184 @@
+"""Continuous queries on Spark Structured Streaming (``SET cq.engine = spark``), through the
+real server and its one SparkSession (local[*]: two cores here): each query runs at once on
+both engines over the same generated streams, and the rows of every cursor are compared,
+sorted, with the back end's (themselves checked against DuckDB's snapshots elsewhere). Also
+what Spark refuses (0A000 with a hint), the setting's check, EXPLAIN, cq_queries, and the
+spool a Spark query reads going away with its cursor."""
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import psycopg
+import pytest
+
+from continuous import at, lit, unique, wait_running
+
+# (name, query over {s} and {s2}, the column holding valid_from): the shapes Spark runs
+SHAPES = [
+    ("filter_map", "SELECT k, v * 2 + 1 AS w, valid_from, valid_to FROM {s} [RANGE '5 seconds'] "
+                   "WHERE v % 3 <> 0", 2),
+    ("unbounded", "SELECT k, v, valid_from, valid_to FROM {s} WHERE k = 1", 2),
+    ("q1_currency", "SELECT k, CAST(v * 0.908 AS DOUBLE) AS price, valid_from FROM {s}", 2),
+    ("hopping", "SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(v) AS hi, AVG(v) AS a, "
+                "wtime(*), valid_to FROM {s} [RANGE '5 seconds' SLIDE '2 seconds'] GROUP BY k", 6),
+    ("tumbling_having", "SELECT k % 2 AS parity, COUNT(*) AS n, valid_from, valid_to FROM {s} "
+                        "[RANGE '3 seconds' SLIDE '3 seconds'] GROUP BY k % 2 "
+                        "HAVING COUNT(*) > 2", 2),
+    ("union", "SELECT k, v, valid_from, valid_to FROM {s} [RANGE '3 seconds'] WHERE v > 50 "
+              "UNION ALL SELECT k, v, valid_from, valid_to FROM {s2} [RANGE '4 seconds']", 2),
+    ("equi_join", "SELECT a.k, a.v AS av, b.v AS bv, valid_from, valid_to FROM "
+                  "{s} [RANGE '2 seconds'] a JOIN {s2} [RANGE '3 seconds'] b ON a.k = b.k "
+                  "WHERE a.v > b.v", 3),
+]
+TUPLES = 300
+
+
+def _rows(n: int, seed: int, pace: float = 1) -> list:
+    """``n`` tuples (k, v, seconds) in event-time order, a few at the same instant; ``pace``
+    stretches the gaps."""
+    rnd, t, out = random.Random(seed), 0.0, []
+    for _ in range(n):
+        t += pace * rnd.choice([0, 0.1, 0.25, 0.5, 1.0])
+        out.append((rnd.randrange(4), rnd.randrange(100), round(t, 2)))
+    return out
+
+
+def _insert(c, streams: dict, chunk: int = 25, pause: float = 0.0) -> None:
+    """{stream: rows}: each stream's rows in INSERTs of ``chunk``, the streams taking turns,
+    ``pause`` seconds after each turn (so Spark reads them in several micro-batches)."""
+    for i in range(0, max(map(len, streams.values())), chunk):
+        for stream, rows in streams.items():
+            if rows[i:i + chunk]:
+                c.execute(f"INSERT INTO {stream} VALUES " + ", ".join(
+                    f"({k}, {v}, {lit(t)})" for k, v, t in rows[i:i + chunk]))
+        time.sleep(pause)
+
+
+def _drain(cur, name: str, want: int | None, deadline: float, quiet: str = "0.4s") -> list:
+    """Every row of cursor ``name``: until ``want`` came (then one more look that waits
+    ``quiet`` for nothing), or, ``want`` None, until such a look."""
+    got = []
+    while time.monotonic() < deadline:
+        cur.execute(f"FETCH 100000 FROM {name} WITH (timeout = '{quiet}')")
+        rows = cur.fetchall()
+        got += rows
+        if (want is None and not rows) or (want is not None and len(got) >= want and not rows):
+            return got
+    raise AssertionError(f"cursor {name}: {len(got)} rows of {want} after the deadline")
+
+
+def _stream(c, name: str) -> None:
+    c.execute(f"CREATE STREAM {name} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+              "WITH (heartbeat = 'none')")
+
+
+def test_both_engines_give_the_same_rows(server):
+    s, s2 = unique("sp"), unique("sp2")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as back, psycopg.connect(server.dsn) as spark:
+        _stream(admin, s)
+        _stream(admin, s2)
+        spark.execute("SET cq.engine = spark")
+        for conn in (back, spark):
+            for name, sql, _ in SHAPES:
+                conn.execute(f"DECLARE {name} CURSOR FOR " + sql.format(s=s, s2=s2))
+        wait_running(server.dsn, s, count=2 * len(SHAPES), timeout=60)
+        engines = dict(admin.execute("SELECT name, string_agg(DISTINCT engine, ',' ORDER BY engine) FROM "
+                                     "cq_queries WHERE query LIKE %s GROUP BY name",
+                                     [f"%{s}%"]).fetchall())
+        assert engines == {name: "backend,spark" for name, *_ in SHAPES}
+
+        # s2's event time runs at s's pace, so each turn's s2 rows precede the s rows sent
+        # just before them: a union's or join's rows from a later micro-batch start earlier
+        data = {s: _rows(TUPLES, 1), s2: _rows(TUPLES // 2, 2, pace=2)}
+        _insert(admin, data, pause=0.3)
+        end = max(t for rows in data.values() for *_, t in rows) + 20
+        for stream in (s, s2):
+            admin.execute(f"ALTER STREAM {stream} ADVANCE TO {lit(end)}")
+
+        deadline = time.monotonic() + 90
+        for name, _, at_column in SHAPES:
+            expected = _drain(back.cursor(), name, None, deadline, quiet="1s")
+            assert expected, f"{name}: the back end gave no rows"
+            got = _drain(spark.cursor(), name, len(expected), deadline)
+            assert sorted(got, key=_order) == sorted(expected, key=_order), name
+            starts = [r[at_column] for r in got]
+            assert starts == sorted(starts), f"{name}: not in valid_from order"
+
+
+def _order(row: tuple) -> tuple:
+    return tuple((x is None, x) for x in row)
+
+
+@pytest.mark.parametrize("sql, why", [
+    ("SELECT COUNT(*) FROM {s} [RANGE '4 seconds' SLIDE '2 seconds']", "no GROUP BY key"),
+    ("SELECT k, SUM(v) FROM {s} [RANGE '4 seconds'] GROUP BY k", "over a RANGE window"),
+    ("SELECT a.k FROM {s} [RANGE '1 second'] a JOIN {s} [RANGE '1 second'] b ON a.v < b.v",
+     "no equality to partition by"),
+    ("SELECT a.k FROM (SELECT k, COUNT(*) AS n FROM {s} [RANGE '2 seconds' SLIDE '2 seconds'] "
+     "GROUP BY k) a JOIN {s} [RANGE '1 second'] b ON a.k = b.k", "both sides"),
+    ("SELECT DISTINCT k FROM {s} [RANGE '1 second']", "DISTINCT"),
+    ("SELECT k FROM {s} [ROWS 3]", "window rows 3"),
+])
+def test_what_spark_cannot_run_is_refused_with_a_hint(server, sql, why):
+    s = unique("spr")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        _stream(c, s)
+        c.execute("SET cq.engine = spark")
+        for stmt in ("DECLARE x CURSOR FOR ", "EXPLAIN "):
+            c.execute("BEGIN")
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+                c.execute(stmt + sql.format(s=s))
+            c.execute("ROLLBACK")
+            assert why in e.value.diag.message_primary
+            assert "cq.engine = backend" in e.value.diag.message_hint
+        c.execute("SET cq.engine = backend")             # the back end runs it
+        c.execute("BEGIN")
+        c.execute("DECLARE x CURSOR FOR " + sql.format(s=s))
+        c.execute("ROLLBACK")
+
+
+def test_the_setting_is_checked_and_explain_names_the_engine(server):
+    s = unique("spx")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        _stream(c, s)
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as e:
+            c.execute("SET cq.engine = flink")
+        assert e.value.diag.message_hint == "Available values: backend, spark."
+        c.execute("SET cq.engine = 'SPARK'")
+        assert c.execute("SHOW cq.engine").fetchone() == ("spark",)
+        sql = f"SELECT k, COUNT(*) AS n FROM {s} [RANGE '4 seconds' SLIDE '2 seconds'] GROUP BY k"
+        lines = [r[0] for r in c.execute("EXPLAIN " + sql).fetchall()]
+        assert lines[0] == "continuous query (Spark Structured Streaming) → k, n"
+        assert lines[1].startswith("μ k, n") and "Spark plan:" in lines
+        spark_plan = "\n".join(lines[lines.index("Spark plan:"):])
+        assert "StateStoreSave" in spark_plan and "EventTimeWatermark" in spark_plan
+        c.execute("RESET cq.engine")
+        assert c.execute("EXPLAIN " + sql).fetchone()[0].startswith(
+            "continuous query (back end) →")
+
+
+def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
+    s = unique("sps")
+    folder = os.path.join(server.data_dir, "spool", s)
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as c:
+        _stream(admin, s)
+        c.execute("SET cq.engine = spark")
+        c.execute(f"DECLARE r CURSOR FOR SELECT v, valid_from FROM {s} [RANGE '1 second']")
+        assert os.path.isdir(folder)
+        # the stream cannot be dropped under its reader, as with the back end's
+        with pytest.raises(psycopg.errors.DependentObjectsStillExist):
+            admin.execute(f"DROP STREAM {s}")
+        _insert(admin, {s: [(1, i, i) for i in range(5)]})
+        assert _drain(c.cursor(), "r", 5, time.monotonic() + 60) == [(i, at(i)) for i in range(5)]
+        c.execute("CLOSE r")
+        deadline = time.monotonic() + 20
+        while os.path.isdir(folder) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not os.path.isdir(folder)
+        c.rollback()
+        admin.execute(f"DROP STREAM {s}")
+
