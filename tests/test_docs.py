@@ -62,16 +62,20 @@ def _cell(v) -> str:
     return v.isoformat(sep=" ") if hasattr(v, "isoformat") else str(v)
 
 
+SPARK_PAGES = ("archive.md", "spark-engine.md")
+
+
 @pytest.mark.parametrize("doc", ["getting-started.md", "concepts.md", "reference.md",
                                  "continuous.md", "ingest.md", "archive.md", "patterns.md",
-                                 "qjoin.md"])
+                                 "qjoin.md", "spark-engine.md"])
 def test_doc_shows_what_runs(start_server, server, doc):
     """The page, in order on one connection: ``sql`` blocks run, a ``source`` block is sent to
     the ingest port as one source, and each ``text`` block is exactly the rows of the last
-    statement before it that returned rows (for a COPY … TO STDOUT, the lines it wrote). The archive page runs on the shared server, whose
-    SparkSession the other Spark tests use too."""
+    statement before it that returned rows (for a COPY … TO STDOUT, the lines it wrote). The
+    pages whose examples run on Spark run on the shared server, whose SparkSession the other
+    Spark tests use too."""
     sources = os.path.join(os.path.dirname(DOCS), "clients", "sources")
-    s = server if doc == "archive.md" else start_server("--wrapper-path", sources)
+    s = server if doc in SPARK_PAGES else start_server("--wrapper-path", sources)
     text = open(os.path.join(DOCS, doc), encoding="utf-8").read()
     checked = 0
     with psycopg.connect(s.dsn, autocommit=True) as conn:

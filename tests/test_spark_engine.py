@@ -56,15 +56,16 @@ def _insert(c, streams: dict, chunk: int = 25, pause: float = 0.0) -> None:
         time.sleep(pause)
 
 
-def _drain(cur, name: str, want: int | None, deadline: float, quiet: str = "0.4s") -> list:
-    """Every row of cursor ``name``: until ``want`` came (then one more look that waits
-    ``quiet`` for nothing), or, ``want`` None, until such a look."""
+def _drain(cur, name: str, want: int | None, deadline: float, quiet: str) -> list:
+    """Every row of cursor ``name``: until ``want`` came (or, ``want`` None, at once), then
+    one more look that waits ``quiet`` for nothing."""
     got = []
     while time.monotonic() < deadline:
-        cur.execute(f"FETCH 100000 FROM {name} WITH (timeout = '{quiet}')")
+        done = want is None or len(got) >= want
+        cur.execute(f"FETCH ALL FROM {name} WITH (timeout = '{quiet if done else '1s'}')")
         rows = cur.fetchall()
         got += rows
-        if (want is None and not rows) or (want is not None and len(got) >= want and not rows):
+        if done and not rows:
             return got
     raise AssertionError(f"cursor {name}: {len(got)} rows of {want} after the deadline")
 
@@ -98,11 +99,12 @@ def test_both_engines_give_the_same_rows(server):
         for stream in (s, s2):
             admin.execute(f"ALTER STREAM {stream} ADVANCE TO {lit(end)}")
 
+        time.sleep(1)           # the back end has answered up to the end by now
         deadline = time.monotonic() + 90
         for name, _, at_column in SHAPES:
-            expected = _drain(back.cursor(), name, None, deadline, quiet="1s")
+            expected = _drain(back.cursor(), name, None, deadline, quiet="0.2s")
             assert expected, f"{name}: the back end gave no rows"
-            got = _drain(spark.cursor(), name, len(expected), deadline)
+            got = _drain(spark.cursor(), name, len(expected), deadline, quiet="0.3s")
             assert sorted(got, key=_order) == sorted(expected, key=_order), name
             starts = [r[at_column] for r in got]
             assert starts == sorted(starts), f"{name}: not in valid_from order"
@@ -173,7 +175,8 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
         with pytest.raises(psycopg.errors.DependentObjectsStillExist):
             admin.execute(f"DROP STREAM {s}")
         _insert(admin, {s: [(1, i, i) for i in range(5)]})
-        assert _drain(c.cursor(), "r", 5, time.monotonic() + 60) == [(i, at(i)) for i in range(5)]
+        assert _drain(c.cursor(), "r", 5, time.monotonic() + 60, quiet="0.2s") == \
+            [(i, at(i)) for i in range(5)]
         c.execute("CLOSE r")
         deadline = time.monotonic() + 20
         while os.path.isdir(folder) and time.monotonic() < deadline:

@@ -54,6 +54,7 @@ class SparkQuery:
     query: object = None                 # pyspark's StreamingQuery, once started
     last_batch: int = -1                 # the newest batch id delivered
     held: pa.Table | None = None         # a union's rows its inputs' watermarks have not passed
+    order: tuple = ()                    # the columns a batch's rows are sorted by
     batches: int = 0
     rows_out: int = 0
     stopped: bool = False
@@ -80,7 +81,9 @@ class SparkStreams:
         qid = self.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self, bounds=bounds)
         live.streams = P.streams_read(p.root)
-        sq = SparkQuery(qid, p, shape, live, f"q{qid}", os.path.join(self.folder, f"q{qid}"))
+        sq = SparkQuery(qid, p, shape, live, f"q{qid}", os.path.join(self.folder, f"q{qid}"),
+                        order=(T.TS, T.TE, *(c.name for c in p.root.schema
+                                             if _sortable(c.type))))
         self.queries[qid] = sq
         try:
             await self.loop.run_in_executor(pool, self._start, sq)
@@ -138,8 +141,8 @@ class SparkStreams:
         if sq.shape.hold:
             rows = self._hold(sq, rows, self._frontier(sq, batch_id))
         if rows.num_rows:
-            rows = rows.take(pc.sort_indices(rows, [(T.TS, "ascending"),
-                                                   (T.TE, "ascending")]))
+            # valid_from order; ties in the columns' order, so a batch always reads the same
+            rows = rows.take(pc.sort_indices(rows, [(c, "ascending") for c in sq.order]))
             out = client_table(sq.plan, rows)
             sq.rows_out += out.num_rows
             self.loop.call_soon_threadsafe(sq.live.put, out)
@@ -272,6 +275,11 @@ def client_table(p: P.Plan, rows: pa.Table) -> pa.Table:
             cols.append(rows.column(next(real)))
         names.append(c.name)
     return pa.table(cols, names=names)
+
+
+def _sortable(duck_type: str) -> bool:
+    """Whether Arrow sorts a column of this type (not lists, structs or maps)."""
+    return not any(m in duck_type.upper() for m in ("[", "STRUCT", "MAP", "UNION"))
 
 
 def _ddl(scan: P.StreamScan) -> str:
