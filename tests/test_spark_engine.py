@@ -26,6 +26,8 @@ SHAPES = [
     ("tumbling_having", "SELECT k % 2 AS parity, COUNT(*) AS n, valid_from, valid_to FROM {s} "
                         "[RANGE '3 seconds' SLIDE '3 seconds'] GROUP BY k % 2 "
                         "HAVING COUNT(*) > 2", 2),
+    ("slide_rows", "SELECT k, v, wtime(*), valid_to FROM {s} [RANGE '4 seconds' SLIDE '2 seconds'] "
+                   "WHERE v > 80", 2),
     ("union", "SELECT k, v, valid_from, valid_to FROM {s} [RANGE '3 seconds'] WHERE v > 50 "
               "UNION ALL SELECT k, v, valid_from, valid_to FROM {s2} [RANGE '4 seconds']", 2),
     ("equi_join", "SELECT a.k, a.v AS av, b.v AS bv, valid_from, valid_to FROM "
@@ -86,9 +88,9 @@ def test_both_engines_give_the_same_rows(server):
             for name, sql, _ in SHAPES:
                 conn.execute(f"DECLARE {name} CURSOR FOR " + sql.format(s=s, s2=s2))
         wait_running(server.dsn, s, count=2 * len(SHAPES), timeout=60)
-        engines = dict(admin.execute("SELECT name, string_agg(DISTINCT engine, ',' ORDER BY engine) FROM "
-                                     "cq_queries WHERE query LIKE %s GROUP BY name",
-                                     [f"%{s}%"]).fetchall())
+        engines = dict(admin.execute(
+            "SELECT name, string_agg(DISTINCT engine, ',' ORDER BY engine) FROM cq_queries "
+            "WHERE query LIKE %s GROUP BY name", [f"%{s}%"]).fetchall())
         assert engines == {name: "backend,spark" for name, *_ in SHAPES}
 
         # s2's event time runs at s's pace, so each turn's s2 rows precede the s rows sent
@@ -120,7 +122,7 @@ def _order(row: tuple) -> tuple:
     ("SELECT a.k FROM {s} [RANGE '1 second'] a JOIN {s} [RANGE '1 second'] b ON a.v < b.v",
      "no equality to partition by"),
     ("SELECT a.k FROM (SELECT k, COUNT(*) AS n FROM {s} [RANGE '2 seconds' SLIDE '2 seconds'] "
-     "GROUP BY k) a JOIN {s} [RANGE '1 second'] b ON a.k = b.k", "both sides"),
+     "GROUP BY k) a JOIN {s} [RANGE '1 second'] b ON a.k = b.k", "neither both"),
     ("SELECT DISTINCT k FROM {s} [RANGE '1 second']", "DISTINCT"),
     ("SELECT k FROM {s} [ROWS 3]", "window rows 3"),
 ])

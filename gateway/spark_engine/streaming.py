@@ -40,6 +40,7 @@ from gateway.spark_engine.spool_source import NAME, PUNCT, SpoolSource
 log = logging.getLogger("cqgate")
 FOLDER = "spark-streams"       # checkpoints, under the data directory
 _SQLSTATE = re.compile(r"SQLSTATE: ([0-9A-Z]{5})")
+NO_INFERRED_FILTERS = "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromConstraints"
 
 
 @dataclass(eq=False)
@@ -101,6 +102,10 @@ class SparkStreams:
         with self._lock:
             if not self._registered:
                 session.dataSource.register(SpoolSource)
+                # a filter Spark infers from a join (``v IS NOT NULL`` from ``v = top``) is
+                # pushed below the event-time watermark, where it would drop the watermark
+                # rows (their columns are NULL): that stream's watermark would stop
+                session.conf.set("spark.sql.optimizer.excludedRules", NO_INFERRED_FILTERS)
                 self._registered = True
         return session
 

@@ -2,19 +2,28 @@
 over its streams' spools, or a 0A000 saying why Spark cannot give the same answers.
 
 ``check`` walks the plan without Spark (so a refusal comes before any JVM starts) and says
-what shape it has; ``build`` makes the DataFrame. Every frame carries the rows' interval as
+what shape it has; ``Builder`` makes the DataFrame. Every frame carries the rows' interval as
 ``__ts`` / ``__te`` (TIMESTAMP_NTZ; a NULL ``__te`` is ∞) and ``__punct`` (the rows that carry a
-stream's watermark, see spool_source), with the plan's own column names. What runs:
+stream's watermark, see spool_source), with the plan's own column names; a frame on a SLIDE
+grid also carries ``__wt``, Spark's event time of its window (``window_time``), which keeps
+Spark's watermark for what reads it. What runs:
 
 - σ, μ and ω RANGE / unbounded over one stream: row by row, every row released at once
   (the spool is in valid_from order already);
-- ∪ of those: every row held until each input's watermark passes its valid_from, so rows
-  still leave in valid_from order;
-- α over ω RANGE … SLIDE grouped by a key, with sum, count, min, max (and AVG, made of
-  them): Spark's own ``window()`` and ``groupBy`` with an event-time watermark, in the JVM.
-  A slide's window is (τ − i, τ]; Spark's are [start, end), so the event time is read 1 µs
-  earlier, and a window ending at τ closes when the stream's watermark passes τ (a watermark
-  row at W moves Spark's to W − 1 µs, and Spark closes windows whose end is at most that).
+- ∪ of those: rows held until every input's watermark passes their valid_from;
+- ω RANGE … SLIDE: a tuple's row from the first window that holds it until the one after
+  the last, row by row; α over such a window's tuples grouped by window (and by keys), with
+  sum, count, min, max (AVG is made of them), and again over the rows of such an α (q5's MAX
+  of counts): Spark's ``window()`` and ``groupBy`` with an event-time watermark, in the JVM. A slide's window is
+  (τ − i, τ]; Spark's are [start, end), so the event time is read 1 µs earlier, and a window
+  ending at τ closes when the stream's watermark passes τ (a watermark row at W moves Spark's
+  to W − 1 µs, and Spark closes windows whose end is at most that). An α with no key is
+  refused on its own (the back end answers an empty slide; Spark has no row for it) but runs
+  as a join's side, where an empty slide joins nothing either way;
+- ⋈ on an equality of two streams over RANGE windows (intervals meeting: each starts before
+  the other ends), or of two frames on the same SLIDE grid (the same window; a SLIDE
+  window's tuples then come once per window they are in): Spark's stream–stream join, its
+  state bounded by both watermarks; rows held as a union's.
 
 Expressions are the plan's DuckDB SQL, written for Spark by sqlglot.
 """
@@ -33,6 +42,7 @@ from gateway.spark_engine.spool_source import PUNCT
 
 TS, TE = "__ts", "__te"
 ET = "__et"                     # the event time Spark's watermark and window() read
+WT = "__wt"                     # a SLIDE window's event time (its end − 1 µs), watermarked
 BACKEND_HINT = "Run it on the back end: SET cq.engine = backend (the default)."
 
 
@@ -45,81 +55,89 @@ class Refused(E.PgError):
 @dataclass(frozen=True)
 class Shape:
     """What ``check`` found: the streams read, and whether rows of one micro-batch must wait
-    for the inputs' watermarks (a union) before they leave."""
+    for the inputs' watermarks before they leave."""
     streams: tuple
     hold: bool
 
 
 # ---------------------------------------------------------------------- check
-# what a subtree gives: "scan" (a stream's tuples), "ranged" / "unbounded" (windowed rows),
-# "slide" (a SLIDE window's, for an aggregate), "aggregate", "union" or "join" (whose rows
-# must wait for the inputs' watermarks)
-_WINDOWED = ("ranged", "unbounded")
+@dataclass(frozen=True)
+class Kind:
+    """What a subtree gives: ``scan`` (a stream's tuples), ``ranged`` / ``unbounded``
+    (windowed rows), ``slid`` (a SLIDE window's rows), ``aligned`` / ``keyless`` (an α's rows,
+    with keys or without), ``union``, ``join``; ``grid`` (slide, end offset) µs for the
+    kinds on a SLIDE grid."""
+    name: str
+    grid: tuple | None = None
 
 
-def _check_scan(n: P.StreamScan, kids) -> str:
+_GRIDDED = ("slid", "aligned", "keyless", "joined")
+
+
+def _with_key(hint_start: str) -> str:
+    return hint_start + ", or " + BACKEND_HINT[0].lower() + BACKEND_HINT[1:]
+
+
+def _check_scan(n: P.StreamScan, kids) -> Kind:
     if n.of_table:
         raise Refused("Stream(t) of a table's changes is read by the back end only")
     if n.arrival:
         raise Refused("a quality-driven join (WITH (recall = …)) reads arrival order")
     if n.end_column:
         raise Refused(f"stream {n.stream} carries its own intervals (ENDTIMESTAMPCOLUMN)")
-    return "scan"
+    return Kind("scan")
 
 
-_WINDOW_KINDS = {P.RangeWindow: "ranged", P.UnboundedWindow: "unbounded",
-                 P.SlideWindow: "slide"}
-
-
-def _check_window(n: P.Window, kids) -> str:
-    if kids[0] != "scan":
+def _check_window(n: P.Window, kids) -> Kind:
+    if kids[0].name != "scan":
         raise Refused("a window over a derived result")
-    kind = _WINDOW_KINDS.get(type(n.window))
-    if kind is None:
-        raise Refused(f"window {P.window_text(n.window)} (Spark runs RANGE, RANGE … "
-                      "SLIDE and unbounded windows)")
-    return kind
+    w = n.window
+    if isinstance(w, P.RangeWindow):
+        return Kind("ranged")
+    if isinstance(w, P.UnboundedWindow):
+        return Kind("unbounded")
+    if isinstance(w, P.SlideWindow):
+        return Kind("slid", (w.slide_us, (w.start_us or 0) % w.slide_us))
+    raise Refused(f"window {P.window_text(w)} (Spark runs RANGE, RANGE … SLIDE and unbounded "
+                  "windows)")
 
 
-def _check_row_op(n, kids) -> str:
-    if kids[0] == "slide":
-        raise Refused("rows of a SLIDE window outside an aggregate")
+def _check_row_op(n, kids) -> Kind:
     return kids[0]
 
 
-def _check_aggregate(n: P.Aggregate, kids) -> str:
-    if kids[0] != "slide":
+def _check_aggregate(n: P.Aggregate, kids) -> Kind:
+    if kids[0].name not in ("slid", "aligned", "keyless"):
         raise Refused("an aggregate over a RANGE window (its rows change at every tuple and "
                       "expiry); Spark runs aggregates over RANGE … SLIDE windows")
-    if not n.keys:
-        raise Refused("an aggregate with no GROUP BY key cannot be partitioned over Spark's "
-                      "executors", hint="Group by a key, or " + BACKEND_HINT[0].lower()
-                      + BACKEND_HINT[1:])
     other = sorted({p.func for p in n.partials} - set(_PARTIALS))
     if other:
         raise Refused(f"aggregate {', '.join(other)} (Spark runs SUM, COUNT, MIN, MAX, AVG)")
-    return "aggregate"
+    return Kind("aligned" if n.keys else "keyless", kids[0].grid)
 
 
-def _check_union(n: P.Union_, kids) -> str:
-    if not all(k in _WINDOWED for k in kids):
+def _check_union(n: P.Union_, kids) -> Kind:
+    if not all(k.name in ("ranged", "unbounded", "slid") for k in kids):
         raise Refused("a union of anything but windowed rows of streams")
-    return "union"
+    return Kind("union")
 
 
-def _check_join(n: P.Join, kids) -> str:
+def _check_join(n: P.Join, kids) -> Kind:
     if n.kind != "stream-stream":
-        raise Refused("a join with a table (its rows change in event time as it is "
-                      "updated)")
-    if kids != ["ranged", "ranged"]:
-        raise Refused("a join whose sides are not both a stream's rows under a RANGE window "
-                      "(Spark keeps a join's tuples as long as their windows: both sides "
-                      "need one)")
+        raise Refused("a join with a table (its rows change in event time as it is updated)")
+    names = [k.name for k in kids]
+    gridded = all(k in _GRIDDED for k in names) and kids[0].grid == kids[1].grid
+    if names == ["slid", "slid"]:
+        raise Refused("a join of two SLIDE windows' rows (the back end joins each tuple's "
+                      "whole span of windows at once)")
+    if names != ["ranged", "ranged"] and not gridded:
+        raise Refused("a join whose sides are neither both a stream's rows under a RANGE "
+                      "window nor both on the same SLIDE grid (Spark keeps a join's tuples "
+                      "as long as their windows)")
     if not n.equi:
         raise Refused("a join of two streams with no equality to partition by",
-                      hint="Join on a key (a = b), or " + BACKEND_HINT[0].lower()
-                      + BACKEND_HINT[1:])
-    return "join"
+                      hint=_with_key("Join on a key (a = b)"))
+    return Kind("joined", kids[0].grid) if gridded else Kind("join")
 
 
 def _refuse(why: str):
@@ -150,13 +168,20 @@ _CHECKS = {
 
 def check(p: P.Plan) -> Shape:
     """The plan's shape on Spark, or Refused (0A000) saying what Spark cannot run."""
-    def walk(node) -> str:
+    def walk(node) -> Kind:
         return _CHECKS[type(node)](node, [walk(c) for c in P.children(node)])
 
-    kind = walk(p.root)
-    if kind in ("scan", "slide"):          # the planner always puts a window there
+    kind = walk(p.root).name
+    if kind == "scan":                    # the planner always puts a window there
         raise Refused("a stream read without a window")
-    return Shape(tuple(sorted(P.streams_read(p.root))), hold=kind in ("union", "join"))
+    if kind == "keyless":
+        raise Refused("an aggregate with no GROUP BY key cannot be partitioned over Spark's "
+                      "executors (and the back end answers every slide, an empty one too)",
+                      hint=_with_key("Group by a key"))
+    # rows of one stream leave in valid_from order, an α's once Spark closes their window;
+    # a union's and a join's wait for the watermarks
+    return Shape(tuple(sorted(P.streams_read(p.root))),
+                 hold=kind in ("union", "join", "joined"))
 
 
 # ---------------------------------------------------------------------- build
@@ -180,6 +205,7 @@ class Builder:
 
     def __init__(self, read):
         self.read = read
+        self.exploded: set = set()      # SLIDE windows whose rows a join on the grid reads
 
     def build(self, node):
         return self._BUILD[type(node)](self, node)
@@ -191,10 +217,26 @@ class Builder:
                              f"{q(n.timestamp_column)} AS {TE}", PUNCT)
 
     def _window(self, n: P.Window):
+        w = n.window
         df = self.build(n.input)
-        if isinstance(n.window, P.RangeWindow):
-            return df.withColumn(TE, F.expr(_plus_us(TS, n.window.size_us)))
-        return df.withColumn(TE, F.expr("CAST(NULL AS TIMESTAMP_NTZ)"))
+        if isinstance(w, P.RangeWindow):
+            return df.withColumn(TE, F.expr(_plus_us(TS, w.size_us)))
+        if isinstance(w, P.UnboundedWindow):
+            return df.withColumn(TE, F.expr("CAST(NULL AS TIMESTAMP_NTZ)"))
+        if n in self.exploded:      # a join on the grid: a row per window, to meet its own
+            df = _event_time(df)
+            names = [q(c.name) for c in n.schema]
+            df = df.select(*names, _spark_window(w).alias("__w"))
+            return _on_grid(df.select(*names, F.window_time("__w").alias(WT)), w.slide_us)
+        # a tuple's row, as the back end's: from the first window that holds it until the
+        # one after the last ((τ − size, τ] holds ts when ts <= τ < ts + size)
+        j, o = w.slide_us, (w.start_us or 0) % w.slide_us
+        t = f"unix_micros(CAST({TS} AS TIMESTAMP))"
+        first = f"({o} + (({t} - {o} + {j} - 1) DIV {j}) * {j})"
+        last = f"({o} + (({t} + {w.size_us} - 1 - {o}) DIV {j}) * {j})"
+        df = df.where(f"{PUNCT} OR {first} <= {last}")
+        return df.withColumn(TE, F.expr(f"CAST(timestamp_micros({last} + {j}) AS TIMESTAMP_NTZ)")) \
+            .withColumn(TS, F.expr(f"CAST(timestamp_micros({first}) AS TIMESTAMP_NTZ)"))
 
     def _filter(self, n: P.Filter):
         # a watermark's row passes every filter; the OR keeps Spark from splitting it off
@@ -203,7 +245,7 @@ class Builder:
     def _map(self, n: P.Map):
         df = self.build(n.input)
         return df.selectExpr(*(f"{spark_sql(o.expr)} AS {q(o.name)}" for o in n.outputs),
-                             TS, TE, PUNCT)
+                             *_carried(df))
 
     def _union(self, n: P.Union_):
         frames = []
@@ -217,44 +259,51 @@ class Builder:
         return out
 
     def _aggregate(self, n: P.Aggregate):
-        from_window = n.input
-        w = from_window.window
-        # the event time 1 µs early: Spark's [start, end) is then the slide's (τ − i, τ]
-        df = _event_time(self.build(from_window.input))
         keys = [f"{spark_sql(k.expr)} AS {q(k.name)}" for k in n.keys]
         args = [f"{spark_sql(p.arg)} AS {q(p.name)}" for p in n.partials if p.arg is not None]
-        df = df.selectExpr(*keys, *args, ET)
-        # Spark puts a window's start on its grid, cqgate its end: the same when the size is
-        # a multiple of the slide, otherwise Spark's grid is shifted by the size
-        offset = ((w.start_us or 0) - w.size_us) % w.slide_us
-        window = F.window(ET, f"{w.size_us} microseconds", f"{w.slide_us} microseconds",
-                          f"{offset} microseconds")
-        grouped = df.groupBy(window.alias("__w"), *(F.col(k.name) for k in n.keys))
-        agg = grouped.agg(*(_PARTIALS[p.func](p.name).alias(p.name) for p in n.partials))
-        agg = agg.withColumn(TS, F.expr("CAST(`__w`.`end` AS TIMESTAMP_NTZ)"))
-        agg = agg.withColumn(TE, F.expr(_plus_us(TS, w.slide_us)))
+        if isinstance(n.input, P.Window):       # over a SLIDE window's tuples: by window
+            w = n.input.window
+            df = _event_time(self.build(n.input.input)).selectExpr(*keys, *args, ET)
+            by = _spark_window(w).alias("__w")
+        else:                                    # over an α's rows: by their window
+            w = _slide_below(n.input)
+            df = self.build(n.input).selectExpr(*keys, *args, WT)
+            by = F.col(WT)
+        aggs = [_PARTIALS[p.func](p.name).alias(p.name) for p in n.partials] or \
+            [F.count(F.lit(1)).alias("__n")]       # Spark's agg() needs one
+        agg = df.groupBy(by, *(F.col(k.name) for k in n.keys)).agg(*aggs)
+        if isinstance(n.input, P.Window):
+            agg = agg.withColumn(WT, F.window_time("__w"))
+        agg = _on_grid(agg, w.slide_us)
         return agg.selectExpr(*(f"{spark_sql(f.expr)} AS {q(f.name)}" for f in n.finals),
-                              TS, TE, f"false AS {PUNCT}")
+                              *_carried(agg))
 
     def _join(self, n: P.Join):
+        gridded = _slide_below(n.left) is not None
+        if gridded:
+            self.exploded.update(_slide_rows(n.left) + _slide_rows(n.right))
         sides = []
         for side, child in (("l", n.left), ("r", n.right)):
-            df = _event_time(self.build(child))
+            df = self.build(child)
+            if not gridded:
+                df = _event_time(df).withColumn(WT, F.col(ET))
             names = [c.name for c in child.schema]
             sides.append(df.selectExpr(*(q(c) for c in names), f"{TS} AS __ts_{side}",
-                                       f"{TE} AS __te_{side}", f"{ET} AS __et_{side}"))
-        spans = [_range_of(n.left), _range_of(n.right)]
-        # the intervals meet: each starts before the other ends (Spark bounds the join's
-        # state by this, with both sides' watermarks)
-        cond = [f"({spark_sql(a)}) = ({spark_sql(b)})" for a, b in n.equi] + [
-            f"__et_l < __et_r + INTERVAL '{spans[1]}' MICROSECOND",
-            f"__et_r < __et_l + INTERVAL '{spans[0]}' MICROSECOND"]
+                                       f"{TE} AS __te_{side}", f"{WT} AS __wt_{side}"))
+        cond = [f"({spark_sql(a)}) = ({spark_sql(b)})" for a, b in n.equi]
+        if gridded:             # the same window on both sides
+            cond.append("__wt_l = __wt_r")
+        else:                   # the intervals meet: each starts before the other ends
+            spans = [_range_of(n.left), _range_of(n.right)]
+            cond += [f"__wt_l < __wt_r + INTERVAL '{spans[1]}' MICROSECOND",
+                     f"__wt_r < __wt_l + INTERVAL '{spans[0]}' MICROSECOND"]
         out = sides[0].join(sides[1], F.expr(" AND ".join(cond)), "inner")
         if n.residual is not None:
             out = out.where(spark_sql(n.residual))
         return out.selectExpr(*(q(c.name) for c in n.schema),
                               f"greatest(__ts_l, __ts_r) AS {TS}",
-                              f"least(__te_l, __te_r) AS {TE}", f"false AS {PUNCT}")
+                              f"least(__te_l, __te_r) AS {TE}", f"false AS {PUNCT}",
+                              *([f"__wt_l AS {WT}"] if gridded else []))
 
     _BUILD = {P.StreamScan: _scan, P.Window: _window, P.Filter: _filter, P.Map: _map,
               P.Union_: _union, P.Aggregate: _aggregate, P.Join: _join}
@@ -269,6 +318,45 @@ def _event_time(df):
     df = df.withWatermark(ET, "0 seconds")
     # after the watermark, and naming its column, so Spark cannot push it below
     return df.where(f"NOT {PUNCT} OR {ET} IS NULL")
+
+
+def _spark_window(w: P.SlideWindow):
+    """Spark's window() for a SLIDE window: Spark puts a window's start on its grid, cqgate
+    its end; the same when the size is a multiple of the slide, otherwise Spark's grid is
+    shifted by the size."""
+    offset = ((w.start_us or 0) - w.size_us) % w.slide_us
+    return F.window(ET, f"{w.size_us} microseconds", f"{w.slide_us} microseconds",
+                    f"{offset} microseconds")
+
+
+def _on_grid(df, slide_us: int):
+    """A frame with WT (its window's end − 1 µs) given its interval: [end, end + slide)."""
+    df = df.withColumn(TS, F.expr(f"CAST({WT} + INTERVAL 1 MICROSECOND AS TIMESTAMP_NTZ)"))
+    return df.withColumn(TE, F.expr(_plus_us(TS, slide_us))) \
+        .withColumn(PUNCT, F.lit(False))
+
+
+def _carried(df) -> list:
+    """The interval and bookkeeping columns a frame carries on."""
+    return [TS, TE, PUNCT] + ([WT] if WT in df.columns else [])
+
+
+def _slide_below(node) -> P.SlideWindow | None:
+    """The SLIDE window under a frame on a SLIDE grid (None: it is not on one)."""
+    if isinstance(node, P.Window):
+        return node.window if isinstance(node.window, P.SlideWindow) else None
+    kids = P.children(node)
+    return _slide_below(kids[0]) if kids else None
+
+
+def _slide_rows(node) -> list:
+    """The ω SLIDE under a join's side whose rows it reads (not an α's window)."""
+    if isinstance(node, P.Aggregate):
+        return []
+    if isinstance(node, P.Window):
+        return [node]
+    kids = P.children(node)
+    return _slide_rows(kids[0]) if kids else []
 
 
 def _range_of(node) -> int:
