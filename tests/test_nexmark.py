@@ -75,6 +75,24 @@ def test_query_matches_duckdb(server, events, name, engine):
     assert late == 0                     # the slack absorbed every delay
 
 
+def test_q5_over_a_burst_matches_duckdb(server, tmp_path):
+    """q5 over 20,000 events of 0.2 s: its MAX over no counts yet (NULL, an Arrow column of
+    type null) and the counts after it meet in the join's buffer, which once failed (XX000)."""
+    csv = generate.write(generate.generate(20_000, 100_000, delayed=False), str(tmp_path))
+    files = {s: str(tmp_path / f"{s}.parquet") for s in generate.SCHEMAS}
+    q = QUERIES["q5"]
+    want = oracle(q, files)
+    drive.declare(server.dsn)
+    reader = drive.Reader(server.dsn, q.cqgate).start(expect=len(want))
+    try:
+        drive.feed(server.ingest_port, {"bids": csv["bids"]})
+        drive.advance(server.dsn, q.reads, AFTER)
+        reader.wait(60)
+        assert sorted(map(tuple, reader.rows), key=repr) == want
+    finally:
+        reader.close()
+
+
 def test_the_cpu_meter_counts_what_the_server_spent():
     """The throughput records' CPU per event: a process standing for the gateway spins for
     0.3 s of CPU while the meter is entered, and the meter finds those 0.3 s."""

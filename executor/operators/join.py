@@ -108,7 +108,9 @@ class StreamJoin(Merging):
 def _one(chunks) -> pa.Table:
     if isinstance(chunks, pa.Table):
         return chunks
-    return chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks)
+    # a side's batches may type an all-NULL column as null (an aggregate over nothing, such
+    # as q5's MAX before any count): it takes the type of the others
+    return chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks, promote_options="default")
 
 
 def _bounded(chunk: pa.Table, te: str) -> tuple:

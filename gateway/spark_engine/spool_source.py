@@ -1,18 +1,20 @@
 """``cqgate_spool``: a PySpark streaming data source over one stream's spool (see
 gateway.clearinghouse.spool). An offset is ``{"seq": n, "spool": path}``: every file up to n
 has been read (the path lets whoever reads a checkpoint's offsets tell the spools apart).
-Each micro-batch reads the files after the last offset, one partition a file, as Arrow
-batches; ``commit`` tells the spool so it can delete what every reader has. Spark keeps the
+Each micro-batch reads the files after the last offset, consecutive files split over at
+most ``tasks`` partitions (4), as Arrow batches; ``commit`` tells the spool so it can delete what every reader has. Spark keeps the
 offsets in the query's checkpoint, so a query restarted from it reads on from there: no
 tuple lost or read twice.
 
 Options: ``path`` (the spool directory), ``schema`` (a DDL string), ``reader`` (this query's
 name, for commits; none: never commits), ``ts_column`` (the stream's event-time column: each
-file's watermark then also comes as a row, ``PUNCT`` true and every other column null but
-that one, so Spark's event-time watermark follows the stream's even when no tuple comes).
+task's watermark, its last file's, then also comes as a row, ``PUNCT`` true and every other
+column null but that one, so Spark's event-time watermark follows the stream's even when no
+tuple comes), ``tasks`` (at most this many partitions a micro-batch; 4).
 """
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -20,12 +22,15 @@ from gateway.clearinghouse import spool
 
 NAME = "cqgate_spool"
 PUNCT = "__punct"        # true on a watermark's row, false on the stream's tuples
+TASKS = 4                # a micro-batch's files are read by at most this many tasks
 
 
-class SpoolFile(InputPartition):
-    def __init__(self, seq: int):
-        super().__init__(seq)
-        self.seq = seq
+class SpoolFiles(InputPartition):
+    """Consecutive files of the spool, read by one task."""
+
+    def __init__(self, seqs: list):
+        super().__init__(seqs)
+        self.seqs = seqs
 
 
 class SpoolReader(DataSourceStreamReader):
@@ -33,6 +38,7 @@ class SpoolReader(DataSourceStreamReader):
         self.path = options["path"]
         self.reader = options.get("reader")
         self.ts_column = options.get("ts_column")
+        self.tasks = int(options.get("tasks", TASKS))
 
     def initialOffset(self) -> dict:
         mine = spool.committed(self.path).get(self.reader, 0) if self.reader else 0
@@ -43,17 +49,19 @@ class SpoolReader(DataSourceStreamReader):
         return {"seq": known[-1] if known else (start or {}).get("seq", 0), "spool": self.path}
 
     def partitions(self, start: dict, end: dict) -> list:
-        return [SpoolFile(seq) for seq in spool.sequences(self.path)
-                if start["seq"] < seq <= end["seq"]]
+        seqs = [seq for seq in spool.sequences(self.path) if start["seq"] < seq <= end["seq"]]
+        n = -(-len(seqs) // self.tasks)            # files a task, the tasks as even as can be
+        return [SpoolFiles(seqs[i:i + n]) for i in range(0, len(seqs), n)]
 
-    def read(self, partition: SpoolFile):
-        table, mark = spool.read(self.path, partition.seq)
-        if self.ts_column is None:
+    def read(self, partition: SpoolFiles):
+        mark = None
+        for seq in partition.seqs:
+            table, mark = spool.read(self.path, seq)
+            if self.ts_column is not None:
+                table = table.append_column(PUNCT, pa.array(np.zeros(table.num_rows, bool)))
             yield from table.to_batches()
-            return
-        table = table.append_column(PUNCT, pa.array([False] * table.num_rows, pa.bool_()))
-        yield from table.to_batches()
-        if mark is not None:
+        # the last file's watermark is the task's: a stream's watermarks only grow
+        if self.ts_column is not None and mark is not None:
             yield punctuation(table.schema, self.ts_column, mark)
 
     def commit(self, end: dict) -> None:
