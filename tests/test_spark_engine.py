@@ -30,6 +30,9 @@ SHAPES = [
                    "WHERE v > 80", 2),
     ("union", "SELECT k, v, valid_from, valid_to FROM {s} [RANGE '3 seconds'] WHERE v > 50 "
               "UNION ALL SELECT k, v, valid_from, valid_to FROM {s2} [RANGE '4 seconds']", 2),
+    ("grid_join", "SELECT b.k, b.v, m.top, valid_from FROM {s} [RANGE '2 seconds' SLIDE "
+                  "'2 seconds'] b JOIN (SELECT k, MAX(v) AS top FROM {s2} [RANGE '2 seconds' "
+                  "SLIDE '2 seconds'] GROUP BY k) m ON b.k = m.k", 3),
     ("equi_join", "SELECT a.k, a.v AS av, b.v AS bv, valid_from, valid_to FROM "
                   "{s} [RANGE '2 seconds'] a JOIN {s2} [RANGE '3 seconds'] b ON a.k = b.k "
                   "WHERE a.v > b.v", 3),

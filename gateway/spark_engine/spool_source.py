@@ -50,6 +50,8 @@ class SpoolReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list:
         seqs = [seq for seq in spool.sequences(self.path) if start["seq"] < seq <= end["seq"]]
+        if not seqs:
+            return []
         n = -(-len(seqs) // self.tasks)            # files a task, the tasks as even as can be
         return [SpoolFiles(seqs[i:i + n]) for i in range(0, len(seqs), n)]
 

@@ -156,14 +156,22 @@ class SparkStreams:
 
     @staticmethod
     def _frontier(sq: SparkQuery, batch_id: int) -> int | None:
-        """The least of the inputs' watermarks once batch ``batch_id`` is read (µs; None:
-        an input has none yet): from the batch's end offsets, which Spark wrote to the
-        checkpoint before running it, and the watermark each spool file ends with."""
+        """Before which instant no row can come any more once batch ``batch_id`` is done
+        (µs; None: not known yet): the least of the inputs' watermarks, from the batch's end
+        offsets (which Spark wrote to the checkpoint before running it) and the watermark
+        each spool file ends with. Where an α's window closes by Spark's watermark, its
+        rows come in the batch after the one that moved it: then also no later than Spark's
+        watermark in this batch (a window ending after it is still open)."""
         with open(os.path.join(sq.checkpoint, "offsets", str(batch_id))) as f:
-            lines = f.read().splitlines()[2:]           # a version, the batch's metadata
-        marks = [spool.watermark_at(o["spool"], o["seq"])
-                 for o in map(json.loads, lines) if o and "spool" in o]
-        return None if not marks or None in marks else min(marks)
+            lines = f.read().splitlines()[1:]           # after the version
+        meta, offsets = json.loads(lines[0]), map(json.loads, lines[1:])
+        marks = [spool.watermark_at(o["spool"], o["seq"]) for o in offsets
+                 if o and "spool" in o]
+        if not marks or None in marks:
+            return None
+        if sq.shape.closes:
+            marks.append(int(meta.get("batchWatermarkMs", 0)) * 1000 + 1)
+        return min(marks)
 
     @staticmethod
     def _hold(sq: SparkQuery, rows: pa.Table, frontier: int | None) -> pa.Table:

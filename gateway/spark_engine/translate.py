@@ -54,10 +54,12 @@ class Refused(E.PgError):
 
 @dataclass(frozen=True)
 class Shape:
-    """What ``check`` found: the streams read, and whether rows of one micro-batch must wait
-    for the inputs' watermarks before they leave."""
+    """What ``check`` found: the streams read, whether rows of one micro-batch must wait for
+    the inputs' watermarks before they leave, and whether an α's windows close by Spark's
+    watermark on the way."""
     streams: tuple
     hold: bool
+    closes: bool = False
 
 
 # ---------------------------------------------------------------------- check
@@ -181,7 +183,11 @@ def check(p: P.Plan) -> Shape:
     # rows of one stream leave in valid_from order, an α's once Spark closes their window;
     # a union's and a join's wait for the watermarks
     return Shape(tuple(sorted(P.streams_read(p.root))),
-                 hold=kind in ("union", "join", "joined"))
+                 hold=kind in ("union", "join", "joined"), closes=_has_aggregate(p.root))
+
+
+def _has_aggregate(node) -> bool:
+    return isinstance(node, P.Aggregate) or any(_has_aggregate(c) for c in P.children(node))
 
 
 # ---------------------------------------------------------------------- build
