@@ -312,6 +312,14 @@ class CQLParser(PostgresParser):
                                                     window=self._parse_window_spec()))
 
     # ------------------------------------------------------------------ StreaQueL loop
+    def _parse_table_hints(self):
+        # CQL has no T-SQL table hints: WITH ( after a stream's name begins the query's own
+        # options (WITH (engine = spark), WITH (recall = …)), read as a query modifier
+        if self._curr and self._curr.token_type == TokenType.WITH and self._next \
+                and self._next.token_type == TokenType.L_PAREN:
+            return None
+        return super()._parse_table_hints()
+
     def _parse_join_options(self) -> list | None:
         if not (self._next and self._next.token_type == TokenType.L_PAREN):
             return None

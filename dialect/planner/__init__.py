@@ -11,12 +11,35 @@ from sqlglot import exp
 from executor import plan as P
 
 from .. import expressions as X
+from ..errors import InvalidWindow
+from . import quality_join
+from .apply_default_windows import written_at
 from .build import Builder, timestamp_us
 from .catalog import Catalog, MemoryCatalog, Relation
 from .check_bounded_state import check_bounded_state
 
-__all__ = ["plan", "explain", "is_continuous", "Catalog", "MemoryCatalog", "Relation",
-           "timestamp_us"]
+__all__ = ["plan", "explain", "is_continuous", "query_engine", "Catalog", "MemoryCatalog",
+           "Relation", "timestamp_us"]
+
+ENGINES = ("backend", "spark")
+
+
+def query_engine(tree: exp.Expression) -> str | None:
+    """The engine a query asks for with ``WITH (engine = …)`` after its SELECT (None: it does
+    not say); a word other than backend or spark is 22023 at that option."""
+    for sel in tree.find_all(exp.Select):
+        for opt in sel.args.get("join_options") or []:
+            if opt.this.name.lower() != quality_join.ENGINE_OPTION:
+                continue
+            value = opt.args["value"]
+            word = (value.name if isinstance(value, (exp.Literal, exp.Identifier))
+                    else value.sql()).lower()
+            if word not in ENGINES:
+                raise InvalidWindow(f'invalid value for option "engine": {word}',
+                                    position=written_at(opt),
+                                    hint="The engines are backend and spark.")
+            return word
+    return None
 
 
 def _relations(tree: exp.Expression):

@@ -269,12 +269,12 @@ class Builder:
             kind = "stream-table" if src.relation.kind == "table" else "stream-stream"
             node = P.Join(node, part, tuple(equi), conjunction(residual), kind,
                           node.schema + part.schema)
-            if quality is not None and (sel.args.get("join_options") or (
+            if quality is not None and (quality_join.written(sel) or (
                     kind == "stream-stream" and len(order) == 2)):
                 node = quality_join.quality_join(node, (sources[order[0]].alias, src.alias),
                                                  quality, quality_join.where(sel),
                                                  self.joins_in_order)
-        if sel.args.get("join_options") and not isinstance(node, P.QualityJoin):
+        if quality_join.written(sel) and not isinstance(node, P.QualityJoin):
             raise Unsupported("a recall target applies to a join of two streams",
                               hint="Drop WITH (recall = …), or join two streams.",
                               position=quality_join.where(sel))
@@ -291,7 +291,7 @@ class Builder:
         try:
             return self._select(sel)
         except Unsupported:
-            if sel.args.get("join_options") or self.join_quality is None:
+            if quality_join.written(sel) or self.join_quality is None:
                 raise
         saved, self.join_quality = self.join_quality, None
         try:

@@ -64,19 +64,28 @@ def session_options(recall: str, period: str) -> dict | None:
     return out
 
 
+ENGINE_OPTION = "engine"     # WITH (engine = …) beside them says where the query runs
+
+
+def written(sel: exp.Select) -> list:
+    """The join options written after the SELECT (not ``engine``, which is the query's)."""
+    return [o for o in sel.args.get("join_options") or []
+            if o.this.name.lower() != ENGINE_OPTION]
+
+
 def options(sel: exp.Select, session: dict | None) -> dict | None:
     """The join's quality options (the query's over the session's), or None: no target."""
-    written = sel.args.get("join_options")
+    written_ = written(sel)
     out = dict(session or {})
-    for opt in written or []:
+    for opt in written_:
         name = opt.this.name.lower()
         parse = _PARSE.get(name)
         value = opt.args["value"]
         text = value.name if isinstance(value, (exp.Literal, exp.Identifier)) else value.sql()
         if parse is None:
             raise InvalidWindow(f'unrecognized join option "{name}"', position=written_at(opt),
-                                hint="The options are recall, period, adapt, granularity and "
-                                     "basic_window.")
+                                hint="The options are recall, period, adapt, granularity, "
+                                     "basic_window, and engine (where the query runs).")
         try:
             out[name] = parse(text)
         except ValueError:
@@ -86,17 +95,17 @@ def options(sel: exp.Select, session: dict | None) -> dict | None:
                                      "are intervals such as '1 second' (at least 1 ms, the "
                                      "period at least 1 second).") from None
     if "recall" not in out:
-        if written:
+        if written_:
             raise InvalidWindow("a join's options need recall", position=written_at(
-                written[0]), hint="WITH (recall = 0.95) asks for 95 % of the results.")
+                written_[0]), hint="WITH (recall = 0.95) asks for 95 % of the results.")
         return None
     return out
 
 
 def where(sel: exp.Select):
     """Where errors about the target point: its WITH, else the SELECT."""
-    written = sel.args.get("join_options")
-    return written_at(written[0]) if written else written_at(sel)
+    options_ = written(sel)
+    return written_at(options_[0]) if options_ else written_at(sel)
 
 
 def _range_of(node, alias: str, at) -> int:

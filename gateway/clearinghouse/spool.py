@@ -136,6 +136,20 @@ def forget(path: str, reader: str) -> None:
         pass
 
 
+def clean_start(root: str, keep) -> None:
+    """At a server's start: the marks of readers that do not go on (``keep(reader)`` false:
+    a cursor's query) go, and with them every spool no reader is left for."""
+    if not os.path.isdir(root):
+        return
+    for stream in os.listdir(root):
+        path = os.path.join(root, stream)
+        for reader in committed(path):
+            if not keep(reader):
+                forget(path, reader)
+        if not committed(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 PRUNE_EVERY = 32        # releases between two looks for files every reader has committed
 
 
@@ -157,14 +171,16 @@ class Spools:
     def tapped(self, stream: str) -> bool:
         return stream.lower() in self.writers
 
-    def open(self, stream: str, schema: pa.Schema, reader: str) -> str:
-        """Spool ``stream`` for ``reader``, who reads what comes from now on; its folder."""
+    def open(self, stream: str, schema: pa.Schema, reader: str, resume: bool = False) -> str:
+        """Spool ``stream`` for ``reader``, who reads what comes from now on (``resume``: from
+        where it committed, if it did: a query restarted from its checkpoint); its folder."""
         name = stream.lower()
         with self._lock:
             writer = self.writers.get(name)
             if writer is None:
                 writer = self.writers[name] = SpoolWriter(self.path(name), schema)
-            commit(writer.path, reader, writer.last)
+            if not (resume and reader in committed(writer.path)):
+                commit(writer.path, reader, writer.last)
             self.readers.setdefault(name, set()).add(reader)
             return writer.path
 

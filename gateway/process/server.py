@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import logging
 import os
-import shutil
 import signal
 import ssl
 import sys
@@ -77,16 +76,16 @@ class Server:
         backend = BackendLink(config.aggregates, clock)
         archive = Archive(config.data_dir)
         spark = Spark(config.spark_master, config.data_dir)
-        # a cursor's query on Spark ends with its cursor: nothing of one survives a restart
+        # a cursor's query on Spark ends with its cursor: nothing of one survives a restart;
+        # a derived stream's goes on from its checkpoint and where it committed in its spools
         spools = spool.Spools(os.path.join(config.data_dir, spool.FOLDER))
-        for folder in (spools.root, os.path.join(config.data_dir, streaming.FOLDER)):
-            shutil.rmtree(folder, ignore_errors=True)
+        spool.clean_start(spools.root, streaming.kept_reader)
+        streaming.clean_start(config.data_dir)
         # what sessions, sources and system views may use; the rest of this object is the process
         self.services = Services(
             config=config, clock=clock, store=store, streams=streams, pool=pool,
             backend=backend, archive=archive, spark=spark,
-            spark_streams=streaming.SparkStreams(spark, spools, config.data_dir,
-                                                 backend.new_qid),
+            spark_streams=streaming.SparkStreams(spark, spools, config.data_dir, backend),
             ingest=Ingest(backend, archive, pool, clock, spools),
             # user wrappers (CREATE WRAPPER) are imported only from these folders
             wrapper_dirs=[os.path.join(config.data_dir, "wrappers")]

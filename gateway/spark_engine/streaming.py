@@ -13,6 +13,7 @@ runs; it ends with its cursor, as on the back end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -24,14 +25,17 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.errors import PySparkException
 from sqlglot import exp
 
 from executor import plan as P
+from executor import wire
 
 from gateway.archive.spark import Spark, spark_type
 from gateway.clearinghouse import spool
 from gateway.clearinghouse.spool import Spools
+from gateway.durable import fsync_dir
 from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
 from gateway.pgwire import errors as E
 from gateway.spark_engine import translate as T
@@ -40,6 +44,7 @@ from gateway.spark_engine.spool_source import NAME, PUNCT, SpoolSource
 log = logging.getLogger("cqgate")
 FOLDER = "spark-streams"       # checkpoints, under the data directory
 _SQLSTATE = re.compile(r"SQLSTATE: ([0-9A-Z]{5})")
+FEED_WAIT_S = 60        # a derived stream's batch waits this long at most for the back end
 NO_INFERRED_FILTERS = "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromConstraints"
 
 
@@ -49,25 +54,30 @@ class SparkQuery:
     qid: int
     plan: P.Plan
     shape: T.Shape
-    live: LiveRows
+    live: LiveRows | None                # a cursor's queue (None: a derived stream's query)
     reader: str
     checkpoint: str
+    feed: str | None = None              # a derived stream's name: its rows go there …
+    rows_dir: str | None = None          # … and are kept here, one file a micro-batch
+    promised: int | None = None          # the last watermark the derived stream was given
     query: object = None                 # pyspark's StreamingQuery, once started
     last_batch: int = -1                 # the newest batch id delivered
     held: pa.Table | None = None         # a union's rows its inputs' watermarks have not passed
     order: tuple = ()                    # the columns a batch's rows are sorted by
+    sql: str = ""
     batches: int = 0
     rows_out: int = 0
     stopped: bool = False
 
 
 class SparkStreams:
-    def __init__(self, spark: Spark, spools: Spools, data_dir: str, new_qid):
+    def __init__(self, spark: Spark, spools: Spools, data_dir: str, backend):
         self.spark = spark
         self.spools = spools
         self.folder = os.path.join(data_dir, FOLDER)
-        self.new_qid = new_qid              # query ids shared with the back end's
-        self.queries: dict = {}             # qid -> SparkQuery
+        self.backend = backend              # query ids are its; derived streams feed it
+        self.queries: dict = {}             # qid -> SparkQuery: cursors' queries
+        self.kept: dict = {}                # oid -> SparkQuery: derived streams' queries
         self.loop: asyncio.AbstractEventLoop | None = None
         self._registered = False
         self._lock = threading.Lock()
@@ -79,12 +89,11 @@ class SparkStreams:
         """Start ``p`` (checked: ``shape``) on Spark; its rows arrive in the returned queue.
         Spark's analysis errors come back here, before any row."""
         self.loop = asyncio.get_running_loop()
-        qid = self.new_qid()
+        qid = self.backend.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self, bounds=bounds)
         live.streams = P.streams_read(p.root)
         sq = SparkQuery(qid, p, shape, live, f"q{qid}", os.path.join(self.folder, f"q{qid}"),
-                        order=(T.TS, T.TE, *(c.name for c in p.root.schema
-                                             if _sortable(c.type))))
+                        order=_order_of(p), sql=sql)
         self.queries[qid] = sq
         try:
             await self.loop.run_in_executor(pool, self._start, sq)
@@ -115,10 +124,10 @@ class SparkStreams:
         names = [c.name for c in p.root.schema]
         return df.select(*names, T.TS, T.TE, PUNCT)
 
-    def _reader_of(self, session, reader: str | None):
+    def _reader_of(self, session, reader: str | None, resume: bool = False):
         def read(scan: P.StreamScan):
             path = self.spools.path(scan.stream) if reader is None else self.spools.open(
-                scan.stream, _arrow_schema(scan), reader)
+                scan.stream, _arrow_schema(scan), reader, resume)
             r = (session.readStream.format(NAME).option("path", path)
                  .option("schema", _ddl(scan)).option("ts_column", scan.timestamp_column))
             return (r.option("reader", reader) if reader else r).load()
@@ -126,7 +135,7 @@ class SparkStreams:
 
     def _start(self, sq: SparkQuery) -> None:
         session = self._session()
-        df = self._frame(sq.plan, self._reader_of(session, sq.reader))
+        df = self._frame(sq.plan, self._reader_of(session, sq.reader, sq.feed is not None))
         os.makedirs(sq.checkpoint, exist_ok=True)
         sq.query = (df.writeStream.queryName(f"cqgate_{sq.reader}")
                     .foreachBatch(lambda batch, batch_id: self._deliver(sq, batch, batch_id))
@@ -142,17 +151,36 @@ class SparkStreams:
             return
         table = batch.toArrow()
         punct = table.column(PUNCT).to_numpy(zero_copy_only=False).astype(bool)
-        rows = table.filter(pa.array(~punct))
+        # valid_from order; ties in the columns' order, so a batch always reads the same
+        rows = self._sorted(sq, table.filter(pa.array(~punct)))
+        frontier = self._frontier(sq, batch_id) if sq.shape.hold or sq.feed else None
+        if sq.rows_dir is not None:         # kept before Spark commits the batch
+            keep_rows(sq.rows_dir, batch_id, client_table(sq.plan, rows, intervals=True))
         if sq.shape.hold:
-            rows = self._hold(sq, rows, self._frontier(sq, batch_id))
-        if rows.num_rows:
-            # valid_from order; ties in the columns' order, so a batch always reads the same
-            rows = rows.take(pc.sort_indices(rows, [(c, "ascending") for c in sq.order]))
-            out = client_table(sq.plan, rows)
-            sq.rows_out += out.num_rows
-            self.loop.call_soon_threadsafe(sq.live.put, out)
+            rows = self._sorted(sq, self._hold(sq, rows, frontier))
+        sq.rows_out += rows.num_rows
+        if sq.feed is not None:
+            asyncio.run_coroutine_threadsafe(self._feed(sq, rows, frontier),
+                                             self.loop).result(FEED_WAIT_S)
+        elif rows.num_rows:
+            self.loop.call_soon_threadsafe(sq.live.put, client_table(sq.plan, rows))
         sq.batches += 1
         sq.last_batch = batch_id
+
+    @staticmethod
+    def _sorted(sq: SparkQuery, rows: pa.Table) -> pa.Table:
+        if rows.num_rows < 2:
+            return rows
+        return rows.take(pc.sort_indices(rows, [(c, "ascending") for c in sq.order]))
+
+    async def _feed(self, sq: SparkQuery, rows: pa.Table, frontier: int | None) -> None:
+        """A derived stream's rows and watermark to the back end, where the queries that read
+        the stream take them as its tuples (each with its interval)."""
+        if rows.num_rows:
+            await self.backend.send_data(sq.feed, internal_table(sq.plan, rows), None)
+        if frontier is not None and (sq.promised is None or frontier > sq.promised):
+            sq.promised = frontier
+            await self.backend.watermark(sq.feed, frontier)
 
     @staticmethod
     def _frontier(sq: SparkQuery, batch_id: int) -> int | None:
@@ -197,13 +225,14 @@ class SparkStreams:
         if err is None or sq.stopped:
             return
         failure = spark_error(err, "the query failed on Spark")
-        log.error("query failed on Spark: %s of pid %d: %s", sq.live.name or "query",
-                  sq.live.owner, failure.message)
+        log.error("query failed on Spark: %s: %s", sq.feed or (
+            f"{sq.live.name or 'query'} of pid {sq.live.owner}"), failure.message)
         self.loop.call_soon_threadsafe(self._failed, sq, failure)
 
     def _failed(self, sq: SparkQuery, err: E.PgError) -> None:
-        sq.live.failure = err.message
-        sq.live.finish(err)
+        if sq.live is not None:
+            sq.live.failure = err.message
+            sq.live.finish(err)
 
     # ------------------------------------------------------------------ the queue's source
     def drop(self, qid: int) -> None:
@@ -232,11 +261,44 @@ class SparkStreams:
     def _clean(self, sq: SparkQuery) -> None:
         for stream in sq.shape.streams:
             self.spools.close(stream, sq.reader)
-        shutil.rmtree(sq.checkpoint, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(sq.rows_dir) if sq.rows_dir else sq.checkpoint,
+                      ignore_errors=True)
+
+    # ------------------------------------------------------------------ derived streams
+    def keep(self, oid: int, name: str, p: P.Plan, shape: T.Shape, sql: str) -> None:
+        """Run derived stream ``name``'s query (``p``, checked: ``shape``) for as long as the
+        server keeps it, from its checkpoint if it has one (a restart): its rows go to the
+        back end as the stream's tuples and are kept under ``<FOLDER>/d<oid>/rows``."""
+        self.loop = self.backend.loop
+        home = os.path.join(self.folder, f"d{oid}")
+        sq = SparkQuery(-oid, p, shape, None, f"d{oid}", os.path.join(home, "checkpoint"),
+                        feed=name, rows_dir=os.path.join(home, "rows"),
+                        order=_order_of(p), sql=sql)
+        os.makedirs(sq.rows_dir, exist_ok=True)
+        self.kept[oid] = sq
+        try:
+            self._start(sq)
+        except PySparkException as e:
+            self.kept.pop(oid, None)
+            raise spark_error(e, "Spark could not start the query") from None
+        log.info("query started on Spark: derived stream %s", name)
+
+    def drop_kept(self, oid: int) -> None:
+        """A derived stream dropped: its query stops, its checkpoint and rows go."""
+        sq = self.kept.pop(oid, None)
+        if sq is not None:
+            sq.stopped = True
+            self._stop_one(sq)
+            shutil.rmtree(os.path.dirname(sq.rows_dir), ignore_errors=True)
 
     # ------------------------------------------------------------------ views, DDL, shutdown
     def running(self) -> list:
         return [sq.live for sq in list(self.queries.values())]
+
+    def derived(self) -> list:
+        """(name, definition, counters) of each derived stream's query."""
+        return [(sq.feed, sq.sql, {"rows_out": sq.rows_out, "batches": sq.batches})
+                for sq in list(self.kept.values())]
 
     def counters(self, qid: int) -> dict:
         sq = self.queries.get(qid)
@@ -260,11 +322,32 @@ class SparkStreams:
         return [ln for ln in str(text).splitlines() if ln.strip()]
 
     def stop(self) -> None:
-        """Every query stopped (the server is shutting down)."""
+        """Every query stopped (the server is shutting down); a derived stream's keeps its
+        checkpoint and rows, and goes on from them at the next start."""
         for qid in list(self.queries):
             sq = self.queries.pop(qid)
             sq.stopped = True
             self._stop_one(sq)
+        for oid in list(self.kept):
+            sq = self.kept.pop(oid)
+            sq.stopped = True
+            if sq.query is not None:
+                with contextlib.suppress(PySparkException):
+                    sq.query.stop()
+
+
+def kept_reader(reader: str) -> bool:
+    """Whether a spool reader is a derived stream's (d<oid>), which goes on after a restart."""
+    return reader.startswith("d")
+
+
+def clean_start(data_dir: str) -> None:
+    """At a server's start: cursors' checkpoints go; derived streams' stay."""
+    folder = os.path.join(data_dir, FOLDER)
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if not kept_reader(name):
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
 
 def spark_error(err: Exception, what: str) -> E.PgError:
@@ -276,9 +359,10 @@ def spark_error(err: Exception, what: str) -> E.PgError:
     return E.PgError(f"{what}: {first}", sqlstate=m.group(1) if m else "XX000")
 
 
-def client_table(p: P.Plan, rows: pa.Table) -> pa.Table:
+def client_table(p: P.Plan, rows: pa.Table, intervals: bool = False) -> pa.Table:
     """Rows of ``p``'s root (its columns, then the interval) with the client's columns:
-    the plan's output, valid_from / wtime from ``__ts`` and valid_to from ``__te``."""
+    the plan's output, valid_from / wtime from ``__ts`` and valid_to from ``__te``;
+    ``intervals``: valid_from and valid_to also when the query did not select them."""
     cols, names = [], []
     real = iter(c.name for c in p.root.schema)
     for c in p.output:
@@ -287,7 +371,38 @@ def client_table(p: P.Plan, rows: pa.Table) -> pa.Table:
         else:
             cols.append(rows.column(next(real)))
         names.append(c.name)
+    for name, col in (("valid_from", T.TS), ("valid_to", T.TE)):
+        if intervals and name not in names:
+            cols.append(rows.column(col))
+            names.append(name)
     return pa.table(cols, names=names)
+
+
+def internal_table(p: P.Plan, rows: pa.Table) -> pa.Table:
+    """Rows of ``p``'s root as the back end's operators carry them: its columns, then the
+    interval in µs (∞: wire.INF)."""
+    ts = pc.cast(rows.column(T.TS), pa.int64())
+    te = pc.fill_null(pc.cast(rows.column(T.TE), pa.int64()), wire.INF)
+    names = [c.name for c in p.root.schema]
+    return pa.table([rows.column(n) for n in names] + [ts, te], names=names + ["__ts", "__te"])
+
+
+def keep_rows(folder: str, batch_id: int, table: pa.Table) -> None:
+    """A derived stream's micro-batch, as one Parquet file named by its batch id: written
+    under a hidden name, flushed, renamed and the folder flushed; Spark runs a batch again
+    only when it had not committed it, and the same id then writes the same file over it."""
+    path = os.path.join(folder, f"batch-{batch_id:012d}.parquet")
+    hidden = os.path.join(folder, f".batch-{batch_id:012d}.tmp")
+    with open(hidden, "wb") as out:
+        pq.write_table(table, out)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(hidden, path)
+    fsync_dir(folder)
+
+
+def _order_of(p: P.Plan) -> tuple:
+    return (T.TS, T.TE, *(c.name for c in p.root.schema if _sortable(c.type)))
 
 
 def _sortable(duck_type: str) -> bool:

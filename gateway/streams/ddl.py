@@ -14,14 +14,15 @@ from dialect import expressions as X
 from dialect.errors import PlanError
 from dialect.intervals import interval_us
 from dialect.names import folded
-from dialect.planner import plan
+from dialect.planner import plan, query_engine
 from executor import plan as P
 
 from gateway.clearinghouse.slack import micros
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
 from gateway.security import access
-from gateway.streams.queries import archive_reach, plan_error, session_quality, tables_of
+from gateway.streams.queries import (archive_reach, plan_error, session_quality, spark_shape,
+                                     tables_of)
 from gateway.streams.registry import BUILTIN_WRAPPERS, SessionCatalog, StreamObject
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
@@ -196,7 +197,7 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     reg = session.services.streams
     obj = StreamObject(reg.next_oid(), kind, schema, name, tree.sql("cql"), cols,
                        depends_on=reads)
-    _keep(session, obj, p)                 # refuses what cannot run
+    _keep(session, obj, p, query)          # refuses what cannot run
     reg.save(obj)
     session.services.grants.created(obj.key, session.user)
     return Done(tag)
@@ -219,9 +220,23 @@ def _has_quality_join(node) -> bool:
                                                   for c in P.children(node))
 
 
-def _keep(session, obj: StreamObject, p: P.Plan) -> None:
+def _keep(session, obj: StreamObject, p: P.Plan, query: exp.Expression) -> None:
     """Start a named window's or derived stream's query; windows reaching into an archived
-    stream's past start primed from the archive, as a cursor's do."""
+    stream's past start primed from the archive, as a cursor's do. A derived stream whose
+    query says WITH (engine = 'spark') runs on Spark (a stored definition says all it runs:
+    the session's cq.engine does not reach it)."""
+    try:
+        engine = query_engine(query)
+    except PlanError as e:
+        raise plan_error(e) from None
+    if engine == "spark":
+        if obj.kind == "window":
+            raise E.FeatureNotSupported(
+                "a named window runs on the back end, which answers what it holds at now",
+                hint="Create a derived stream (CREATE STREAM … AS) to run it on Spark.")
+        session.services.spark_streams.keep(obj.oid, obj.relation().name, p,
+                                            spark_shape(session, p), obj.definition)
+        return
     link = session.services.backend
     history, tables = archive_reach(session, p), tables_of(session, p)
 
@@ -237,7 +252,7 @@ def keep_relation(session, obj: StreamObject) -> None:
     """Run a stored named window or derived stream again (at server start)."""
     tree = sqlglot.parse_one(obj.definition, read="cql").args["expression"]
     _keep(session, obj, plan(tree, SessionCatalog(session.services.streams, session.columns),
-                             joins_in_order=True))
+                             joins_in_order=True), tree)
 
 
 def create_window(session, tree: X.CreateWindow, params) -> Done:
@@ -320,6 +335,7 @@ def _stop(services, obj: StreamObject) -> None:
     link = services.backend
     if obj.kind in ("window", "derived"):
         link.drop(-obj.oid)
+        services.spark_streams.drop_kept(obj.oid)
     if obj.kind != "wrapper":
         link.drop_stream(obj.relation().name)
         services.spark_streams.drop_stream(obj.relation().name)

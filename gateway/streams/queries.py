@@ -13,7 +13,7 @@ import sqlglot
 
 from dialect import expressions as X
 from dialect.errors import PlanError
-from dialect.planner import explain, is_continuous, plan
+from dialect.planner import explain, is_continuous, plan, query_engine
 from dialect.planner.quality_join import session_options
 from executor import plan as P
 
@@ -93,7 +93,7 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
             session.services.streams, session.columns)):
         p = plan_query(session, inner)
         lines = explain(p)
-        if p.mode == "continuous" and on_spark(session):
+        if p.mode == "continuous" and on_spark(session, inner):
             spark_shape(session, p)
             lines[0] = "continuous query (Spark Structured Streaming) →" + \
                 lines[0].split("→", 1)[1]
@@ -123,9 +123,14 @@ class Planned:
     spark: spark_plans.Shape | None = None
 
 
-def on_spark(session) -> bool:
-    """Whether the session runs its continuous queries on Spark (cq.engine)."""
-    return session.settings.get("cq.engine", "backend") == "spark"
+def on_spark(session, tree) -> bool:
+    """Whether a continuous query runs on Spark: its WITH (engine = …), else the session's
+    cq.engine."""
+    try:
+        written = query_engine(tree)
+    except PlanError as e:
+        raise plan_error(e) from None
+    return (written or session.settings.get("cq.engine", "backend")) == "spark"
 
 
 def spark_shape(session, p: P.Plan) -> spark_plans.Shape:
@@ -160,7 +165,7 @@ def continuous_query(session, tree, params) -> Planned | Rows:
     if ordered:        # every planning error reaches the client with its SQLSTATE
         p = plan_query(session, tree)
     fields, schema = typed_fields(session, p)
-    if on_spark(session):
+    if on_spark(session, tree):
         return Planned(p, fields, schema, {}, spark=spark_shape(session, p))
     return Planned(p, fields, schema, tables_of(session, p), archive_reach(session, p))
 
