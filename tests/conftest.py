@@ -82,21 +82,6 @@ def start_server(tmp_path_factory):
         s.stop()
 
 
-@pytest.fixture(scope="session")
-def spark():
-    """The test run's one SparkSession in this process (local[2]), for tests of the Spark
-    engine's parts; servers started by the tests run their own."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession     # only a run with such tests pays its import
-    session = (SparkSession.builder.master("local[2]").appName("cqgate-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    yield session
-    session.stop()
-
-
 @pytest.fixture
 def table_name():
     return "t_" + uuid.uuid4().hex[:8]

@@ -70,7 +70,7 @@ def test_configured_message_limit(start_server):
     _healthy(s)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.one_of(st.binary(max_size=300),
                  st.builds(lambda tail: _startup() + tail, st.binary(max_size=300))))
@@ -84,7 +84,7 @@ _VALID = (_startup() + pgwire.parse("s", "SELECT $1::int + 1") + pgwire.bind("",
           + pgwire.query("SELECT 'x'; BEGIN; SELECT 1/0; ROLLBACK"))
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)),
                 min_size=1, max_size=8),

@@ -129,6 +129,8 @@ def _order(row: tuple) -> tuple:
      "no equality to partition by"),
     ("SELECT a.k FROM (SELECT k, COUNT(*) AS n FROM {s} [RANGE '2 seconds' SLIDE '2 seconds'] "
      "GROUP BY k) a JOIN {s} [RANGE '1 second'] b ON a.k = b.k", "neither both"),
+    ("SELECT b.k FROM {s} [RANGE '2 seconds' SLIDE '2 seconds'] b JOIN (SELECT COUNT(*) AS n "
+     "FROM {s} [RANGE '2 seconds' SLIDE '2 seconds']) m ON b.k = m.n", "a COUNT that has no"),
     ("SELECT DISTINCT k FROM {s} [RANGE '1 second']", "DISTINCT"),
     ("SELECT k FROM {s} [ROWS 3]", "window rows 3"),
 ])
@@ -168,6 +170,15 @@ def test_the_setting_is_checked_and_explain_names_the_engine(server):
         c.execute("RESET cq.engine")
         assert c.execute("EXPLAIN " + sql).fetchone()[0].startswith(
             "continuous query (back end) →")
+        # a query's own WITH (engine = …) wins over the session's
+        assert c.execute(f"EXPLAIN {sql} WITH (engine = 'spark')").fetchone()[0].startswith(
+            "continuous query (Spark Structured Streaming) →")
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as e:
+            c.execute(f"EXPLAIN {sql} WITH (engine = flink)")
+        assert e.value.diag.statement_position == str(len(f"EXPLAIN {sql} WITH (") + 1)
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+            c.execute(f"CREATE WINDOW {s}_w AS {sql} WITH (engine = 'spark')")
+        assert "named window runs on the back end" in e.value.diag.message_primary
 
 
 def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):

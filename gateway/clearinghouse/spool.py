@@ -196,7 +196,8 @@ class Spools:
                 writer = self.writers.pop(name)
                 self.readers.pop(name, None)
                 self.marks.pop(name, None)
-                shutil.rmtree(writer.path, ignore_errors=True)
+                if not committed(writer.path):     # a reader that did not start yet stays
+                    shutil.rmtree(writer.path, ignore_errors=True)
 
     def release(self, stream: str, table: pa.Table | None, watermark: int | None) -> None:
         """What the slack let go of ``stream`` (maybe nothing) and its watermark after, as

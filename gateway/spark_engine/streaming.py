@@ -65,6 +65,7 @@ class SparkQuery:
     held: pa.Table | None = None         # a union's rows its inputs' watermarks have not passed
     order: tuple = ()                    # the columns a batch's rows are sorted by
     sql: str = ""
+    failure: str | None = None           # why Spark stopped it
     batches: int = 0
     rows_out: int = 0
     stopped: bool = False
@@ -95,9 +96,18 @@ class SparkStreams:
         sq = SparkQuery(qid, p, shape, live, f"q{qid}", os.path.join(self.folder, f"q{qid}"),
                         order=_order_of(p), sql=sql)
         self.queries[qid] = sq
+        started = self.loop.run_in_executor(pool, self._start, sq)
         try:
-            await self.loop.run_in_executor(pool, self._start, sq)
-        except BaseException as e:
+            await asyncio.shield(started)
+        except asyncio.CancelledError:
+            # cancelled while Spark starts it (a cancel, statement_timeout, a client gone):
+            # once the start is over, whatever it started stops
+            self.queries.pop(qid, None)
+            sq.stopped = True
+            started.add_done_callback(lambda _: threading.Thread(
+                target=self._stop_one, args=(sq,), daemon=True).start())
+            raise
+        except Exception as e:             # Spark's analysis, or the spool's files
             self.queries.pop(qid, None)
             await self.loop.run_in_executor(pool, self._clean, sq)
             if isinstance(e, PySparkException):
@@ -147,6 +157,10 @@ class SparkStreams:
     def _deliver(self, sq: SparkQuery, batch, batch_id: int) -> None:
         """foreachBatch, in Spark's callback thread: the batch's rows, in valid_from order,
         to the query's queue (once per batch id)."""
+        if sq.stopped and sq.feed is not None:
+            # stopping: this batch must not count as done (Spark commits a batch whose
+            # callback returns), so the next start runs it again
+            raise RuntimeError(f"derived stream {sq.feed} is stopping")
         if batch_id <= sq.last_batch or sq.stopped:
             return
         table = batch.toArrow()
@@ -154,7 +168,7 @@ class SparkStreams:
         # valid_from order; ties in the columns' order, so a batch always reads the same
         rows = self._sorted(sq, table.filter(pa.array(~punct)))
         frontier = self._frontier(sq, batch_id) if sq.shape.hold or sq.feed else None
-        if sq.rows_dir is not None:         # kept before Spark commits the batch
+        if sq.rows_dir is not None and rows.num_rows:      # kept before Spark commits it
             keep_rows(sq.rows_dir, batch_id, client_table(sq.plan, rows, intervals=True))
         if sq.shape.hold:
             rows = self._sorted(sq, self._hold(sq, rows, frontier))
@@ -230,6 +244,7 @@ class SparkStreams:
         self.loop.call_soon_threadsafe(self._failed, sq, failure)
 
     def _failed(self, sq: SparkQuery, err: E.PgError) -> None:
+        sq.failure = err.message
         if sq.live is not None:
             sq.live.failure = err.message
             sq.live.finish(err)
@@ -278,9 +293,12 @@ class SparkStreams:
         self.kept[oid] = sq
         try:
             self._start(sq)
-        except PySparkException as e:
+        except Exception as e:             # Spark's analysis, or the spool's files
             self.kept.pop(oid, None)
-            raise spark_error(e, "Spark could not start the query") from None
+            self._clean(sq)
+            if isinstance(e, PySparkException):
+                raise spark_error(e, "Spark could not start the query") from None
+            raise
         log.info("query started on Spark: derived stream %s", name)
 
     def drop_kept(self, oid: int) -> None:
@@ -296,9 +314,10 @@ class SparkStreams:
         return [sq.live for sq in list(self.queries.values())]
 
     def derived(self) -> list:
-        """(name, definition, counters) of each derived stream's query."""
-        return [(sq.feed, sq.sql, {"rows_out": sq.rows_out, "batches": sq.batches})
-                for sq in list(self.kept.values())]
+        """(name, definition, counters, why it failed or None) of each derived stream's
+        query."""
+        return [(sq.feed, sq.sql, {"rows_out": sq.rows_out, "batches": sq.batches},
+                 sq.failure) for sq in list(self.kept.values())]
 
     def counters(self, qid: int) -> dict:
         sq = self.queries.get(qid)
@@ -309,9 +328,10 @@ class SparkStreams:
         return [live for live in self.running() if live.streams & names and not live.ended]
 
     def drop_stream(self, name: str) -> None:
-        """A dropped stream's readers end (as the back end's do)."""
+        """A dropped stream's readers end (as the back end's do); from any thread."""
         for live in self.reading({name.lower()}):
-            live.finish(E.PgError(f"stream {name} was dropped", sqlstate="57014"))
+            err = E.PgError(f"stream {name} was dropped", sqlstate="57014")
+            self.loop.call_soon_threadsafe(live.finish, err)
             self.end_query(live.qid, "ended: its stream was dropped")
 
     def explain(self, p: P.Plan) -> list[str]:

@@ -71,6 +71,7 @@ class Kind:
     kinds on a SLIDE grid."""
     name: str
     grid: tuple | None = None
+    counts: bool = False        # an α without keys that counts (0 for an empty slide)
 
 
 _GRIDDED = ("slid", "aligned", "keyless", "joined")
@@ -115,7 +116,8 @@ def _check_aggregate(n: P.Aggregate, kids) -> Kind:
     other = sorted({p.func for p in n.partials} - set(_PARTIALS))
     if other:
         raise Refused(f"aggregate {', '.join(other)} (Spark runs SUM, COUNT, MIN, MAX, AVG)")
-    return Kind("aligned" if n.keys else "keyless", kids[0].grid)
+    counts = any(p.func in ("count", "count_star") for p in n.partials)
+    return Kind("aligned" if n.keys else "keyless", kids[0].grid, counts=not n.keys and counts)
 
 
 def _check_union(n: P.Union_, kids) -> Kind:
@@ -139,6 +141,10 @@ def _check_join(n: P.Join, kids) -> Kind:
     if not n.equi:
         raise Refused("a join of two streams with no equality to partition by",
                       hint=_with_key("Join on a key (a = b)"))
+    if any(k.name == "keyless" and k.counts for k in kids):
+        raise Refused("a join with a COUNT that has no GROUP BY key (the back end counts 0 "
+                      "for an empty slide, which Spark has no row for)",
+                      hint=_with_key("Group the count by a key"))
     return Kind("joined", kids[0].grid) if gridded else Kind("join")
 
 
@@ -317,10 +323,13 @@ class Builder:
 
 def _event_time(df):
     """``df`` with its event time 1 µs early as Spark's watermark column (ET), and the
-    watermark rows gone after it moved Spark's watermark. The shift puts a SLIDE window's
-    (τ − i, τ] on Spark's [start, end), and keeps a tuple at the watermark itself from
-    counting as late; it is the same on both sides of a join, so its conditions hold."""
-    df = df.withColumn(ET, F.expr(f"CAST({TS} AS TIMESTAMP) - INTERVAL 1 MICROSECOND"))
+    watermark rows gone after they moved Spark's watermark. The shift puts a SLIDE window's
+    (τ − i, τ] on Spark's [start, end); it is the same on both sides of a join, so its
+    conditions hold. A watermark row's time goes 1 ms further back: Spark keeps its watermark
+    in whole milliseconds, and a tuple at the watermark itself must stay later than it."""
+    df = df.withColumn(ET, F.expr(
+        f"CAST({TS} AS TIMESTAMP) - CASE WHEN {PUNCT} THEN INTERVAL 1001 MICROSECONDS "
+        "ELSE INTERVAL 1 MICROSECOND END"))
     df = df.withWatermark(ET, "0 seconds")
     # after the watermark, and naming its column, so Spark cannot push it below
     return df.where(f"NOT {PUNCT} OR {ET} IS NULL")

@@ -59,10 +59,10 @@ async def gather(services, viewer: str) -> dict:
         rows.append((None, feeds, kinds.get(feeds.lower(), "window"), plan.sql, "running",
                      _when(c.get("started")), c.get("rows_in", 0), c.get("rows_out", 0),
                      c.get("state", 0), _when(c.get("last_emit")), None, 0, 0, 0, "backend"))
-    for name, sql, c in spark.derived():
+    for name, sql, c, failure in spark.derived():
         listed.append(c)
-        rows.append((None, name, "derived", sql, "running", None, 0, c["rows_out"], 0, None,
-                     None, 0, 0, 0, "spark"))
+        rows.append((None, name, "derived", sql, "failed" if failure else "running", None, 0,
+                     c["rows_out"], 0, None, failure, 0, 0, 0, "spark"))
     joins = _joins(rows, listed)
     names = ["pid", "name", "kind", "query", "state", "started", "rows_in", "rows_out",
              "state_size", "last_emit", "error", "unread_rows", "memory_bytes", "spill_bytes",
