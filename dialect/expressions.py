@@ -73,9 +73,9 @@ class TimestampColumnConstraint(exp.Expression, exp.ColumnConstraintKind):
 
 class CreateStream(exp.Expression):
     """``CREATE STREAM [IF NOT EXISTS] s (cols) [TYPE ARCHIVED|UNARCHIVED] [WITH (...)]
-    [ON OVERLOAD ...]`` or ``CREATE STREAM d AS SELECT ...``."""
+    [ON OVERLOAD ...] [PARTITIONED BY (col, ...)]`` or ``CREATE STREAM d AS SELECT ...``."""
     arg_types = {"this": True, "exists": False, "archived": False, "options": False,
-                 "overload": False, "expression": False}
+                 "overload": False, "expression": False, "partitioned_by": False}
 
 
 class CreateWindow(exp.Expression):

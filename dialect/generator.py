@@ -127,6 +127,9 @@ class CQLGenerator(PostgresGenerator):
             sql += f" WITH {self._options(e)}"
         if e.args.get("overload"):
             sql += f" ON OVERLOAD {e.args['overload']}"
+        if e.args.get("partitioned_by"):
+            sql += " PARTITIONED BY (" + ", ".join(self.sql(c) for c in e.args["partitioned_by"]) \
+                + ")"
         return sql
 
     def createwindow_sql(self, e: X.CreateWindow) -> str:

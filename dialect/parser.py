@@ -438,6 +438,10 @@ class CQLParser(PostgresParser):
                     self.raise_error("Expected ARCHIVED or UNARCHIVED after TYPE")
             elif self._match(TokenType.WITH):
                 args["options"] = self._parse_stream_options()
+            elif self._match(TokenType.PARTITION_BY):             # PARTITIONED BY
+                self._expect(TokenType.L_PAREN, "( before the partitioning columns")
+                args["partitioned_by"] = self._parse_csv(self._parse_id_var)
+                self._expect(TokenType.R_PAREN, ") after the partitioning columns")
             elif self._match_text_seq("ON", "OVERLOAD"):
                 for policy in OVERLOAD_POLICIES:
                     if self._match_text_seq(*policy.split()):

@@ -179,6 +179,18 @@ def test_the_setting_is_checked_and_explain_names_the_engine(server):
         with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
             c.execute(f"CREATE WINDOW {s}_w AS {sql} WITH (engine = 'spark')")
         assert "named window runs on the back end" in e.value.diag.message_primary
+        # a stream PARTITIONED BY a key: its queries run on Spark unless they say otherwise
+        ddl = f"CREATE STREAM {s}_p (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) PARTITIONED BY "
+        with pytest.raises(psycopg.errors.UndefinedColumn) as e:
+            c.execute(ddl + "(nope)")
+        assert e.value.diag.statement_position == str(len(ddl) + 2)
+        c.execute(ddl + "(k)")
+        keyed = (f"SELECT k, COUNT(*) AS n FROM {s}_p [RANGE '4 seconds' SLIDE '2 seconds'] "
+                 "GROUP BY k")
+        assert c.execute("EXPLAIN " + keyed).fetchone()[0].startswith(
+            "continuous query (Spark Structured Streaming) →")
+        assert c.execute(f"EXPLAIN {keyed} WITH (engine = backend)").fetchone()[0].startswith(
+            "continuous query (back end) →")
 
 
 def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):

@@ -15,6 +15,7 @@ from dialect.errors import PlanError
 from dialect.intervals import interval_us
 from dialect.names import folded
 from dialect.planner import plan, query_engine
+from dialect.planner.apply_default_windows import written_at
 from executor import plan as P
 
 from gateway.clearinghouse.slack import micros
@@ -170,11 +171,25 @@ def create_stream(session, tree: X.CreateStream, params) -> Done:
         options["overload"] = tree.args["overload"]
     reg = session.services.streams
     obj = StreamObject(reg.next_oid(), "stream", schema, name, tree.sql("cql"), cols, ts, te,
-                       bool(tree.args.get("archived")), options)
+                       bool(tree.args.get("archived")), options,
+                       partitioned_by=_partition_columns(tree, cols))
     _check_stream_options(obj)
     reg.save(obj)
     session.services.grants.created(obj.key, session.user)
     return Done("CREATE STREAM")
+
+
+def _partition_columns(tree: X.CreateStream, cols: list) -> list:
+    """PARTITIONED BY's columns (each one of the stream's; 42703 where one is not)."""
+    names = {c[0].lower(): c[0] for c in cols}
+    out = []
+    for ident in tree.args.get("partitioned_by") or []:
+        name = folded(ident)
+        if name.lower() not in names:
+            raise E.PgError(f'column "{name}" named in PARTITIONED BY does not exist',
+                            sqlstate="42703", position=written_at(ident))
+        out.append(names[name.lower()])
+    return out
 
 
 def _create_from_query(session, tree, kind: str, tag: str) -> Done:

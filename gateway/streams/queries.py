@@ -93,7 +93,7 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
             session.services.streams, session.columns)):
         p = plan_query(session, inner)
         lines = explain(p)
-        if p.mode == "continuous" and on_spark(session, inner):
+        if p.mode == "continuous" and on_spark(session, inner, p):
             spark_shape(session, p)
             lines[0] = "continuous query (Spark Structured Streaming) →" + \
                 lines[0].split("→", 1)[1]
@@ -123,14 +123,20 @@ class Planned:
     spark: spark_plans.Shape | None = None
 
 
-def on_spark(session, tree) -> bool:
-    """Whether a continuous query runs on Spark: its WITH (engine = …), else the session's
-    cq.engine."""
+def on_spark(session, tree, p: P.Plan) -> bool:
+    """Whether a continuous query runs on Spark: its WITH (engine = …) says so; else the
+    session's cq.engine is spark, or every stream it reads is PARTITIONED BY."""
     try:
         written = query_engine(tree)
     except PlanError as e:
         raise plan_error(e) from None
-    return (written or session.settings.get("cq.engine", "backend")) == "spark"
+    if written is not None:
+        return written == "spark"
+    if session.settings.get("cq.engine", "backend") == "spark":
+        return True
+    reg = session.services.streams
+    objs = [reg.by_relation(n, kinds=("stream",)) for n in P.streams_read(p.root)]
+    return bool(objs) and all(o is not None and o.partitioned_by for o in objs)
 
 
 def spark_shape(session, p: P.Plan) -> spark_plans.Shape:
@@ -165,7 +171,7 @@ def continuous_query(session, tree, params) -> Planned | Rows:
     if ordered:        # every planning error reaches the client with its SQLSTATE
         p = plan_query(session, tree)
     fields, schema = typed_fields(session, p)
-    if on_spark(session, tree):
+    if on_spark(session, tree, p):
         return Planned(p, fields, schema, {}, spark=spark_shape(session, p))
     return Planned(p, fields, schema, tables_of(session, p), archive_reach(session, p))
 

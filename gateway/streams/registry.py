@@ -43,6 +43,7 @@ class StreamObject:
     archived: bool | None = None
     options: dict = field(default_factory=dict)
     depends_on: list = field(default_factory=list)     # ["schema.name"] it reads
+    partitioned_by: list = field(default_factory=list)  # PARTITIONED BY: its queries on Spark
 
     @property
     def key(self) -> str:
