@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from gateway.clearinghouse import spool
-from gateway.spark_engine.spool_source import PUNCT, SpoolReader
+from gateway.spark_engine.spool_source import PUNCT, SpoolFiles, SpoolReader, schema_option
 
 SCHEMA = pa.schema([("k", pa.int32()), ("v", pa.string()), ("ts", pa.timestamp("us"))])
 T0 = dt.datetime(2026, 11, 1)
@@ -96,6 +96,23 @@ def test_readers_come_and_go_and_a_derived_streams_reader_resumes(tmp_path):
     assert spool.sequences(path) == [] and not again.tapped("bids")
     again.release("bids", _release(3, 1), 5_000_000)
     assert spool.sequences(path) == []
+
+
+def test_a_column_added_to_the_stream_reads_as_null_in_older_files(tmp_path):
+    spools = spool.Spools(str(tmp_path / "spool"))
+    narrow = pa.schema([("k", pa.int32()), ("ts", pa.timestamp("us"))])
+    path = spools.open("bids", narrow, "q1")
+    spools.release("bids", _release(0, 2).select(["k", "ts"]), US0 + 2 * S)
+    # ALTER STREAM bids ADD COLUMN v, and a query reading v: the spool widens for it
+    spools.open("bids", SCHEMA, "q2")
+    spools.release("bids", _release(2, 1), US0 + 3 * S)
+    reader = SpoolReader({"path": path, "ts_column": "ts",
+                          "arrow_schema": schema_option(SCHEMA)})
+    rows = [r for seq in (1, 2) for b in reader.read(SpoolFiles([seq])) for r in b.to_pylist()
+            if not r[PUNCT]]
+    assert [(r["k"], r["v"]) for r in rows] == [(0, None), (1, None), (2, "v2")]
+    assert all(b.schema.field("v").type == pa.string()
+               for b in reader.read(SpoolFiles([1])))
 
 
 def test_a_reader_name_must_be_plain(tmp_path):

@@ -57,6 +57,16 @@ def watermark_at(path: str, seq: int) -> int | None:
     return int(mark) if mark is not None else None
 
 
+def with_columns(table: pa.Table, names: list, schema: pa.Schema | None = None) -> pa.Table:
+    """``table`` with exactly the columns ``names``, in that order: one it lacks (added to the
+    stream after the table was written) as NULLs of ``schema``'s type (or null)."""
+    n = table.num_rows
+    cols = [table.column(c) if c in table.column_names else
+            pa.nulls(n, schema.field(c).type if schema is not None else pa.null())
+            for c in names]
+    return pa.table(cols, names=names)
+
+
 class SpoolWriter:
     """Appends releases to one stream's spool directory, numbering on from what is there."""
 
@@ -74,8 +84,8 @@ class SpoolWriter:
         table = batch if isinstance(batch, pa.Table) else \
             pa.Table.from_batches([batch] if batch is not None else [], schema=self.schema)
         meta = {WATERMARK_KEY: str(watermark).encode()} if watermark is not None else None
-        # columns added to the stream since its first reader came are not its readers'
-        table = table.select(self.schema.names).cast(self.schema).replace_schema_metadata(meta)
+        table = with_columns(table, self.schema.names, self.schema).cast(self.schema) \
+            .replace_schema_metadata(meta)
         hidden = os.path.join(self.path, f".{seq}.tmp")
         with open(hidden, "wb") as out:
             with ipc.new_file(out, table.schema) as w:
@@ -179,6 +189,9 @@ class Spools:
             writer = self.writers.get(name)
             if writer is None:
                 writer = self.writers[name] = SpoolWriter(self.path(name), schema)
+            wider = [f for f in schema if f.name not in writer.schema.names]
+            if wider:           # a column added to the stream since: written from now on
+                writer.schema = pa.schema(list(writer.schema) + wider)
             if not (resume and reader in committed(writer.path)):
                 commit(writer.path, reader, writer.last)
             self.readers.setdefault(name, set()).add(reader)

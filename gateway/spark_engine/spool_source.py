@@ -10,9 +10,13 @@ Options: ``path`` (the spool directory), ``schema`` (a DDL string), ``reader`` (
 name, for commits; none: never commits), ``ts_column`` (the stream's event-time column: each
 task's watermark, its last file's, then also comes as a row, ``PUNCT`` true and every other
 column null but that one, so Spark's event-time watermark follows the stream's even when no
-tuple comes), ``tasks`` (at most this many partitions a micro-batch; 4).
+tuple comes), ``tasks`` (at most this many partitions a micro-batch; 4), ``arrow_schema``
+(the stream's columns the query reads, as ``schema_option`` writes them: a file written before
+one was added to the stream has it as NULLs).
 """
 from __future__ import annotations
+
+import base64
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +43,8 @@ class SpoolReader(DataSourceStreamReader):
         self.reader = options.get("reader")
         self.ts_column = options.get("ts_column")
         self.tasks = int(options.get("tasks", TASKS))
+        self.columns = arrow_schema(options["arrow_schema"]) if options.get("arrow_schema") \
+            else None
 
     def initialOffset(self) -> dict:
         mine = spool.committed(self.path).get(self.reader, 0) if self.reader else 0
@@ -59,6 +65,8 @@ class SpoolReader(DataSourceStreamReader):
         mark = None
         for seq in partition.seqs:
             table, mark = spool.read(self.path, seq)
+            if self.columns is not None:
+                table = spool.with_columns(table, self.columns.names, self.columns)
             if self.ts_column is not None:
                 table = table.append_column(PUNCT, pa.array(np.zeros(table.num_rows, bool)))
             yield from table.to_batches()
@@ -89,3 +97,12 @@ def punctuation(schema: pa.Schema, ts_column: str, mark: int) -> pa.RecordBatch:
     cols = [pa.array([mark], pa.int64()).cast(f.type) if f.name == ts_column
             else pa.array([True]) if f.name == PUNCT else pa.nulls(1, f.type) for f in schema]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def schema_option(schema: pa.Schema) -> str:
+    """An Arrow schema as an option's text."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def arrow_schema(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))

@@ -39,7 +39,7 @@ from gateway.durable import fsync_dir
 from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
 from gateway.pgwire import errors as E
 from gateway.spark_engine import translate as T
-from gateway.spark_engine.spool_source import NAME, PUNCT, SpoolSource
+from gateway.spark_engine.spool_source import NAME, PUNCT, SpoolSource, schema_option
 
 log = logging.getLogger("cqgate")
 FOLDER = "spark-streams"       # checkpoints, under the data directory
@@ -136,10 +136,12 @@ class SparkStreams:
 
     def _reader_of(self, session, reader: str | None, resume: bool = False):
         def read(scan: P.StreamScan):
+            columns = _arrow_schema(scan)
             path = self.spools.path(scan.stream) if reader is None else self.spools.open(
-                scan.stream, _arrow_schema(scan), reader, resume)
+                scan.stream, columns, reader, resume)
             r = (session.readStream.format(NAME).option("path", path)
-                 .option("schema", _ddl(scan)).option("ts_column", scan.timestamp_column))
+                 .option("schema", _ddl(scan)).option("ts_column", scan.timestamp_column)
+                 .option("arrow_schema", schema_option(columns)))
             return (r.option("reader", reader) if reader else r).load()
         return read
 
