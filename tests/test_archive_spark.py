@@ -8,9 +8,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -18,6 +15,7 @@ import duckdb
 import psycopg
 import pytest
 
+from bench.nexmark.spark_engine import standalone
 from conftest import ServerProcess, psql
 from continuous import at, unique
 
@@ -242,22 +240,6 @@ def test_pg_cancel_backend_interrupts_a_long_archive_query(server, long_archive)
         _ended_by_user(server, c, long_archive, out, t, signalled)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.3)
-    raise AssertionError(f"nothing listens on {port} after {timeout}s")
-
-
 def _tumbling_counts_on_spark(srv) -> dict:
     """{(k, window end in seconds): count} of a tumbling count run with cq.engine = spark over
     a live stream of 30 seconds, 10 tuples each second-ten, keys 0 and 1."""
@@ -276,47 +258,24 @@ def _tumbling_counts_on_spark(srv) -> dict:
 
 
 def test_an_archive_query_on_a_standalone_spark_cluster(tmp_path):
-    import pyspark
-    home = os.path.dirname(pyspark.__file__)
-    env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(tmp_path / "logs"),
-           "SPARK_WORKER_DIR": str(tmp_path / "work")}
-    port = _free_port()
-    master_url = f"spark://127.0.0.1:{port}"
-    cls = os.path.join(home, "bin", "spark-class")
-    procs = [subprocess.Popen([cls, "org.apache.spark.deploy.master.Master", "--host",
-                               "127.0.0.1", "--port", str(port), "--webui-port", "0"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    srv = None
-    try:
-        _wait_port(port, 90)
-        procs.append(subprocess.Popen([cls, "org.apache.spark.deploy.worker.Worker",
-                                       master_url, "--host", "127.0.0.1", "--cores", "1",
-                                       "--memory", "1g", "--webui-port", "0"],
-                                      env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+    with standalone(1, str(tmp_path), memory="1g") as (master_url, _):
         srv = ServerProcess(str(tmp_path / "data"), "--spark-master", master_url)
-        s = unique("cluster")
-        with psycopg.connect(srv.dsn, autocommit=True) as c:
-            _archived(c, s)
-            got = c.execute(f"SELECT k, count(*), sum(v) FROM {s} "
-                            f"[BETWEEN {_lit(5)} AND {_lit(55)}] GROUP BY k ORDER BY k") \
-                .fetchall()
-        want = _duckdb(srv.data_dir, s, f"SELECT k, count(*), sum(v) FROM {{s}} WHERE "
-                       f"t >= TIMESTAMP {_lit(5)} AND t < TIMESTAMP {_lit(55)} "
-                       "GROUP BY k ORDER BY k")
-        assert got == want and len(got) == 4
-        # a continuous query on the cluster (cq.engine = spark): its executor reads the spool
-        assert _tumbling_counts_on_spark(srv) == {(k, 10 * (w + 1)): 5 for k in range(2)
-                                                  for w in range(3)}
-        # the cluster ran it: the worker launched an executor for the server's application
-        assert glob.glob(str(tmp_path / "work" / "app-*"))
-    finally:
-        if srv is not None:
+        try:
+            s = unique("cluster")
+            with psycopg.connect(srv.dsn, autocommit=True) as c:
+                _archived(c, s)
+                got = c.execute(f"SELECT k, count(*), sum(v) FROM {s} "
+                                f"[BETWEEN {_lit(5)} AND {_lit(55)}] GROUP BY k ORDER BY k") \
+                    .fetchall()
+            want = _duckdb(srv.data_dir, s, f"SELECT k, count(*), sum(v) FROM {{s}} WHERE "
+                           f"t >= TIMESTAMP {_lit(5)} AND t < TIMESTAMP {_lit(55)} "
+                           "GROUP BY k ORDER BY k")
+            assert got == want and len(got) == 4
+            # a continuous query on the cluster (cq.engine = spark): its executor reads the
+            # spool
+            assert _tumbling_counts_on_spark(srv) == {(k, 10 * (w + 1)): 5 for k in range(2)
+                                                      for w in range(3)}
+            # the cluster ran it: the worker launched an executor for the server's application
+            assert glob.glob(str(tmp_path / "work" / "app-*"))
+        finally:
             srv.stop()
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()

@@ -90,7 +90,7 @@ def _same(a, b) -> bool:
         [{k: norm(v) for k, v in r.items()} for r in b]
 
 
-@settings(max_examples=200, deadline=None,
+@settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(value=numbers, other=numbers, where=predicates, data=st.lists(rows, min_size=1,
                                                                     max_size=30))

@@ -56,8 +56,9 @@ class TreeCpu:
 
 
 @contextlib.contextmanager
-def standalone(cores: int, folder: str):
-    """A Spark master and a worker with ``cores`` cores on 127.0.0.1: (master URL, pids)."""
+def standalone(cores: int, folder: str, memory: str = "2g"):
+    """A Spark master and a worker with ``cores`` cores and ``memory`` on 127.0.0.1, their
+    logs and work folders under ``folder``: (master URL, pids)."""
     import pyspark
     home = os.path.dirname(pyspark.__file__)
     env = {**os.environ, "SPARK_HOME": home, "SPARK_LOCAL_IP": "127.0.0.1",
@@ -81,7 +82,7 @@ def standalone(cores: int, folder: str):
             time.sleep(0.3)
         procs.append(subprocess.Popen([cls, "org.apache.spark.deploy.worker.Worker", url,
                                        "--host", "127.0.0.1", "--cores", str(cores),
-                                       "--memory", "2g", "--webui-port", "0"], **quiet))
+                                       "--memory", memory, "--webui-port", "0"], **quiet))
         yield url, [p.pid for p in procs]
     finally:
         for p in reversed(procs):

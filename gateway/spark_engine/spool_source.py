@@ -2,9 +2,9 @@
 gateway.clearinghouse.spool). An offset is ``{"seq": n, "spool": path}``: every file up to n
 has been read (the path lets whoever reads a checkpoint's offsets tell the spools apart).
 Each micro-batch reads the files after the last offset, consecutive files split over at
-most ``tasks`` partitions (4), as Arrow batches; ``commit`` tells the spool so it can delete what every reader has. Spark keeps the
-offsets in the query's checkpoint, so a query restarted from it reads on from there: no
-tuple lost or read twice.
+most ``tasks`` partitions (4), as Arrow batches; ``commit`` tells the spool so it can delete
+what every reader has. Spark keeps the offsets in the query's checkpoint, so a query
+restarted from it reads on from there: no tuple lost or read twice.
 
 Options: ``path`` (the spool directory), ``schema`` (a DDL string), ``reader`` (this query's
 name, for commits; none: never commits), ``ts_column`` (the stream's event-time column: each

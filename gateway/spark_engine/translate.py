@@ -14,12 +14,13 @@ Spark's watermark for what reads it. What runs:
 - ω RANGE … SLIDE: a tuple's row from the first window that holds it until the one after
   the last, row by row; α over such a window's tuples grouped by window (and by keys), with
   sum, count, min, max (AVG is made of them), and again over the rows of such an α (q5's MAX
-  of counts): Spark's ``window()`` and ``groupBy`` with an event-time watermark, in the JVM. A slide's window is
-  (τ − i, τ]; Spark's are [start, end), so the event time is read 1 µs earlier, and a window
-  ending at τ closes when the stream's watermark passes τ (a watermark row at W moves Spark's
-  to W − 1 µs, and Spark closes windows whose end is at most that). An α with no key is
-  refused on its own (the back end answers an empty slide; Spark has no row for it) but runs
-  as a join's side, where an empty slide joins nothing either way;
+  of counts): Spark's ``window()`` and ``groupBy`` with an event-time watermark, in the JVM.
+  A slide's window is (τ − i, τ]; Spark's are [start, end), so the event time is read 1 µs
+  earlier, and a window ending at τ closes once the stream's watermark has passed it (a
+  watermark row at W moves Spark's to W − 1.001 ms, in whole milliseconds, and Spark closes
+  windows whose end is at most that). An α with no key is refused on its own (the back end
+  answers an empty slide; Spark has no row for it) but runs as a join's side, where an empty
+  slide's NULL joins nothing either way (a keyless COUNT's 0 could: refused);
 - ⋈ on an equality of two streams over RANGE windows (intervals meeting: each starts before
   the other ends), or of two frames on the same SLIDE grid (the same window; a SLIDE
   window's tuples then come once per window they are in): Spark's stream–stream join, its
