@@ -20,17 +20,16 @@ from continuous import at, lit, unique, wait_running
 
 # (name, query over {s} and {s2}, the column holding valid_from): the shapes Spark runs
 SHAPES = [
-    ("filter_map", "SELECT k, v * 2 + 1 AS w, valid_from, valid_to FROM {s} [RANGE '5 seconds'] "
-                   "WHERE v % 3 <> 0", 2),
+    ("filter_map", "SELECT k, CAST(v * 0.908 AS DOUBLE) AS w, valid_from, valid_to FROM {s} "
+                   "[RANGE '5 seconds'] WHERE v % 3 <> 0", 2),
     ("unbounded", "SELECT k, v, valid_from, valid_to FROM {s} WHERE k = 1", 2),
-    ("q1_currency", "SELECT k, CAST(v * 0.908 AS DOUBLE) AS price, valid_from FROM {s}", 2),
     ("hopping", "SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(v) AS hi, AVG(v) AS a, "
-                "wtime(*), valid_to FROM {s} [RANGE '5 seconds' SLIDE '2 seconds'] GROUP BY k", 6),
-    ("tumbling_having", "SELECT k % 2 AS parity, COUNT(*) AS n, valid_from, valid_to FROM {s} "
-                        "[RANGE '3 seconds' SLIDE '3 seconds'] GROUP BY k % 2 "
-                        "HAVING COUNT(*) > 2", 2),
+                "wtime(*), valid_to FROM {s} [RANGE '5 seconds' SLIDE '2 seconds'] GROUP BY k "
+                "HAVING COUNT(*) > 1", 6),
     ("slide_rows", "SELECT k, v, wtime(*), valid_to FROM {s} [RANGE '4 seconds' SLIDE '2 seconds'] "
                    "WHERE v > 80", 2),
+    ("range_agg", "SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(v) AS hi, "
+                  "valid_from, valid_to FROM {s} [RANGE '3 seconds'] WHERE v > 20 GROUP BY k", 5),
     ("union", "SELECT k, v, valid_from, valid_to FROM {s} [RANGE '3 seconds'] WHERE v > 50 "
               "UNION ALL SELECT k, v, valid_from, valid_to FROM {s2} [RANGE '4 seconds']", 2),
     ("grid_join", "SELECT b.k, b.v, m.top, valid_from FROM {s} [RANGE '2 seconds' SLIDE "
@@ -41,6 +40,7 @@ SHAPES = [
                   "WHERE a.v > b.v", 3),
 ]
 TUPLES = 300
+SPLIT = ("range_agg",)      # shapes whose rows the engines cut at different instants
 
 
 def _rows(n: int, seed: int, pace: float = 1) -> list:
@@ -112,10 +112,29 @@ def test_both_engines_give_the_same_rows(server):
         for name, _, at_column in SHAPES:
             expected = _drain(back.cursor(), name, None, deadline, quiet="0.2s")
             assert expected, f"{name}: the back end gave no rows"
-            got = _drain(spark.cursor(), name, len(expected), deadline, quiet="0.3s")
-            assert sorted(got, key=_order) == sorted(expected, key=_order), name
+            got = _drain(spark.cursor(), name, None if name in SPLIT else len(expected),
+                         deadline, quiet="2s" if name in SPLIT else "0.3s")
             starts = [r[at_column] for r in got]
             assert starts == sorted(starts), f"{name}: not in valid_from order"
+            if name in SPLIT:       # the same answers, cut at other instants: coalesced
+                got, expected = _coalesced(got, at_column), _coalesced(expected, at_column)
+            assert sorted(got, key=_order) == sorted(expected, key=_order), name
+
+
+def _coalesced(rows: list, at: int) -> list:
+    """Rows (columns, then valid_from at ``at`` and valid_to after it) with each run of a
+    group's equal answers, one ending where the next begins, as one row: an aggregate's rows
+    are cut where its engine's watermarks fell (the back end's heartbeats, Spark's
+    micro-batches), not where the answers change."""
+    out: dict = {}
+    for r in sorted(rows, key=lambda r: r[at]):
+        values, start, end = r[:at], r[at], r[at + 1]
+        run = out.setdefault(values[0], [])
+        if run and run[-1][0] == values and run[-1][2] == start:
+            run[-1][2] = end
+        else:
+            run.append([values, start, end])
+    return [(*v, a, b) for run in out.values() for v, a, b in run]
 
 
 def _order(row: tuple) -> tuple:
@@ -124,7 +143,7 @@ def _order(row: tuple) -> tuple:
 
 @pytest.mark.parametrize("sql, why", [
     ("SELECT COUNT(*) FROM {s} [RANGE '4 seconds' SLIDE '2 seconds']", "no GROUP BY key"),
-    ("SELECT k, SUM(v) FROM {s} [RANGE '4 seconds'] GROUP BY k", "over a RANGE window"),
+    ("SELECT SUM(v) FROM {s} [RANGE '4 seconds']", "over a RANGE window with no GROUP BY"),
     ("SELECT a.k FROM {s} [RANGE '1 second'] a JOIN {s} [RANGE '1 second'] b ON a.v < b.v",
      "no equality to partition by"),
     ("SELECT a.k FROM (SELECT k, COUNT(*) AS n FROM {s} [RANGE '2 seconds' SLIDE '2 seconds'] "

@@ -45,6 +45,7 @@ log = logging.getLogger("cqgate")
 FOLDER = "spark-streams"       # checkpoints, under the data directory
 _SQLSTATE = re.compile(r"SQLSTATE: ([0-9A-Z]{5})")
 FEED_WAIT_S = 60        # a derived stream's batch waits this long at most for the back end
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 NO_INFERRED_FILTERS = "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromConstraints"
 
 
@@ -125,6 +126,8 @@ class SparkStreams:
                 # pushed below the event-time watermark, where it would drop the watermark
                 # rows (their columns are NULL): that stream's watermark would stop
                 session.conf.set("spark.sql.optimizer.excludedRules", NO_INFERRED_FILTERS)
+                # transformWithStateInPandas (RANGE aggregates) runs on RocksDB's state store
+                session.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
                 self._registered = True
         return session
 

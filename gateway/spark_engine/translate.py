@@ -38,7 +38,9 @@ from sqlglot import exp
 
 from executor import plan as P
 
+from gateway.archive.spark import spark_type
 from gateway.pgwire import errors as E
+from gateway.spark_engine import range_aggregate as RA
 from gateway.spark_engine.spool_source import PUNCT
 
 TS, TE = "__ts", "__te"
@@ -111,12 +113,17 @@ def _check_row_op(n, kids) -> Kind:
 
 
 def _check_aggregate(n: P.Aggregate, kids) -> Kind:
-    if kids[0].name not in ("slid", "aligned", "keyless"):
-        raise Refused("an aggregate over a RANGE window (its rows change at every tuple and "
-                      "expiry); Spark runs aggregates over RANGE … SLIDE windows")
     other = sorted({p.func for p in n.partials} - set(_PARTIALS))
     if other:
         raise Refused(f"aggregate {', '.join(other)} (Spark runs SUM, COUNT, MIN, MAX, AVG)")
+    if kids[0].name == "ranged" and isinstance(n.input, P.Window):
+        if not n.keys:
+            raise Refused("an aggregate over a RANGE window with no GROUP BY key cannot be "
+                          "partitioned over Spark's executors", hint=_with_key("Group by a key"))
+        return Kind("ranged_agg")
+    if kids[0].name not in ("slid", "aligned", "keyless"):
+        raise Refused("an aggregate but over one stream's RANGE or RANGE … SLIDE window or "
+                      "over such an aggregate's rows")
     counts = any(p.func in ("count", "count_star") for p in n.partials)
     return Kind("aligned" if n.keys else "keyless", kids[0].grid, counts=not n.keys and counts)
 
@@ -274,6 +281,8 @@ class Builder:
     def _aggregate(self, n: P.Aggregate):
         keys = [f"{spark_sql(k.expr)} AS {q(k.name)}" for k in n.keys]
         args = [f"{spark_sql(p.arg)} AS {q(p.name)}" for p in n.partials if p.arg is not None]
+        if isinstance(n.input, P.Window) and isinstance(n.input.window, P.RangeWindow):
+            return self._range_aggregate(n, keys, args)
         if isinstance(n.input, P.Window):       # over a SLIDE window's tuples: by window
             w = n.input.window
             df = _event_time(self.build(n.input.input)).selectExpr(*keys, *args, ET)
@@ -290,6 +299,27 @@ class Builder:
         agg = _on_grid(agg, w.slide_us)
         return agg.selectExpr(*(f"{spark_sql(f.expr)} AS {q(f.name)}" for f in n.finals),
                               *_carried(agg))
+
+    def _range_aggregate(self, n: P.Aggregate, keys: list, args: list):
+        """By key, the back end's aggregate index in Python (range_aggregate.py), its state
+        in Spark's state store; rows out up to Spark's watermark at each micro-batch."""
+        df = _event_time(self.build(n.input.input)).selectExpr(
+            *keys, *args, f"unix_micros(CAST({TS} AS TIMESTAMP)) AS {RA.TS_US}", ET)
+        integral = [p.func in ("count", "count_star") or
+                    (p.func in ("sum", "min", "max") and _integral(p.arg.type))
+                    for p in n.partials]
+        out = ", ".join([f"{q(k.name)} {spark_type(k.expr.type)}" for k in n.keys]
+                        + [f"{q(p.name)} {_partial_type(p, whole)}"
+                           for p, whole in zip(n.partials, integral)]
+                        + [f"{RA.FROM} BIGINT", f"{RA.TO} BIGINT"])
+        agg = df.groupBy(*(F.col(q(k.name)) for k in n.keys)).transformWithStateInPandas(
+            RA.RangeAggregate([k.name for k in n.keys], [(p.name, p.func) for p in n.partials],
+                              n.input.window.size_us, integral),
+            outputStructType=out, outputMode="Append", timeMode="EventTime")
+        agg = agg.withColumn(TS, F.expr(f"CAST(timestamp_micros({RA.FROM}) AS TIMESTAMP_NTZ)")) \
+            .withColumn(TE, F.expr(f"CAST(timestamp_micros({RA.TO}) AS TIMESTAMP_NTZ)"))
+        return agg.selectExpr(*(f"{spark_sql(f.expr)} AS {q(f.name)}" for f in n.finals),
+                              TS, TE, f"false AS {PUNCT}")
 
     def _join(self, n: P.Join):
         gridded = _slide_below(n.left) is not None
@@ -373,6 +403,23 @@ def _slide_rows(node) -> list:
         return [node]
     kids = P.children(node)
     return _slide_rows(kids[0]) if kids else []
+
+
+_INTEGRAL = ("TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
+             "USMALLINT", "UINTEGER", "UBIGINT")
+
+
+def _integral(duck_type: str) -> bool:
+    return duck_type.upper() in _INTEGRAL
+
+
+def _partial_type(p: P.Partial, whole: bool) -> str:
+    """The Spark type a RANGE aggregate's partial leaves Python with."""
+    if p.func in ("count", "count_star") or (p.func == "sum" and whole):
+        return "BIGINT"
+    if p.func == "sum":
+        return "DOUBLE"
+    return spark_type(p.arg.type)
 
 
 def _range_of(node) -> int:
