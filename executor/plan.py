@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from typing import Union
 
 from executor.duck import quote
+# the DuckDB settings a plan's expressions run under, wherever they run (the back end, or the
+# gateway finishing a Spark query's join with a table): no files, no extensions, and int / int
+# dividing as PostgreSQL divides
+from executor.duck import LOCKED as EXPRESSION_CONFIG  # noqa: F401 - re-exported
+from executor.duck import configured as expression_settings  # noqa: F401 - re-exported
 # User-defined aggregates a plan may name (loaded from the server's configuration in both
 # processes); the planner asks for their names and result types.
 from executor.udf import load as load_user_aggregates  # noqa: F401 - re-exported
@@ -371,6 +376,11 @@ _LABELS = {
     f"basic windows {_us_text(n.basic_us)})" + _condition_text(n, "equal")
     + ("; results held to valid_from order" if n.in_order else ""),
 }
+
+def explain_label(node) -> str:
+    """How EXPLAIN names one operator."""
+    return _LABELS[type(node)](node)
+
 
 def _condition_text(n, equalities: str) -> str:
     """A join's equalities (named as it runs them) and the rest of its predicate."""

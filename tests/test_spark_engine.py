@@ -36,6 +36,8 @@ SHAPES = [
     ("grid_join", "SELECT b.k, b.v, m.top, valid_from FROM {s} [RANGE '2 seconds' SLIDE "
                   "'2 seconds'] b JOIN (SELECT k, MAX(v) AS top FROM {s2} [RANGE '2 seconds' "
                   "SLIDE '2 seconds'] GROUP BY k) m ON b.k = m.k", 3),
+    ("table_join", "SELECT a.k, n.name, a.v, valid_from, valid_to FROM {s} [RANGE '2 seconds'] a "
+                   "JOIN {t} n ON a.k = n.k WHERE a.v > n.lim", 3),
     ("equi_join", "SELECT a.k, a.v AS av, b.v AS bv, valid_from, valid_to FROM "
                   "{s} [RANGE '2 seconds'] a JOIN {s2} [RANGE '3 seconds'] b ON a.k = b.k "
                   "WHERE a.v > b.v", 3),
@@ -85,15 +87,17 @@ def _stream(c, name: str) -> None:
 
 
 def test_both_engines_give_the_same_rows(server):
-    s, s2 = unique("sp"), unique("sp2")
+    s, s2, t = unique("sp"), unique("sp2"), unique("spt")
     with psycopg.connect(server.dsn, autocommit=True) as admin, \
             psycopg.connect(server.dsn) as back, psycopg.connect(server.dsn) as spark:
         _stream(admin, s)
         _stream(admin, s2)
+        admin.execute(f"CREATE TABLE {t} (k INT PRIMARY KEY, name TEXT, lim INT)")
+        admin.execute(f"INSERT INTO {t} VALUES (0, 'zero', 10), (1, 'one', 50), (3, 'three', 90)")
         spark.execute("SET cq.engine = spark")
         for conn in (back, spark):
             for name, sql, _ in SHAPES:
-                conn.execute(f"DECLARE {name} CURSOR FOR " + sql.format(s=s, s2=s2))
+                conn.execute(f"DECLARE {name} CURSOR FOR " + sql.format(s=s, s2=s2, t=t))
         wait_running(server.dsn, s, count=2 * len(SHAPES), timeout=60)
         engines = dict(admin.execute(
             "SELECT name, string_agg(DISTINCT engine, ',' ORDER BY engine) FROM cq_queries "
@@ -218,6 +222,22 @@ def test_the_setting_is_checked_and_explain_names_the_engine(server):
             "continuous query (Spark Structured Streaming) →")
         assert c.execute(f"EXPLAIN {keyed} WITH (engine = backend)").fetchone()[0].startswith(
             "continuous query (back end) →")
+
+
+def test_a_query_cannot_call_into_sparks_jvm(server):
+    """Spark's reflect / java_method would run any static Java method in the server's JVM
+    (System.exit, getenv): a query's functions must be DuckDB's, and those never are."""
+    s = unique("spj")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        _stream(c, s)
+        c.execute("SET cq.engine = spark")
+        for call in ("reflect('java.lang.System', 'exit', 0)",
+                     "java_method('java.lang.System', 'getenv', 'HOME')"):
+            for stmt in (f"EXPLAIN SELECT {call} AS x FROM {s}",
+                         f"EXPLAIN SELECT k FROM {s} WHERE {call} IS NULL"):
+                with pytest.raises(psycopg.errors.UndefinedFunction):
+                    c.execute(stmt)
+        assert c.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):

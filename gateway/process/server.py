@@ -85,7 +85,8 @@ class Server:
         self.services = Services(
             config=config, clock=clock, store=store, streams=streams, pool=pool,
             backend=backend, archive=archive, spark=spark,
-            spark_streams=streaming.SparkStreams(spark, spools, config.data_dir, backend),
+            spark_streams=streaming.SparkStreams(spark, spools, config.data_dir, backend,
+                                                 store),
             ingest=Ingest(backend, archive, pool, clock, spools),
             # user wrappers (CREATE WRAPPER) are imported only from these folders
             wrapper_dirs=[os.path.join(config.data_dir, "wrappers")]

@@ -67,15 +67,17 @@ class SparkQuery:
     order: tuple = ()                    # the columns a batch's rows are sorted by
     sql: str = ""
     failure: str | None = None           # why Spark stopped it
+    finish: object = None                # T.TableFinish: a join with a table, made here
     batches: int = 0
     rows_out: int = 0
     stopped: bool = False
 
 
 class SparkStreams:
-    def __init__(self, spark: Spark, spools: Spools, data_dir: str, backend):
+    def __init__(self, spark: Spark, spools: Spools, data_dir: str, backend, store):
         self.spark = spark
         self.spools = spools
+        self.store = store                  # the tables a join with a table reads
         self.folder = os.path.join(data_dir, FOLDER)
         self.backend = backend              # query ids are its; derived streams feed it
         self.queries: dict = {}             # qid -> SparkQuery: cursors' queries
@@ -131,11 +133,17 @@ class SparkStreams:
                 self._registered = True
         return session
 
-    def _frame(self, p: P.Plan, read):
-        """The DataFrame of ``p``: its root's columns, then the interval and PUNCT."""
-        df = T.Builder(read).build(p.root)
-        names = [c.name for c in p.root.schema]
-        return df.select(*names, T.TS, T.TE, PUNCT)
+    def _frame(self, p: P.Plan, shape: T.Shape, read):
+        """The DataFrame of ``p`` (of its join with a table, the stream side): its root's
+        columns, then the interval and PUNCT."""
+        root = T.table_join(p.root)[1].left if shape.with_table else p.root
+        df = T.Builder(read).build(root)
+        return df.select(*(T.q(c.name) for c in root.schema), T.TS, T.TE, PUNCT)
+
+    def _table_contents(self, name: str) -> pa.Table:
+        """A table's committed rows (what a join with it reads for a micro-batch)."""
+        with self.store.connect() as con:
+            return con.sql(f"SELECT * FROM {name}").to_arrow_table()
 
     def _reader_of(self, session, reader: str | None, resume: bool = False):
         def read(scan: P.StreamScan):
@@ -150,7 +158,10 @@ class SparkStreams:
 
     def _start(self, sq: SparkQuery) -> None:
         session = self._session()
-        df = self._frame(sq.plan, self._reader_of(session, sq.reader, sq.feed is not None))
+        df = self._frame(sq.plan, sq.shape,
+                         self._reader_of(session, sq.reader, sq.feed is not None))
+        if sq.shape.with_table:
+            sq.finish = T.TableFinish(sq.plan.root, self._table_contents)
         os.makedirs(sq.checkpoint, exist_ok=True)
         sq.query = (df.writeStream.queryName(f"cqgate_{sq.reader}")
                     .foreachBatch(lambda batch, batch_id: self._deliver(sq, batch, batch_id))
@@ -171,7 +182,10 @@ class SparkStreams:
         table = batch.toArrow()
         punct = table.column(PUNCT).to_numpy(zero_copy_only=False).astype(bool)
         # valid_from order; ties in the columns' order, so a batch always reads the same
-        rows = self._sorted(sq, table.filter(pa.array(~punct)))
+        rows = table.filter(pa.array(~punct))
+        if sq.finish is not None:           # a join with a table: made here, by DuckDB
+            rows = sq.finish(rows)
+        rows = self._sorted(sq, rows)
         frontier = self._frontier(sq, batch_id) if sq.shape.hold or sq.feed else None
         if sq.rows_dir is not None and rows.num_rows:      # kept before Spark commits it
             keep_rows(sq.rows_dir, batch_id, client_table(sq.plan, rows, intervals=True))
@@ -339,12 +353,19 @@ class SparkStreams:
             self.loop.call_soon_threadsafe(live.finish, err)
             self.end_query(live.qid, "ended: its stream was dropped")
 
-    def explain(self, p: P.Plan) -> list[str]:
+    def explain(self, p: P.Plan, shape: T.Shape) -> list[str]:
         """Spark's plan of ``p`` (not started: no spool is opened for it)."""
         session = self._session()
-        df = self._frame(p, self._reader_of(session, None))
-        text = session._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple")
-        return [ln for ln in str(text).splitlines() if ln.strip()]
+        try:
+            df = self._frame(p, shape, self._reader_of(session, None))
+            text = session._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(),
+                                                             "simple")
+        except PySparkException as e:
+            raise spark_error(e, "Spark cannot plan the query") from None
+        lines = [ln for ln in str(text).splitlines() if ln.strip()]
+        if shape.with_table:
+            lines.append(T.TableFinish(p.root, self._table_contents).explain())
+        return lines
 
     def stop(self) -> None:
         """Every query stopped (the server is shutting down); a derived stream's keeps its

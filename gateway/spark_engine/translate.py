@@ -30,8 +30,11 @@ Expressions are the plan's DuckDB SQL, written for Spark by sqlglot.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+import duckdb
+import pyarrow as pa
 import sqlglot
 from pyspark.sql import functions as F
 from sqlglot import exp
@@ -58,11 +61,12 @@ class Refused(E.PgError):
 @dataclass(frozen=True)
 class Shape:
     """What ``check`` found: the streams read, whether rows of one micro-batch must wait for
-    the inputs' watermarks before they leave, and whether an α's windows close by Spark's
-    watermark on the way."""
+    the inputs' watermarks before they leave, whether an α's windows close by Spark's
+    watermark on the way, and whether it ends in a join with a table (made in the server)."""
     streams: tuple
     hold: bool
     closes: bool = False
+    with_table: bool = False
 
 
 # ---------------------------------------------------------------------- check
@@ -136,7 +140,9 @@ def _check_union(n: P.Union_, kids) -> Kind:
 
 def _check_join(n: P.Join, kids) -> Kind:
     if n.kind != "stream-stream":
-        raise Refused("a join with a table (its rows change in event time as it is updated)")
+        if kids[0].name not in ("ranged", "unbounded", "slid") or kids[1].name != "table":
+            raise Refused("a join with a table over anything but a stream's windowed rows")
+        return Kind("tabled")
     names = [k.name for k in kids]
     gridded = all(k in _GRIDDED for k in names) and kids[0].grid == kids[1].grid
     if names == ["slid", "slid"]:
@@ -170,8 +176,7 @@ _CHECKS = {
     P.Aggregate: _check_aggregate,
     P.Union_: _check_union,
     P.Join: _check_join,
-    P.TableScan: _refuse("a join with a table (its rows change in event time as it is "
-                         "updated)"),
+    P.TableScan: lambda n, kids: Kind("table"),
     P.WindowRelationScan: _refuse("a named window or derived stream is read from the back "
                                   "end"),
     P.QualityJoin: _refuse("a quality-driven join"),
@@ -197,7 +202,81 @@ def check(p: P.Plan) -> Shape:
     # rows of one stream leave in valid_from order, an α's once Spark closes their window;
     # a union's and a join's wait for the watermarks
     return Shape(tuple(sorted(P.streams_read(p.root))),
-                 hold=kind in ("union", "join", "joined"), closes=_has_aggregate(p.root))
+                 hold=kind in ("union", "join", "joined"), closes=_has_aggregate(p.root),
+                 with_table=kind == "tabled")
+
+
+def table_join(root) -> tuple:
+    """A plan that ends in a join with a table: (the ops above the join, root first; the
+    join). Spark runs the join's stream side; the server the rest (``TableFinish``)."""
+    above, node = [], root
+    while not isinstance(node, P.Join):
+        above.append(node)
+        node = node.input
+    return above, node
+
+
+class TableFinish:
+    """The end of a plan that joins a table, made in the server by DuckDB for each
+    micro-batch's stream rows, against the table as it stands then (the back end too joins
+    each batch with the table as it stands when the batch comes): the join, then the σ and
+    μ above it. ``contents(name)`` gives a table's committed rows."""
+
+    def __init__(self, root, contents):
+        self.above, self.join = table_join(root)
+        self.contents = contents
+        # the plan's SQL, evaluated as the back end evaluates it: locked down the same way
+        self.con = P.expression_settings(duckdb.connect(config=dict(P.EXPRESSION_CONFIG)))
+        self.filters, scan = [], self.join.right
+        while not isinstance(scan, P.TableScan):       # σ on the table's side
+            self.filters.append(scan.predicate.sql)
+            scan = scan.input
+        self.scan = scan
+        left = [c.name for c in self.join.left.schema]
+        right = [c.name for c in self.join.right.schema]
+        cond = [f"({a.sql}) = ({b.sql})" for a, b in self.join.equi] + \
+            ([self.join.residual.sql] if self.join.residual is not None else [])
+        sql = (f"SELECT {_duck_list(left)}, {_duck_list(right)}, {TS}, {TE} FROM l JOIN r "
+               f"ON {' AND '.join(cond) or 'TRUE'}")
+        for op in reversed(self.above):
+            sql = _FINISH[type(op)](op, sql)
+        self.sql = sql
+
+    def __call__(self, rows: pa.Table) -> pa.Table:
+        table = self.contents(self.scan.table)
+        by_name = {n.lower(): n for n in table.schema.names}
+        names = [c.name for c in self.scan.schema]
+        r = table.select([by_name[n.split(".", 1)[1].lower()] for n in names]) \
+            .rename_columns(names)
+        if self.filters:
+            self.con.register("t", r)
+            r = self.con.sql("SELECT * FROM t WHERE " + " AND ".join(
+                f"({f})" for f in self.filters)).to_arrow_table()
+        self.con.register("l", rows)
+        self.con.register("r", r)
+        try:
+            return self.con.sql(self.sql).to_arrow_table()
+        finally:
+            for name in ("l", "r", "t"):
+                self.con.unregister(name)
+
+    def explain(self) -> str:
+        return (f"then in the server, for each micro-batch: ⋈ table {self.scan.table} as it "
+                "stands (DuckDB)" + "".join(f", {P.explain_label(op)}"
+                                              for op in reversed(self.above)))
+
+
+def _duck_list(names: list) -> str:
+    return ", ".join(exp.to_identifier(n, quoted=True).sql("duckdb") for n in names)
+
+
+# the σ and μ above a join with a table, over the SQL of what is below them
+_FINISH = {
+    P.Filter: lambda op, below: f"SELECT * FROM ({below}) WHERE {op.predicate.sql}",
+    P.Map: lambda op, below: "SELECT " + ", ".join(
+        f"{o.expr.sql} AS " + exp.to_identifier(o.name, quoted=True).sql("duckdb")
+        for o in op.outputs) + f", {TS}, {TE} FROM ({below})",
+}
 
 
 def _has_aggregate(node) -> bool:
@@ -205,9 +284,27 @@ def _has_aggregate(node) -> bool:
 
 
 # ---------------------------------------------------------------------- build
+# Spark's functions that call into the JVM: never reachable from a query
+_JVM_CALLS = {"reflect", "java_method", "try_reflect"}
+
+
 def spark_sql(e: P.Expr) -> str:
-    """An expression of the plan (DuckDB SQL) as Spark SQL."""
-    return sqlglot.transpile(e.sql, read="duckdb", write="spark")[0]
+    """An expression of the plan (DuckDB SQL) as Spark SQL. A function sqlglot does not know
+    must be one of DuckDB's (the plan's SQL is DuckDB's), and none may call into Spark's JVM:
+    42883, as PostgreSQL answers a function it does not have."""
+    tree = sqlglot.parse_one(e.sql, read="duckdb")
+    for f in tree.find_all(exp.Anonymous):
+        name = f.name.lower()
+        if name in _JVM_CALLS or name not in _duckdb_functions():
+            raise E.PgError(f"function {name} does not exist", sqlstate="42883")
+    return tree.sql("spark")
+
+
+@functools.cache
+def _duckdb_functions() -> frozenset:
+    with duckdb.connect() as con:
+        return frozenset(r[0].lower() for r in con.sql(
+            "SELECT DISTINCT function_name FROM duckdb_functions()").fetchall())
 
 
 def q(name: str) -> str:

@@ -94,11 +94,11 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
         p = plan_query(session, inner)
         lines = explain(p)
         if p.mode == "continuous" and on_spark(session, inner, p):
-            spark_shape(session, p)
+            shape = spark_shape(session, p)
             lines[0] = "continuous query (Spark Structured Streaming) →" + \
                 lines[0].split("→", 1)[1]
             lines += ["Spark plan:"] + ["  " + ln for ln in session.services.spark_streams
-                                          .explain(p)]
+                                          .explain(p, shape)]
     else:
         access.check_reads(session, inner)
         tr = TR.translate(inner.sql("cql"))
