@@ -29,7 +29,7 @@ SHAPES = [
                 "HAVING COUNT(*) > 1", 6),
     ("slide_rows", "SELECT k, v, wtime(*), valid_to FROM {s} [RANGE '4 seconds' SLIDE '2 seconds'] "
                    "WHERE v > 80", 2),
-    ("range_agg", "SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(v) AS hi, "
+    ("range_agg", "SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(t) AS latest, "
                   "valid_from, valid_to FROM {s} [RANGE '3 seconds'] WHERE v > 20 GROUP BY k", 5),
     ("union", "SELECT k, v, valid_from, valid_to FROM {s} [RANGE '3 seconds'] WHERE v > 50 "
               "UNION ALL SELECT k, v, valid_from, valid_to FROM {s2} [RANGE '4 seconds']", 2),
@@ -37,7 +37,7 @@ SHAPES = [
                   "'2 seconds'] b JOIN (SELECT k, MAX(v) AS top FROM {s2} [RANGE '2 seconds' "
                   "SLIDE '2 seconds'] GROUP BY k) m ON b.k = m.k", 3),
     ("table_join", "SELECT a.k, n.name, a.v, valid_from, valid_to FROM {s} [RANGE '2 seconds'] a "
-                   "JOIN {t} n ON a.k = n.k WHERE a.v > n.lim", 3),
+                   "JOIN {t} n ON a.k = n.k WHERE a.v > n.lim OR n.name = 'three'", 3),
     ("equi_join", "SELECT a.k, a.v AS av, b.v AS bv, valid_from, valid_to FROM "
                   "{s} [RANGE '2 seconds'] a JOIN {s2} [RANGE '3 seconds'] b ON a.k = b.k "
                   "WHERE a.v > b.v", 3),
@@ -222,6 +222,9 @@ def test_the_setting_is_checked_and_explain_names_the_engine(server):
             "continuous query (Spark Structured Streaming) →")
         assert c.execute(f"EXPLAIN {keyed} WITH (engine = backend)").fetchone()[0].startswith(
             "continuous query (back end) →")
+        # what Spark refuses there runs on the back end, as before the stream was partitioned
+        assert c.execute(f"EXPLAIN SELECT DISTINCT k FROM {s}_p [RANGE '1 second']") \
+            .fetchone()[0].startswith("continuous query (back end) →")
 
 
 def test_a_query_cannot_call_into_sparks_jvm(server):

@@ -116,5 +116,7 @@ class RangeAggregate(StatefulProcessor):
         v = st["args"][name][live]
         v = v[~pd.isna(v)]              # pandas reads an integer column with NULLs as floats
         got = _PARTIALS[func](v)
+        if isinstance(got, np.datetime64):      # MIN / MAX of a TIMESTAMP
+            return pd.Timestamp(got).to_pydatetime()
         got = got.item() if hasattr(got, "item") else got
         return int(got) if whole and got is not None else got

@@ -142,8 +142,10 @@ class SparkStreams:
 
     def _table_contents(self, name: str) -> pa.Table:
         """A table's committed rows (what a join with it reads for a micro-batch)."""
+        quoted = ".".join(exp.to_identifier(part, quoted=True).sql("duckdb")
+                          for part in name.split("."))
         with self.store.connect() as con:
-            return con.sql(f"SELECT * FROM {name}").to_arrow_table()
+            return con.sql(f"SELECT * FROM {quoted}").to_arrow_table()
 
     def _reader_of(self, session, reader: str | None, resume: bool = False):
         def read(scan: P.StreamScan):
@@ -183,7 +185,7 @@ class SparkStreams:
         punct = table.column(PUNCT).to_numpy(zero_copy_only=False).astype(bool)
         # valid_from order; ties in the columns' order, so a batch always reads the same
         rows = table.filter(pa.array(~punct))
-        if sq.finish is not None:           # a join with a table: made here, by DuckDB
+        if sq.finish is not None and rows.num_rows:    # a join with a table: made here
             rows = sq.finish(rows)
         rows = self._sorted(sq, rows)
         frontier = self._frontier(sq, batch_id) if sq.shape.hold or sq.feed else None
@@ -230,8 +232,10 @@ class SparkStreams:
                  if o and "spool" in o]
         if not marks or None in marks:
             return None
-        if sq.shape.closes:
-            marks.append(int(meta.get("batchWatermarkMs", 0)) * 1000 + 1)
+        if sq.shape.closes:       # a SLIDE window closed ends at most there; a RANGE
+            # aggregate's next rows start there
+            marks.append(int(meta.get("batchWatermarkMs", 0)) * 1000
+                         + (0 if sq.shape.ranged else 1))
         return min(marks)
 
     @staticmethod

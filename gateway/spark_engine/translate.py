@@ -49,7 +49,8 @@ from gateway.spark_engine.spool_source import PUNCT
 TS, TE = "__ts", "__te"
 ET = "__et"                     # the event time Spark's watermark and window() read
 WT = "__wt"                     # a SLIDE window's event time (its end − 1 µs), watermarked
-BACKEND_HINT = "Run it on the back end: SET cq.engine = backend (the default)."
+BACKEND_HINT = ("Run it on the back end: write WITH (engine = 'backend') after the query, "
+                "or SET cq.engine = backend (the default).")
 
 
 class Refused(E.PgError):
@@ -67,6 +68,7 @@ class Shape:
     hold: bool
     closes: bool = False
     with_table: bool = False
+    ranged: bool = False        # a RANGE aggregate: its next rows start at Spark's watermark
 
 
 # ---------------------------------------------------------------------- check
@@ -121,6 +123,10 @@ def _check_aggregate(n: P.Aggregate, kids) -> Kind:
     if other:
         raise Refused(f"aggregate {', '.join(other)} (Spark runs SUM, COUNT, MIN, MAX, AVG)")
     if kids[0].name == "ranged" and isinstance(n.input, P.Window):
+        if any(p.arg is not None and p.arg.type.upper().startswith(("DECIMAL", "NUMERIC"))
+               and p.func == "sum" for p in n.partials):
+            raise Refused("SUM or AVG of a DECIMAL over a RANGE window (Spark's aggregate "
+                          "index there works in floating point)")
         if not n.keys:
             raise Refused("an aggregate over a RANGE window with no GROUP BY key cannot be "
                           "partitioned over Spark's executors", hint=_with_key("Group by a key"))
@@ -203,7 +209,7 @@ def check(p: P.Plan) -> Shape:
     # a union's and a join's wait for the watermarks
     return Shape(tuple(sorted(P.streams_read(p.root))),
                  hold=kind in ("union", "join", "joined"), closes=_has_aggregate(p.root),
-                 with_table=kind == "tabled")
+                 with_table=kind == "tabled", ranged=kind == "ranged_agg")
 
 
 def table_join(root) -> tuple:
@@ -225,8 +231,7 @@ class TableFinish:
     def __init__(self, root, contents):
         self.above, self.join = table_join(root)
         self.contents = contents
-        # the plan's SQL, evaluated as the back end evaluates it: locked down the same way
-        self.con = P.expression_settings(duckdb.connect(config=dict(P.EXPRESSION_CONFIG)))
+        self.con = None           # made at the first batch (EXPLAIN needs none)
         self.filters, scan = [], self.join.right
         while not isinstance(scan, P.TableScan):       # σ on the table's side
             self.filters.append(scan.predicate.sql)
@@ -235,7 +240,7 @@ class TableFinish:
         left = [c.name for c in self.join.left.schema]
         right = [c.name for c in self.join.right.schema]
         cond = [f"({a.sql}) = ({b.sql})" for a, b in self.join.equi] + \
-            ([self.join.residual.sql] if self.join.residual is not None else [])
+            ([f"({self.join.residual.sql})"] if self.join.residual is not None else [])
         sql = (f"SELECT {_duck_list(left)}, {_duck_list(right)}, {TS}, {TE} FROM l JOIN r "
                f"ON {' AND '.join(cond) or 'TRUE'}")
         for op in reversed(self.above):
@@ -243,6 +248,8 @@ class TableFinish:
         self.sql = sql
 
     def __call__(self, rows: pa.Table) -> pa.Table:
+        if self.con is None:      # the plan's SQL, locked down as the back end's DuckDB is
+            self.con = P.expression_settings(duckdb.connect(config=dict(P.EXPRESSION_CONFIG)))
         table = self.contents(self.scan.table)
         by_name = {n.lower(): n for n in table.schema.names}
         names = [c.name for c in self.scan.schema]

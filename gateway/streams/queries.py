@@ -93,8 +93,8 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
             session.services.streams, session.columns)):
         p = plan_query(session, inner)
         lines = explain(p)
-        if p.mode == "continuous" and on_spark(session, inner, p):
-            shape = spark_shape(session, p)
+        shape = spark_shape_for(session, inner, p) if p.mode == "continuous" else None
+        if shape is not None:
             lines[0] = "continuous query (Spark Structured Streaming) →" + \
                 lines[0].split("→", 1)[1]
             lines += ["Spark plan:"] + ["  " + ln for ln in session.services.spark_streams
@@ -123,20 +123,25 @@ class Planned:
     spark: spark_plans.Shape | None = None
 
 
-def on_spark(session, tree, p: P.Plan) -> bool:
-    """Whether a continuous query runs on Spark: its WITH (engine = …) says so; else the
-    session's cq.engine is spark, or every stream it reads is PARTITIONED BY."""
+def spark_shape_for(session, tree, p: P.Plan) -> spark_plans.Shape | None:
+    """The Spark engine's shape of a continuous query that runs there, or None (the back
+    end): its WITH (engine = …) says where; else the session's cq.engine; else Spark when
+    every stream it reads is PARTITIONED BY and Spark can run it (what Spark refuses there
+    runs on the back end, as before the streams were partitioned)."""
     try:
         written = query_engine(tree)
     except PlanError as e:
         raise plan_error(e) from None
-    if written is not None:
-        return written == "spark"
-    if session.settings.get("cq.engine", "backend") == "spark":
-        return True
+    if written is not None or session.settings.get("cq.engine", "backend") == "spark":
+        return spark_shape(session, p) if (written or "spark") == "spark" else None
     reg = session.services.streams
     objs = [reg.by_relation(n, kinds=("stream",)) for n in P.streams_read(p.root)]
-    return bool(objs) and all(o is not None and o.partitioned_by for o in objs)
+    if not objs or not all(o is not None and o.partitioned_by for o in objs):
+        return None
+    try:
+        return spark_shape(session, p)
+    except spark_plans.Refused:
+        return None
 
 
 def spark_shape(session, p: P.Plan) -> spark_plans.Shape:
@@ -171,8 +176,9 @@ def continuous_query(session, tree, params) -> Planned | Rows:
     if ordered:        # every planning error reaches the client with its SQLSTATE
         p = plan_query(session, tree)
     fields, schema = typed_fields(session, p)
-    if on_spark(session, tree, p):
-        return Planned(p, fields, schema, {}, spark=spark_shape(session, p))
+    shape = spark_shape_for(session, tree, p)
+    if shape is not None:
+        return Planned(p, fields, schema, {}, spark=shape)
     return Planned(p, fields, schema, tables_of(session, p), archive_reach(session, p))
 
 
