@@ -6,9 +6,11 @@ hands each micro-batch's rows, through ``foreachBatch``, to the same result queu
 
 A micro-batch whose id was already delivered is skipped (Spark runs a batch again after a
 failure). Rows leave in valid_from order: a query of one stream's rows, or an aggregate that
-Spark's watermark closes, gives them so; a union's are held until every input's watermark
-has passed them. A cursor's query keeps its checkpoint under the data directory while it
-runs; it ends with its cursor, as on the back end.
+Spark's watermark closes, gives them so; a union's or a join's are held until every input's
+watermark has passed them. A cursor's query keeps its checkpoint under the data directory
+while it runs and ends with its cursor, as on the back end; a derived stream's query keeps
+its rows (a Parquet file a micro-batch), feeds the back end with them as the stream's tuples,
+and goes on from its checkpoint after a restart.
 """
 from __future__ import annotations
 
@@ -183,10 +185,10 @@ class SparkStreams:
             return
         table = batch.toArrow()
         punct = table.column(PUNCT).to_numpy(zero_copy_only=False).astype(bool)
-        # valid_from order; ties in the columns' order, so a batch always reads the same
         rows = table.filter(pa.array(~punct))
         if sq.finish is not None and rows.num_rows:    # a join with a table: made here
             rows = sq.finish(rows)
+        # valid_from order; ties in the columns' order, so a batch always reads the same
         rows = self._sorted(sq, rows)
         frontier = self._frontier(sq, batch_id) if sq.shape.hold or sq.feed else None
         if sq.rows_dir is not None and rows.num_rows:      # kept before Spark commits it

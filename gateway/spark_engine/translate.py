@@ -24,9 +24,14 @@ Spark's watermark for what reads it. What runs:
 - ⋈ on an equality of two streams over RANGE windows (intervals meeting: each starts before
   the other ends), or of two frames on the same SLIDE grid (the same window; a SLIDE
   window's tuples then come once per window they are in): Spark's stream–stream join, its
-  state bounded by both watermarks; rows held as a union's.
+  state bounded by both watermarks; rows held as a union's;
+- α over ω RANGE grouped by a key: the aggregate index per key in Python, inside Spark's
+  ``transformWithStateInPandas`` (range_aggregate.py);
+- ⋈ of windowed rows with a table, then σ and μ: Spark runs the stream's side, the server
+  the rest with DuckDB for each micro-batch (``TableFinish``).
 
-Expressions are the plan's DuckDB SQL, written for Spark by sqlglot.
+Expressions are the plan's DuckDB SQL, written for Spark by sqlglot; a function sqlglot does
+not know must be one of DuckDB's (never Spark's calls into its JVM).
 """
 from __future__ import annotations
 
