@@ -246,14 +246,14 @@ def _running(deltas):
     return out
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.integers(0, len(QUERIES) - 1), st.sampled_from(sorted(WINDOWS)),
        st.integers(-3, 3), GAPS)
 def test_snapshot_reducibility(tuples, qi, w, c, gap):
     check(tuples, qi, w, c, gap=gap)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.sampled_from(sorted(WINDOWS)), st.sampled_from(sorted(WINDOWS)),
        st.integers(-3, 3))
 def test_snapshot_reducibility_union(tuples, w, w2, c):
@@ -263,7 +263,7 @@ def test_snapshot_reducibility_union(tuples, w, w2, c):
 BOUNDED = sorted(w for w in WINDOWS if "UNBOUNDED" not in w and "ROWS" not in w and w)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.sampled_from(BOUNDED), st.sampled_from(BOUNDED), st.integers(-3, 3))
 def test_snapshot_reducibility_except(tuples, w, w2, c):
     check(tuples, 0, w, c, w2, pair=EXCEPT)
@@ -272,7 +272,7 @@ def test_snapshot_reducibility_except(tuples, w, w2, c):
 JOINABLE = BOUNDED + ["[ROWS 2]", "[PARTITION BY k ROWS 1]"]
 
 
-@settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.sampled_from(JOINABLE), st.sampled_from(JOINABLE), st.integers(-3, 3),
        GAPS)
 def test_snapshot_reducibility_join(tuples, w, w2, c, gap):
@@ -285,14 +285,14 @@ def test_snapshot_reducibility_join(tuples, w, w2, c, gap):
 batch_sizes = st.lists(st.integers(1, 7), min_size=1, max_size=4)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.integers(0, len(QUERIES) - 1), st.sampled_from(sorted(WINDOWS)),
        st.integers(-3, 3), GAPS, batch_sizes)
 def test_snapshot_reducibility_batched(tuples, qi, w, c, gap, sizes):
     check(tuples, qi, w, c, gap=gap, sizes=sizes)
 
 
-@settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.sampled_from(JOINABLE), st.sampled_from(JOINABLE), st.integers(-3, 3),
        GAPS, batch_sizes)
 def test_snapshot_reducibility_join_batched(tuples, w, w2, c, gap, sizes):
@@ -305,7 +305,7 @@ own_streams = st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 5), st.integ
     lambda xs: [(k, v, ts, d) for (k, v, _, d), ts in zip(xs, _running([x[2] for x in xs]))])
 
 
-@settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(own_streams, st.integers(0, len(QUERIES) - 1), st.integers(-3, 3), GAPS)
 def test_snapshot_reducibility_own_intervals(tuples, qi, c, gap):
     check(tuples, qi, "own", c, gap=gap)
@@ -354,7 +354,7 @@ LOOP_QUERIES = [
 ]
 
 
-@settings(max_examples=45, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams, st.integers(0, len(LOOP_QUERIES) - 1), st.sampled_from(sorted(LOOPS)),
        st.integers(-3, 3), GAPS)
 def test_snapshot_reducibility_loops(tuples, qi, loop, c, gap):
