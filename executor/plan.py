@@ -488,6 +488,11 @@ def arrival_streams(node) -> set:
                        else None)
 
 
+def contains(node, test) -> bool:
+    """Whether ``node`` or a node below it passes ``test``."""
+    return test(node) or any(contains(c, test) for c in children(node))
+
+
 def streams_read(node) -> set:
     """The names of the streams and named relations a plan reads."""
     return _names_read(node, lambda n: n.stream if isinstance(n, StreamScan) else

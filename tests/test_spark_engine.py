@@ -10,13 +10,13 @@ import functools
 import glob
 import os
 import random
-import subprocess
 import time
 
 import duckdb
 import psycopg
 import pytest
 
+from bench.nexmark.run import _children
 from continuous import at, lit, unique, wait_running
 
 # (name, query over {s} and {s2}, the column holding valid_from): the shapes Spark runs
@@ -276,12 +276,6 @@ def _kept_rows(data_dir: str) -> list:
     return duckdb.sql(f"SELECT k, w, valid_from FROM read_parquet({files!r})").fetchall()
 
 
-def _process_tree(pid: int) -> list:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True,
-                         text=True).stdout.split()
-    return [int(p) for p in out] + [q for p in out for q in _process_tree(int(p))]
-
-
 def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
     """kill -9 of the server while a derived stream runs on Spark; after the restart the
     rows it kept hold every input tuple exactly once, and a cursor on the back end follows
@@ -303,7 +297,7 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
             time.sleep(0.2)
         assert len(_kept_rows(data)) == 100
         _insert(c, {base: rows[100:200]})
-    doomed = _process_tree(srv.proc.pid)             # the back end and Spark's JVM too
+    doomed = _children(srv.proc.pid)                 # the back end and Spark's JVM too
     srv.proc.kill()
     srv.proc.wait(10)
     for pid in doomed:                               # a JVM ends when its server's pipe does

@@ -188,13 +188,13 @@ class SparkStreams:
         rows = table.filter(pa.array(~punct))
         if sq.finish is not None and rows.num_rows:    # a join with a table: made here
             rows = sq.finish(rows)
-        # valid_from order; ties in the columns' order, so a batch always reads the same
-        rows = self._sorted(sq, rows)
         frontier = self._frontier(sq, batch_id) if sq.shape.hold or sq.feed else None
         if sq.rows_dir is not None and rows.num_rows:      # kept before Spark commits it
             keep_rows(sq.rows_dir, batch_id, client_table(sq.plan, rows, intervals=True))
         if sq.shape.hold:
-            rows = self._sorted(sq, self._hold(sq, rows, frontier))
+            rows = self._hold(sq, rows, frontier)
+        # valid_from order; ties in the columns' order, so a batch always reads the same
+        rows = self._sorted(sq, rows)
         sq.rows_out += rows.num_rows
         if sq.feed is not None:
             asyncio.run_coroutine_threadsafe(self._feed(sq, rows, frontier),

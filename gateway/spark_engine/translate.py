@@ -213,7 +213,8 @@ def check(p: P.Plan) -> Shape:
     # rows of one stream leave in valid_from order, an α's once Spark closes their window;
     # a union's and a join's wait for the watermarks
     return Shape(tuple(sorted(P.streams_read(p.root))),
-                 hold=kind in ("union", "join", "joined"), closes=_has_aggregate(p.root),
+                 hold=kind in ("union", "join", "joined"),
+                 closes=P.contains(p.root, lambda n: isinstance(n, P.Aggregate)),
                  with_table=kind == "tabled", ranged=kind == "ranged_agg")
 
 
@@ -290,9 +291,6 @@ _FINISH = {
         for o in op.outputs) + f", {TS}, {TE} FROM ({below})",
 }
 
-
-def _has_aggregate(node) -> bool:
-    return isinstance(node, P.Aggregate) or any(_has_aggregate(c) for c in P.children(node))
 
 
 # ---------------------------------------------------------------------- build
@@ -496,22 +494,27 @@ def _carried(df) -> list:
     return [TS, TE, PUNCT] + ([WT] if WT in df.columns else [])
 
 
+def _window_under(node, past_aggregates: bool = True) -> P.Window | None:
+    """The ω a frame reads, down its first inputs (through its σ, μ and, with
+    ``past_aggregates``, α); None: there is none."""
+    while not isinstance(node, P.Window):
+        kids = P.children(node)
+        if not kids or (isinstance(node, P.Aggregate) and not past_aggregates):
+            return None
+        node = kids[0]
+    return node
+
+
 def _slide_below(node) -> P.SlideWindow | None:
     """The SLIDE window under a frame on a SLIDE grid (None: it is not on one)."""
-    if isinstance(node, P.Window):
-        return node.window if isinstance(node.window, P.SlideWindow) else None
-    kids = P.children(node)
-    return _slide_below(kids[0]) if kids else None
+    w = _window_under(node)
+    return w.window if w is not None and isinstance(w.window, P.SlideWindow) else None
 
 
 def _slide_rows(node) -> list:
     """The ω SLIDE under a join's side whose rows it reads (not an α's window)."""
-    if isinstance(node, P.Aggregate):
-        return []
-    if isinstance(node, P.Window):
-        return [node]
-    kids = P.children(node)
-    return _slide_rows(kids[0]) if kids else []
+    w = _window_under(node, past_aggregates=False)
+    return [w] if w is not None else []
 
 
 _INTEGRAL = ("TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
@@ -533,9 +536,7 @@ def _partial_type(p: P.Partial, whole: bool) -> str:
 
 def _range_of(node) -> int:
     """The RANGE (µs) of the window a join's side reads (under its σ and μ)."""
-    while not isinstance(node, P.Window):
-        node = node.input
-    return node.window.size_us
+    return _window_under(node).window.size_us
 
 
 # a partial of the plan as Spark's aggregate of the column holding its argument

@@ -231,8 +231,7 @@ def _session_target_left(session, query, catalog, p: P.Plan) -> None:
 
 
 def _has_quality_join(node) -> bool:
-    return isinstance(node, P.QualityJoin) or any(_has_quality_join(c)
-                                                  for c in P.children(node))
+    return P.contains(node, lambda n: isinstance(n, P.QualityJoin))
 
 
 def _keep(session, obj: StreamObject, p: P.Plan, query: exp.Expression) -> None:

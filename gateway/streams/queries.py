@@ -76,9 +76,8 @@ def plan_query(session, tree) -> P.Plan:
 
 
 def _has_fixed_window(node) -> bool:
-    if isinstance(node, P.Window) and isinstance(node.window, P.FixedWindow):
-        return True
-    return any(_has_fixed_window(c) for c in P.children(node))
+    return P.contains(node, lambda n: isinstance(n, P.Window)
+                      and isinstance(n.window, P.FixedWindow))
 
 
 QUERY_PLAN = [Field("QUERY PLAN", 25)]
@@ -132,8 +131,10 @@ def spark_shape_for(session, tree, p: P.Plan) -> spark_plans.Shape | None:
         written = query_engine(tree)
     except PlanError as e:
         raise plan_error(e) from None
-    if written is not None or session.settings.get("cq.engine", "backend") == "spark":
-        return spark_shape(session, p) if (written or "spark") == "spark" else None
+    if written is None and session.settings.get("cq.engine", "backend") == "spark":
+        written = "spark"
+    if written is not None:
+        return spark_shape(session, p) if written == "spark" else None
     reg = session.services.streams
     objs = [reg.by_relation(n, kinds=("stream",)) for n in P.streams_read(p.root)]
     if not objs or not all(o is not None and o.partitioned_by for o in objs):
