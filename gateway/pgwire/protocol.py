@@ -255,11 +255,11 @@ class ServerProtocol:
             self.send(M.command_complete(tag))
 
     # ------------------------------------------------------------------ COPY
-    def start_copy_in(self, ncols: int) -> None:
+    def start_copy_in(self, ncols: int, binary: bool = False) -> None:
         """CopyInResponse; CopyData is collected until CopyDone (→ CopyInDone) or CopyFail
         (→ CopyInFailed). Flush and Sync inside COPY are ignored, as PostgreSQL does."""
         self._expect(State.IN_QUERY)
-        self.send(M.copy_in_response(ncols))
+        self.send(M.copy_in_response(ncols, binary))
         self._copy = []
         self.state = State.COPY_IN
 
@@ -283,9 +283,9 @@ class ServerProtocol:
         self.state = State.IN_QUERY
         return CopyInFailed(error)
 
-    def start_copy_out(self, ncols: int) -> None:
+    def start_copy_out(self, ncols: int, binary: bool = False) -> None:
         self._expect(State.IN_QUERY)
-        self.send(M.copy_out_response(ncols))
+        self.send(M.copy_out_response(ncols, binary))
         self.state = State.COPY_OUT
 
     def end_copy_out(self) -> None:

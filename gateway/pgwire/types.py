@@ -389,12 +389,16 @@ _BIN_PY: dict[int, Callable] = {
     18: lambda v: str(v).encode(),
     1042: lambda v: str(v).encode(),
     114: lambda v: str(v).encode(),
+    142: lambda v: str(v).encode(),
     3802: lambda v: b"\x01" + str(v).encode(),
     17: bytes,
     2950: lambda v: uuid.UUID(str(v)).bytes,
     1082: lambda v: struct.pack("!i", (v - PG_EPOCH_DATE).days),
     1083: lambda v: struct.pack("!q", ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000
                                 + v.microsecond),
+    # DuckDB hands TIMETZ over normalised to UTC: the zone is +00
+    1266: lambda v: struct.pack("!qi", ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000
+                                + v.microsecond, 0),
     1114: lambda v: struct.pack("!q", _ts_micros(v)),
     1184: lambda v: struct.pack("!q", _ts_micros(v if v.tzinfo else v.replace(tzinfo=_UTC))),
     1186: lambda v: struct.pack("!qii", v.nanoseconds // 1000, v.days, v.months),
@@ -419,9 +423,9 @@ def _array_binary(values: list, elem_oid: int) -> bytes:
     return b"".join(out)
 
 
-_TEXT_LIKE = {25, 1043, 19, 1042, 18, 114, 705}
-_PG_EPOCH_US = 946_684_800_000_000      # 2000-01-01 in Unix microseconds
-_PG_EPOCH_DAYS = 10_957
+TEXT_LIKE = {25, 1043, 19, 1042, 18, 114, 142, 705}
+PG_EPOCH_US = 946_684_800_000_000      # 2000-01-01 in Unix microseconds
+PG_EPOCH_DAYS = 10_957
 
 
 def _fixed_width(arr: pa.Array, oid: int):
@@ -432,10 +436,10 @@ def _fixed_width(arr: pa.Array, oid: int):
         return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False), dtype
     if oid in (1114, 1184) and pa.types.is_timestamp(t):
         us = arr.cast(pa.timestamp("us", tz=t.tz), safe=False).cast(pa.int64())
-        return pc.subtract(pc.fill_null(us, 0), _PG_EPOCH_US).to_numpy(), ">i8"
+        return pc.subtract(pc.fill_null(us, 0), PG_EPOCH_US).to_numpy(), ">i8"
     if oid == 1082 and pa.types.is_date32(t):
         days = pc.fill_null(arr.cast(pa.int32()), 0)
-        return pc.subtract(days, _PG_EPOCH_DAYS).to_numpy(), ">i4"
+        return pc.subtract(days, PG_EPOCH_DAYS).to_numpy(), ">i4"
     if oid == 16 and pa.types.is_boolean(t):
         return pc.fill_null(arr, False).to_numpy(zero_copy_only=False), ">u1"
     return None, None
@@ -443,8 +447,10 @@ def _fixed_width(arr: pa.Array, oid: int):
 
 def binary_column(arr: pa.Array, oid: int) -> pa.Array:
     """Encode a whole Arrow column to PostgreSQL binary format: a binary array."""
-    if oid in _TEXT_LIKE and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-        return _cast_text(arr)           # their binary form is their UTF-8 text
+    if oid in TEXT_LIKE:                 # their binary form is their UTF-8 text
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+            return _cast_text(arr)
+        return text_column(arr, oid, _UTC)   # a struct or map shown as text, say
     values, dtype = _fixed_width(arr, oid)
     if values is not None:
         w = np.dtype(dtype).itemsize
@@ -589,7 +595,7 @@ def _bin_interval(b: bytes) -> str:
     return interval_text(months, days, us)
 
 
-def _bin_array(b: bytes) -> list:
+def bin_array(b: bytes) -> list:
     ndim, _flags, elem_oid = struct.unpack_from("!iiI", b)
     if ndim == 0:
         return []
@@ -656,7 +662,7 @@ def _decode_param(raw: bytes | None, oid: int, fmt: int):
     pgt = BY_OID.get(oid)
     if fmt == 1:
         if pgt is not None and pgt.category == "A":
-            return _bin_array(raw)
+            return bin_array(raw)
         dec = BINARY_PARSERS.get(oid)
         if dec is None:
             raise FeatureNotSupported(f"binary input of type {oid} is not supported")

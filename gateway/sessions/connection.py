@@ -14,6 +14,7 @@ from collections import deque
 from gateway.sessions import copy_data
 from gateway.sessions import settings as S
 from gateway.sessions.command_syntax import CopyRequest
+from gateway.pgwire import copy_binary
 from gateway.pgwire.copy_format import copy_header, copy_messages
 from gateway.pgwire import messages as M
 from gateway.pgwire import types as T
@@ -456,7 +457,7 @@ class Connection:
     async def copy_in(self, req: CopyRequest) -> None:
         s = self.session
         cols = await s._call(copy_data.columns, s, req)
-        self.core.start_copy_in(len(cols))
+        self.core.start_copy_in(len(cols), req.format == "binary")
         await self.flush()
         end = await self.next_event()           # the core collects the CopyData meanwhile
         if isinstance(end, CopyInFailed):
@@ -470,12 +471,20 @@ class Connection:
         Materialize's COPY (SUBSCRIBE …) TO STDOUT)."""
         s = self.session
         res = await copy_data.source(s, req)
+        try:
+            binary = copy_binary.BinaryRows(res.fields) if req.format == "binary" else None
+        except PgError:
+            if isinstance(res, LiveRows):
+                res.close()
+            raise
 
         def encode(table):
+            if binary is not None:
+                return binary.rows(table)
             return copy_messages(res.fields, table, s.tz, req.csv, req.delimiter, req.null,
                                  req.quote)
 
-        self.core.start_copy_out(len(res.fields))
+        self.core.start_copy_out(len(res.fields), binary is not None)
         if req.csv and req.header:
             self.send(copy_header(res.fields, req.delimiter, req.quote))
         if isinstance(res, LiveRows):
@@ -488,6 +497,8 @@ class Connection:
             for i in range(0, n, ENCODE_BATCH):
                 self.send(await s._call(encode, res.table.slice(i, ENCODE_BATCH)))
                 await self.maybe_flush()
+        if binary is not None:
+            self.send(binary.end())
         self.core.end_copy_out()
         self.send(M.command_complete(f"COPY {n}"))
 

@@ -7,7 +7,9 @@ import duckdb
 from dialect.names import fold, quote
 
 from gateway.link.live_rows import LiveRows
+from gateway.pgwire import copy_binary
 from gateway.pgwire import copy_format as C
+from gateway.pgwire import types as T
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Rows
 from gateway.security import access
@@ -43,14 +45,20 @@ def _stream(session, req):
                                         kinds=("stream",))
 
 
+_PARSE = {
+    "text": lambda req, cols, data: C.parse_text(data, len(cols), req.delimiter, req.null),
+    "csv": lambda req, cols, data: C.parse_csv(data, len(cols), req.delimiter, req.null,
+                                               req.quote, req.escape, req.header),
+    # binary data is read by each target column's type, as PostgreSQL's receive functions do
+    "binary": lambda req, cols, data: copy_binary.parse(
+        data, [T.duck_to_pg(c[1]).oid for c in cols]),
+}
+
+
 def load(session, req, cols: list, data: bytes) -> int:
     """COPY … FROM STDIN: ``data`` parsed and inserted into the table, or delivered to the
     stream; the number of rows."""
-    if req.csv:
-        table = C.parse_csv(data, len(cols), req.delimiter, req.null, req.quote, req.escape,
-                            req.header)
-    else:
-        table = C.parse_text(data, len(cols), req.delimiter, req.null)
+    table = _PARSE[req.format](req, cols, data)
     names = ", ".join(quote(c[0]) for c in cols)
     casts = ", ".join(f'CAST(c{i} AS {c[1]})' for i, c in enumerate(cols))
     con = session.con
@@ -88,11 +96,14 @@ def load_file(session, req) -> int:
 def save_file(session, req, rows: Rows) -> int:
     """COPY … TO 'file': the rows written as COPY TO STDOUT would send them."""
     path = session.services.files.path(req.file)
-    data = C.copy_file_data(rows.fields, rows.table, session.tz, req.csv, req.delimiter,
-                            req.null, req.quote)
+    if req.format == "binary":
+        data = copy_binary.BinaryRows(rows.fields).file_data(rows.table)
+    else:
+        data = C.copy_file_data(rows.fields, rows.table, session.tz, req.csv, req.delimiter,
+                                req.null, req.quote)
     try:
         with open(path, "wb") as f:
-            if req.header:
+            if req.header and req.format != "binary":
                 f.write(C.header_line(rows.fields, req.delimiter, req.quote))
             f.write(data)
     except OSError as e:

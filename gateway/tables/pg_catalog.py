@@ -160,6 +160,22 @@ def _q(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+# types whose I/O functions PostgreSQL names with an underscore (timestamp_recv, not
+# timestamprecv): drivers such as ADBC pick a column's decoder by its typreceive name
+_UNDERSCORED = {"timestamp", "timestamptz", "date", "time", "timetz", "numeric", "interval",
+                "uuid", "json", "jsonb", "xml", "bit", "varbit", "record", "void"}
+_IO_PREFIX = {"money": "cash_"}
+
+
+def _io_functions(t) -> tuple:
+    """pg_type's typinput, typoutput, typreceive and typsend for ``t``, as PostgreSQL names
+    them."""
+    if t.category == "A" and t.elem_oid and t.name.startswith("_"):
+        return "array_in", "array_out", "array_recv", "array_send"
+    prefix = _IO_PREFIX.get(t.name) or (t.name + "_" if t.name in _UNDERSCORED else t.name)
+    return tuple(prefix + suffix for suffix in ("in", "out", "recv", "send"))
+
+
 def build(path: str, db: str, settings: dict | None = None) -> dict:
     """Write the catalog database to ``path`` (anew), for the server to attach read-only; the
     Arrow schema of each live table, which sessions register on their connections."""
@@ -201,11 +217,11 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
     rows = []
     for t in TYPES:
         typtype = "p" if t.category in ("P", "X") else "b"
-        inp = "array_in" if t.category == "A" and t.elem_oid else f"{t.name}in"
+        inp, outp, recv, send = _io_functions(t)
         coll = 100 if t.category == "S" else 0
         rows.append(f"({t.oid}, {_q(t.name)}, 11, 10, {t.typlen}, {str(t.typlen in (1, 2, 4, 8)).lower()},"
                     f" {_q(typtype)}, {_q(t.category)}, false, true, ',', 0, {t.elem_oid}, {t.array_oid},"
-                    f" {_q(inp)}, {_q(t.name + 'out')}, {_q(t.name + 'recv')}, {_q(t.name + 'send')},"
+                    f" {_q(inp)}, {_q(outp)}, {_q(recv)}, {_q(send)},"
                     f" 'i', 'p', false, 0, -1, 0, {coll}, {_q(t.sql_name)})")
     out.append(f"""CREATE TABLE {c}.pg_type (oid {OID}, typname VARCHAR, typnamespace {OID},
         typowner {OID}, typlen SMALLINT, typbyval BOOLEAN, typtype VARCHAR, typcategory VARCHAR,

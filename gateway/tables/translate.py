@@ -255,8 +255,26 @@ def _rewrite_column(node: exp.Column, state: dict) -> exp.Expression:
     return node
 
 
+# pg_type's and pg_proc's regproc columns hold a function's name here; PostgreSQL compares
+# them with 0 (no function), which prints as '-'
+_REGPROC_COLUMNS = {"typinput", "typoutput", "typreceive", "typsend", "typmodin", "typmodout",
+                    "typanalyze", "typsubscript"}
+
+
+def _rewrite_regproc_zero(node: exp.Expression, state: dict) -> exp.Expression:
+    """``typreceive != 0`` (ADBC, pgjdbc) compares the name with '-', the text of 0."""
+    for col, other in ((node.this, node.expression), (node.expression, node.this)):
+        if isinstance(col, exp.Column) and col.name.lower() in _REGPROC_COLUMNS \
+                and isinstance(other, exp.Literal) and not other.is_string \
+                and other.name == "0":
+            other.replace(exp.Literal.string("-"))
+    return node
+
+
 _REWRITES = {
     exp.Table: _rewrite_table,
+    exp.EQ: _rewrite_regproc_zero,
+    exp.NEQ: _rewrite_regproc_zero,
     exp.Dot: _rewrite_dot,
     exp.Anonymous: _rewrite_call,
     exp.Cast: lambda node, state: _rewrite_cast(node),
