@@ -26,6 +26,10 @@ class AmbiguousColumn(PlanError):
     sqlstate = "42702"
 
 
+class InvalidColumnReference(PlanError):
+    sqlstate = "42P10"
+
+
 class DatatypeMismatch(PlanError):
     sqlstate = "42804"
 

@@ -311,6 +311,15 @@ class CQLParser(PostgresParser):
         return self.expression(X.StreamWindowClause(this=alias,
                                                     window=self._parse_window_spec()))
 
+    def _parse_types(self, *args, **kwargs):
+        # regtype[] and the other OID-alias arrays (pgcli's function list casts to them):
+        # sqlglot reads the OID alias but not an array of it; an array of its names' text
+        this = super()._parse_types(*args, **kwargs)
+        if isinstance(this, exp.ObjectIdentifier) and \
+                self._match_pair(TokenType.L_BRACKET, TokenType.R_BRACKET):
+            return exp.DataType.build("TEXT[]", dialect="postgres")
+        return this
+
     # ------------------------------------------------------------------ StreaQueL loop
     def _parse_table_hints(self):
         # CQL has no T-SQL table hints: WITH ( after a stream's name begins the query's own

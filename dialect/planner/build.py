@@ -14,8 +14,8 @@ from sqlglot import exp
 from executor import plan as P
 
 from .. import expressions as X
-from ..errors import (AmbiguousColumn, GroupingError, InvalidWindow, UndefinedColumn,
-                      UndefinedRelation, Unsupported)
+from ..errors import (AmbiguousColumn, GroupingError, InvalidColumnReference, InvalidWindow,
+                      UndefinedColumn, UndefinedRelation, Unsupported)
 from ..names import pg_column_name
 from . import quality_join
 from .apply_default_windows import apply_default_windows, window_of
@@ -53,6 +53,25 @@ def _unstream_dots(e: exp.Expression) -> exp.Expression:
             return exp.column(node.expression.name, table=node.this.expressions[0].name)
         return node
     return e.transform(fix)
+
+
+def _group_item(g, real: list, scope: Scope):
+    """A GROUP BY item as PostgreSQL reads it: ``GROUP BY 1`` is the first output column's
+    expression; a bare name that no input column has is an output column's alias."""
+    if isinstance(g, exp.Literal) and g.is_int:
+        k = int(g.name)
+        if not 1 <= k <= len(real):
+            raise InvalidColumnReference(f"GROUP BY position {k} is not in select list")
+        return real[k - 1][1].copy()
+    if isinstance(g, exp.Column) and not g.table:
+        try:
+            scope.resolve(g)
+        except (UndefinedColumn, AmbiguousColumn):
+            by_alias = [e for name, e in real if name == g.name]
+            if len(by_alias) == 1:
+                return by_alias[0].copy()
+            raise
+    return g
 
 
 class Builder:
@@ -435,7 +454,8 @@ class Builder:
         return node, tuple(output), tuple(pseudo)
 
     def aggregate(self, sel, node, scope: Scope, real: list, having):
-        group = [g for g in (sel.args.get("group").expressions if sel.args.get("group") else [])]
+        group = [_group_item(g, real, scope) for g in
+                 (sel.args.get("group").expressions if sel.args.get("group") else [])]
         keys = [P.NamedExpr(f"k{i}", self.expr(g, scope.resolve)) for i, g in enumerate(group)]
         exprs = [e for _, e in real] + ([having] if having is not None else [])
         for e in exprs:     # type-check the aggregates before they are cut into phases

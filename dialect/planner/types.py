@@ -70,6 +70,12 @@ def _literal(e: exp.Literal, column_type) -> str:
     return "INTEGER" if e.is_int else "DOUBLE"
 
 
+def _rounded(t: str) -> str:
+    """floor/ceil keep an integer's or a double's type; of a DECIMAL DuckDB gives a DECIMAL
+    of its own precision, left for the back end to say."""
+    return t if family(t) == "numeric" and not t.startswith("DECIMAL") else UNKNOWN
+
+
 def _aggregate(e, column_type) -> str:
     if isinstance(e, exp.Count):
         return "BIGINT"
@@ -106,6 +112,14 @@ _RULES = {
                                  UNKNOWN),
     exp.Abs: lambda e, ct: infer(e.this, ct),
     exp.Round: lambda e, ct: infer(e.this, ct),
+    # the time functions dashboards group by (Grafana's $__timeGroup, date_trunc), as DuckDB
+    # types them in the back end
+    exp.TimestampTrunc: lambda e, ct: infer(e.this, ct),
+    exp.Extract: lambda e, ct: "DOUBLE",
+    exp.CurrentTimestamp: lambda e, ct: "TIMESTAMP WITH TIME ZONE",
+    exp.UnixToTime: lambda e, ct: "TIMESTAMP WITH TIME ZONE",
+    exp.Floor: lambda e, ct: _rounded(infer(e.this, ct)),
+    exp.Ceil: lambda e, ct: _rounded(infer(e.this, ct)),
 }
 for _cls in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not,
              exp.Like, exp.ILike, exp.In, exp.Between, exp.Is, exp.RegexpLike, exp.Exists):

@@ -50,6 +50,8 @@ def snapshot(graph: RunningGraph, qid, batches: dict, at: int | None) -> pa.Tabl
     table = pa.Table.from_batches(rows)
     table = table.filter(pc.and_(pc.less_equal(table.column(TS), last),
                                  pc.greater(table.column(TE), last)))
+    if not table.num_rows:          # rows there were, none valid at that instant
+        return None
     return pa.Table.from_batches([client_batch(q.plan, q.out_names, b)
                                   for b in table.to_batches()])
 

@@ -325,6 +325,8 @@ def text_column(arr: pa.Array, oid: int, tz: dt.tzinfo) -> pa.Array:
         return pc.cast(_timestamp_text(arr), pa.binary())
     if isinstance(t, pa.ExtensionType):
         return text_column(arr.storage if isinstance(arr, pa.ExtensionArray) else arr, oid, tz)
+    if oid in (22, 30) and pa.types.is_list(t):       # int2vector, oidvector: "1 2"
+        return pc.cast(pc.binary_join(pc.cast(arr, pa.list_(pa.string())), " "), pa.binary())
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         enc = lambda v: _list_text(v, tz)  # noqa: E731
     elif pa.types.is_struct(t) or pa.types.is_map(t):

@@ -90,9 +90,12 @@ class ColumnInfo:
     def fields(self, tr: TR.Translated | None, names: list, types: list) -> list:
         """The RowDescription fields of a result with these DuckDB column names and types."""
         origins = self.origins(tr, names) if tr is not None else [(0, 0)] * len(names)
+        vectors = TR.VECTOR_COLUMNS if tr is not None and tr.catalog else {}
         out = []
         for name, ty, (toid, attnum) in zip(names, types, origins):
-            pg = T.duck_to_pg(ty)
+            # the catalog's int2vector and oidvector columns are lists in DuckDB
+            pg = T.BY_OID[vectors[name]] if vectors.get(name) and ty.endswith("[]") \
+                else T.duck_to_pg(ty)
             out.append(Field(name, pg.oid, T.duck_typmod(ty), toid, attnum))
         return out
 

@@ -155,11 +155,19 @@ def spark_shape(session, p: P.Plan) -> spark_plans.Shape:
 
 
 def without_order(tree):
-    """The query without ORDER BY / LIMIT / OFFSET, and those clauses."""
+    """The query without ORDER BY / LIMIT / OFFSET, and those clauses; they apply to the
+    answer's columns, so an ORDER BY expression that is in the select list becomes that
+    output column (``ORDER BY date_trunc('minute', ts)``, as BI tools write it)."""
     tree = tree.copy()
     tail = {k: tree.args.get(k) for k in ("order", "limit", "offset")}
     for k in tail:
         tree.set(k, None)
+    outputs = {e.unalias().sql(): e.alias_or_name for e in getattr(tree, "expressions", [])
+               if e.alias_or_name}
+    for ordered in tail["order"].expressions if tail["order"] is not None else []:
+        name = outputs.get(ordered.this.sql())
+        if name is not None:
+            ordered.set("this", sqlglot.exp.column(name, quoted=True))
     return tree, tail
 
 

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 
 import duckdb
+import sqlglot
 
 from dialect.planner import Relation
 from executor import plan as P
@@ -28,6 +29,17 @@ DOCUMENT = "objects.json"
 _LEGACY = ("SELECT oid, kind, schema_name, name, definition, columns, timestamp_column, "
            "end_column, archived, options, depends_on FROM main.cq_objects ORDER BY oid")
 _DESCRIPTIONS = {"window": "named window", "derived": "derived stream"}
+
+
+def _query_text(obj) -> str | None:
+    """A named window's or derived stream's query, as pg_get_viewdef shows a view's."""
+    if obj.kind not in _DESCRIPTIONS or not obj.definition:
+        return None
+    try:
+        query = sqlglot.parse_one(obj.definition, read="cql").args.get("expression")
+    except sqlglot.errors.ParseError:
+        return None
+    return query.sql("cql", pretty=True) if query is not None else None
 
 
 @dataclass
@@ -141,7 +153,7 @@ class StreamRegistry:
                 description = _DESCRIPTIONS.get(obj.kind) or (
                     "stream" + (" (archived)" if obj.archived else ""))
                 rels.append((obj.oid, obj.schema, obj.name, "r" if obj.kind == "stream"
-                             else "v", obj.kind, description))
+                             else "v", obj.kind, description, _query_text(obj)))
                 cols += [(obj.oid, name, i, typ, bool(not_null))
                          for i, (name, typ, not_null) in enumerate(obj.columns, 1)]
             self._tables = (version, {"cq_relations": rows_table(self.store, "cq_relations", rels),

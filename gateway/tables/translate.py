@@ -10,6 +10,7 @@ The result also says what the statement is (command tag, whether it returns rows
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -24,7 +25,7 @@ from dialect.names import pg_column_name, type_name
 
 from gateway.tables import pg_catalog
 from gateway.pgwire import types as T
-from gateway.pgwire.errors import SyntaxError_, FeatureNotSupported, UndefinedFunction
+from gateway.pgwire.errors import PgError, SyntaxError_, FeatureNotSupported, UndefinedFunction
 
 CAT = f"{pg_catalog.CATALOG}.main"
 VERSION = (f"PostgreSQL {pg_catalog.SERVER_VERSION} (cqgate) on x86_64-pc-linux-gnu, "
@@ -91,9 +92,34 @@ _NAMES_OF = {"regclass": ("cq_regclass_oid", "cq_regclass_name"),
              "regtype": ("cq_regtype_oid", "cq_regtype_name")}
 
 
+def _array_literal(text: str) -> exp.Expression:
+    """PostgreSQL's array text ``'{r,p,""}'`` as a list of its strings."""
+    return exp.Array(expressions=[exp.Null() if v is None else exp.Literal.string(v)
+                                  for v in T.parse_array_text(text, str)])
+
+
+def _is_array_text(node) -> bool:
+    return isinstance(node, exp.Literal) and node.is_string and node.name.startswith("{")
+
+
+def _rewrite_any(node: exp.Any, state: dict) -> exp.Expression:
+    """``relkind = ANY('{r,p}')``: the literal is an array of the other side's type."""
+    inner = node.this.this if isinstance(node.this, exp.Paren) else node.this
+    if _is_array_text(inner):
+        inner.replace(_array_literal(inner.name))
+    return node
+
+
 def _rewrite_cast(node: exp.Cast) -> exp.Expression:
     name = type_name(node.to)
     arg = node.this
+    if name in ("oid", "uint", "int4", "int8", "integer", "bigint") and isinstance(arg, exp.Cast) \
+            and type_name(arg.to) == "regclass":
+        # (expr)::regclass::oid is the OID of the relation expr names (or of its digits)
+        arg = _macro("cq_regclass_oid", arg.this)
+        node.set("this", arg)
+    if node.to.this == exp.DataType.Type.ARRAY and _is_array_text(arg):
+        arg = arg.replace(_array_literal(arg.name))       # '{a,b}'::text[]
     if name in ("text", "varchar", "name") and isinstance(arg, exp.Cast) \
             and type_name(arg.to) in _NAMES_OF and isinstance(arg.this, exp.Literal):
         # 'int8'::regtype::text is the type's name, not its OID printed as text
@@ -168,8 +194,16 @@ def setting_variable(name: str) -> str:
 def _rewrite_anonymous(node: exp.Anonymous) -> exp.Expression:
     name = node.name.lower()
     args = node.expressions
+    if name in ("generate_subscripts", "array_lower", "array_upper") and args and \
+            _vector(args[0]):
+        # a vector's subscripts run from 0 (the parentheses keep this from applying twice)
+        call = exp.Anonymous(this=name, expressions=[exp.Paren(this=args[0]), *args[1:]])
+        return exp.Paren(this=exp.Sub(this=call, expression=exp.Literal.number(1)))
     if name in pg_catalog.FUNCTIONS:
         return _macro(name, *args)
+    if name == "pg_partition_ancestors":     # in a select list: no rows, no partitions
+        return exp.Explode(this=exp.Cast(this=exp.Array(expressions=[]),
+                                         to=exp.DataType.build("UINTEGER[]", dialect="duckdb")))
     if name == "_pg_expandarray":
         return exp.Unnest(expressions=[_macro("cq_expandarray", *args)])
     if name in ("json_build_object", "jsonb_build_object"):
@@ -216,12 +250,25 @@ def _rewrite_table(node: exp.Table, state: dict) -> exp.Expression:
         _to_catalog(node, f"cq_is_{name}", state)
         if not node.alias:          # columns qualified by the view's own name still resolve
             node.set("alias", exp.TableAlias(this=exp.to_identifier(name)))
+    elif isinstance(node.this, exp.Func) and node.this.name.lower() in \
+            pg_catalog.TABLE_FUNCTIONS and dbname in (None, "pg_catalog"):
+        # its rows (WITH ORDINALITY's number included) come from a catalog relation
+        node.set("ordinality", None)
+        _to_catalog(node, pg_catalog.TABLE_FUNCTIONS[node.this.name.lower()], state)
+    elif isinstance(node.this, _SCALARS_IN_FROM):
+        # a scalar function in FROM is one row of one column named by the alias (Grafana's
+        # string_to_array(current_setting('search_path'), ',') s)
+        alias = node.alias or node.this.sql_name().lower()
+        return exp.select(exp.alias_(node.this.copy(), alias, quoted=True)).subquery(alias)
     elif isinstance(node.this, exp.Func):
         if dbname in ("pg_catalog", "information_schema"):
             node.set("db", None)       # pg_catalog.generate_series(...) and friends
     else:
         state["tables"].append((dbname, node.name, node.alias_or_name))
     return node
+
+
+_SCALARS_IN_FROM = (exp.StringToArray, exp.Split)
 
 
 def _to_catalog(node: exp.Table, name: str, state: dict) -> None:
@@ -255,6 +302,57 @@ def _rewrite_column(node: exp.Column, state: dict) -> exp.Expression:
     return node
 
 
+# The catalog's int2vector (22) and oidvector (30) columns: lists in DuckDB, sent with their
+# own type (psqlODBC reads "1 2" into a fixed array by that type, and crashes on "{1,2}"), and
+# subscripted from 0, as PostgreSQL's vectors are
+VECTOR_COLUMNS = {"indkey": 22, "indoption": 22, "indclass": 30, "indcollation": 30,
+                  "proargtypes": 30}
+
+
+def _vector(node) -> bool:
+    return isinstance(node, exp.Column) and node.name.lower() in VECTOR_COLUMNS
+
+
+def _rewrite_bracket(node: exp.Bracket, state: dict) -> exp.Expression:
+    """``indkey[0]`` is a vector's first element: DuckDB's lists count from 1."""
+    if _vector(node.this) and len(node.expressions) == 1 and \
+            not isinstance(node.expressions[0], exp.Slice):
+        node.set("expressions", [exp.Add(this=exp.Paren(this=node.expressions[0]),
+                                         expression=exp.Literal.number(1))])
+    return node
+
+
+_FORMAT_SPEC = re.compile(r"%(?:(\d+)\$)?([sIL%])")
+# what each of format()'s conversions makes of its argument
+_FORMAT_CONVERSIONS = {
+    "s": lambda a: exp.func("coalesce", exp.cast(a, "VARCHAR"), exp.Literal.string("")),
+    "I": lambda a: _macro("quote_ident", a),
+    "L": lambda a: _macro("quote_nullable", a),
+}
+
+
+def _rewrite_format(node: exp.Format, state: dict) -> exp.Expression:
+    """PostgreSQL's ``format('%I.%I', a, b)`` (%s, %I, %L, %%, positions as ``%1$s``) as a
+    concatenation; DuckDB's own format() reads ``{}``."""
+    fmt, args = node.this, node.expressions
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        raise FeatureNotSupported("format() needs a constant format string")
+    parts, pos, nxt = [], 0, 0
+    for m in _FORMAT_SPEC.finditer(fmt.name):
+        parts.append(exp.Literal.string(fmt.name[pos:m.start()]))
+        pos = m.end()
+        if m.group(2) == "%":
+            parts.append(exp.Literal.string("%"))
+            continue
+        k = int(m.group(1)) - 1 if m.group(1) else nxt
+        nxt = k + 1
+        if k >= len(args):
+            raise PgError("too few arguments for format()", sqlstate="22023")
+        parts.append(_FORMAT_CONVERSIONS[m.group(2)](args[k].copy()))
+    parts.append(exp.Literal.string(fmt.name[pos:]))
+    return exp.Paren(this=exp.func("concat", *parts))
+
+
 # pg_type's and pg_proc's regproc columns hold a function's name here; PostgreSQL compares
 # them with 0 (no function), which prints as '-'
 _REGPROC_COLUMNS = {"typinput", "typoutput", "typreceive", "typsend", "typmodin", "typmodout",
@@ -274,6 +372,9 @@ def _rewrite_regproc_zero(node: exp.Expression, state: dict) -> exp.Expression:
 _REWRITES = {
     exp.Table: _rewrite_table,
     exp.EQ: _rewrite_regproc_zero,
+    exp.Bracket: _rewrite_bracket,
+    exp.Any: _rewrite_any,
+    exp.Format: _rewrite_format,
     exp.NEQ: _rewrite_regproc_zero,
     exp.Dot: _rewrite_dot,
     exp.Anonymous: _rewrite_call,
@@ -284,6 +385,7 @@ _REWRITES = {
     exp.SessionUser: lambda node, state: _var("cq_user"),
     exp.Column: _rewrite_column,
     exp.CurrentSchema: lambda node, state: exp.Literal.string("public"),
+    exp.CurrentSchemas: lambda node, state: _macro("current_schemas", node.this),
     exp.CurrentVersion: lambda node, state: exp.Literal.string(VERSION),
     exp.CurrentCatalog: lambda node, state: exp.Anonymous(this="current_database",
                                                          expressions=[]),
@@ -366,7 +468,8 @@ def _from_any(node, parent, column_type) -> int:
         return 0
     other = cmp.this if cmp.expression is parent else cmp.expression
     elem = T.BY_OID.get(_other_side_type(other, column_type))
-    return elem.array_oid if elem and elem.array_oid else 0
+    # ANY takes an array: of text where the other side's type is not known (a catalog column)
+    return elem.array_oid if elem and elem.array_oid else 1009
 
 
 # The parent of a parameter says its type: a cast, the other side of a comparison (also
