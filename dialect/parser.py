@@ -311,6 +311,21 @@ class CQLParser(PostgresParser):
         return self.expression(X.StreamWindowClause(this=alias,
                                                     window=self._parse_window_spec()))
 
+    def _parse_alias(self, this, explicit: bool = False):
+        # PostgreSQL takes any keyword as a column label after AS (Metabase writes
+        # `… AS select, … AS update`); sqlglot refuses its reserved words there
+        after = self._tokens[self._index + 2] if self._index + 2 < len(self._tokens) else None
+        if self._curr and self._curr.token_type == TokenType.ALIAS and self._next \
+                and self._next.token_type in self.RESERVED_TOKENS \
+                and self._next.text.isidentifier() \
+                and (after is None or after.token_type in (TokenType.COMMA, TokenType.FROM,
+                                                          TokenType.R_PAREN,
+                                                          TokenType.SEMICOLON)):
+            self._advance(2)
+            return self.expression(exp.Alias(this=this,
+                                             alias=exp.to_identifier(self._prev.text)))
+        return super()._parse_alias(this, explicit)
+
     def _parse_types(self, *args, **kwargs):
         # regtype[] and the other OID-alias arrays (pgcli's function list casts to them):
         # sqlglot reads the OID alias but not an array of it; an array of its names' text

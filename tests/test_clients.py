@@ -1,6 +1,7 @@
 """Every program under clients/ runs against a real server and prints what it promises: the
 psql walkthrough (its output is kept beside it, and compared whole), the Python programs
-(psycopg 3, asyncpg, SQLAlchemy), pgjdbc, psqlODBC, and the shell source."""
+(psycopg 3, psycopg2, asyncpg, SQLAlchemy, ADBC with polars), pgjdbc, psqlODBC, and the shell
+source."""
 import os
 import subprocess
 import sys
@@ -70,6 +71,20 @@ def test_python_follow_asyncpg(clients_server):
              f"postgresql://cq@127.0.0.1:{clients_server.port}/cq")
     assert r.stdout.splitlines() == ["meter 2: 20.0 kWh", "meter 0: 30.0 kWh",
                                      "meter 1: 40.0 kWh"]
+
+
+def test_python_arrow_adbc_polars(clients_server):
+    r = _run(sys.executable, os.path.join(CLIENTS, "python", "arrow_adbc_polars.py"),
+             f"postgresql://cq@127.0.0.1:{clients_server.port}/cq")
+    assert r.stdout.splitlines() == ["[('ACME', 72.0), ('INIT', 78.0)]",
+                                     "Datetime(time_unit='us', time_zone=None)"]
+
+
+def test_python_follow_psycopg2(clients_server):
+    r = _run(sys.executable, os.path.join(CLIENTS, "python", "follow_psycopg2.py"),
+             clients_server.dsn)
+    assert r.stdout.splitlines() == ["08:00:00 front opened", "08:00:03 garage opened",
+                                     "08:00:04 back opened"]
 
 
 def test_python_bi_sqlalchemy(clients_server):

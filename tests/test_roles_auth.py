@@ -321,3 +321,39 @@ def test_superuser_flag_names_the_bootstrap_role(start_server, tmp_path):
         assert c.execute("SELECT current_user").fetchone() == ("admin",)
     assert _refused(s, "cq")[0] == "28000"
     assert Roles(data).bootstrap == "admin"
+
+
+def test_alter_role_set_gives_the_roles_sessions_their_defaults(start_server, tmp_path):
+    """ALTER ROLE … SET, as BI tools that send no startup options need (Grafana): the role's
+    sessions start in snapshot mode; the client's own options still win; a bad value is
+    refused as SET refuses it; RESET and RESET ALL take them back; it survives a restart."""
+    data = str(tmp_path / "data")
+    s = start_server(data_dir=data)
+    with psycopg.connect(s.dsn, autocommit=True) as su:
+        su.execute("CREATE ROLE dash LOGIN")
+        su.execute("ALTER ROLE dash SET cq.mode = snapshot")
+        su.execute("ALTER ROLE dash SET statement_timeout TO '30s'")
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            su.execute("ALTER ROLE dash SET cq.engine = 'nowhere'")
+        with pytest.raises(psycopg.errors.UndefinedObject):         # 42704
+            su.execute("ALTER ROLE dash SET no_such_setting = 1")
+        assert su.execute("SELECT rolconfig FROM pg_roles WHERE rolname = 'dash'").fetchone() \
+            == (["cq.mode=snapshot", "statement_timeout=30s"],)
+    with psycopg.connect(_dsn(s, "dash")) as c:
+        assert c.execute("SHOW cq.mode").fetchone() == ("snapshot",)
+        assert c.execute("SHOW statement_timeout").fetchone() == ("30s",)
+    with psycopg.connect(_dsn(s, "dash") + " options='-c cq.mode=continuous'") as c:
+        assert c.execute("SHOW cq.mode").fetchone() == ("continuous",)
+    with psycopg.connect(_dsn(s, "dash"), autocommit=True) as c:
+        c.execute("ALTER ROLE dash RESET statement_timeout")        # its own: allowed
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("ALTER ROLE cq SET cq.mode = snapshot")
+    s.stop()
+    s = start_server(data_dir=data)
+    with psycopg.connect(_dsn(s, "dash")) as c:
+        assert c.execute("SHOW cq.mode").fetchone() == ("snapshot",)
+        assert c.execute("SHOW statement_timeout").fetchone() == ("0",)
+    with psycopg.connect(s.dsn, autocommit=True) as su:
+        su.execute("ALTER ROLE dash RESET ALL")
+    with psycopg.connect(_dsn(s, "dash")) as c:
+        assert c.execute("SHOW cq.mode").fetchone() == ("continuous",)

@@ -1,5 +1,5 @@
 """Driving a cqgate server with NEXMark files: declare the streams, start a query on a cursor
-(psycopg, FETCH) or a COPY (asyncpg), send the CSV files through the ingest port (as fast as
+(psycopg, FETCH), a COPY (asyncpg) or an Arrow reader (ADBC, binary COPY), send the CSV files through the ingest port (as fast as
 the server takes them, or paced), and drain the rows in a thread, noting when each batch
 arrived. Used by the tests and by run.py."""
 from __future__ import annotations
@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 
+import adbc_driver_postgresql.dbapi as adbc
 import asyncpg
 import psycopg
 
@@ -149,6 +150,69 @@ class CopyReader:
         if self._loop is not None and self._task is not None and not self.done.is_set():
             self._loop.call_soon_threadsafe(self._task.cancel)
         self.done.wait(30)
+
+
+class ArrowReader:
+    """The same, read by the ADBC PostgreSQL driver (``adbc_driver_postgresql``), which
+    fetches a query through ``COPY (…) TO STDOUT (FORMAT BINARY)`` and parses it into Arrow
+    record batches in C++: an Arrow client's cost per row. Rows are counted per batch; it
+    stops after ``expect`` rows or when the query ends."""
+
+    def __init__(self, dsn: str, sql: str):
+        self.sql = sql
+        p = dict(kv.split("=", 1) for kv in dsn.split())
+        self.uri = f"postgresql://{p['user']}@{p['host']}:{p['port']}/{p['dbname']}"
+        self.count = 0
+        self.arrivals: list = []
+        self.expect: int | None = None
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self._conn = None
+
+    def start(self, expect: int | None = None, keep: bool = False,
+              timeout: float = 30) -> "ArrowReader":
+        if keep:
+            raise ValueError("an ArrowReader counts rows; use Reader to keep them")
+        self.expect = expect
+        threading.Thread(target=self._drain, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.uri, autocommit=True) as c:
+            while not c.execute("SELECT count(*) FROM cq_queries WHERE query = %s",
+                                [self.sql]).fetchone()[0]:
+                if self.done.is_set() or time.monotonic() > deadline:
+                    raise RuntimeError(f"the query did not start: {self.error!r}")
+                time.sleep(0.02)
+        return self
+
+    def _drain(self) -> None:
+        try:
+            self._conn = adbc.connect(self.uri)
+            cur = self._conn.cursor()
+            # a batch per arrival of ~1MB at most, not the driver's default 16MB
+            cur.adbc_statement.set_options(
+                **{"adbc.postgresql.batch_size_hint_bytes": str(1 << 20)})
+            cur.execute(self.sql)
+            for batch in cur.fetch_record_batch():
+                self.count += batch.num_rows
+                self.arrivals.append((time.perf_counter(), self.count, None))
+                if self.expect is not None and self.count >= self.expect:
+                    break
+        except adbc.Error as e:
+            self.error = e
+        finally:
+            self.done.set()
+
+    def wait(self, timeout: float) -> int:
+        if not self.done.wait(timeout):
+            raise TimeoutError(f"{self.count} rows after {timeout}s")
+        if self.error is not None:
+            raise RuntimeError(f"the read failed: {self.error}")
+        return self.count
+
+    def close(self) -> None:
+        self.done.wait(30)
+        if self._conn is not None:
+            self._conn.close()
 
 
 def _send(port: int, stream: str, data: bytes, errors: list) -> None:

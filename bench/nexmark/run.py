@@ -2,7 +2,7 @@
 Prints one JSON record per measurement and appends it to docs/benchmarks/results.jsonl.
 
     python -m bench.nexmark.run throughput [--events 2000000] [--queries q0,q1,q2,q5,q7,q8]
-                                           [--clients copy,cursor] [--repeat 3]
+                                           [--clients copy,cursor,arrow] [--repeat 3]
     python -m bench.nexmark.run latency    [--rates 1000,10000,100000] [--seconds 10]
     python -m bench.nexmark.run many       [--counts 1,10,100,1000] [--events 1000000]
     python -m bench.nexmark.run memory     [--minutes 10] [--rate 100000]
@@ -186,6 +186,8 @@ CLIENTS = {
     "copy": lambda dsn, sql: drive.CopyReader(dsn, sql),
     # DECLARE and FETCH by psycopg, every row made a Python tuple
     "cursor": lambda dsn, sql: drive.Reader(dsn, sql, quiet="600s"),
+    # COPY (query) TO STDOUT (FORMAT BINARY) read by ADBC into Arrow record batches
+    "arrow": lambda dsn, sql: drive.ArrowReader(dsn, sql),
 }
 
 
@@ -463,7 +465,8 @@ def main() -> None:
     t.add_argument("--queries", default=",".join(QUERIES))
     t.add_argument("--clients", default="copy,cursor",
                    help="how the client drains the rows: copy (COPY TO STDOUT, asyncpg), "
-                        "cursor (FETCH, psycopg); default both")
+                        "cursor (FETCH, psycopg), arrow (binary COPY, ADBC into Arrow); "
+                        "default copy,cursor")
     t.add_argument("--repeat", type=int, default=3, help="runs of each (default 3)")
     t.add_argument("--event-rate", type=float, default=100_000,
                    help="events per second of event time in the file (default 100,000: "

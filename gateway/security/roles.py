@@ -34,6 +34,7 @@ class Role:
     inherit: bool = True
     verifier: str | None = None
     member_of: list = field(default_factory=list)      # names of the roles it is a member of
+    config: dict = field(default_factory=dict)         # ALTER ROLE … SET: session defaults
 
     @property
     def predefined(self) -> bool:
@@ -198,6 +199,20 @@ class Roles:
             self._save()
             return _copy(role)
 
+    def set_default(self, name: str, setting: str | None, value: str | None) -> Role:
+        """ALTER ROLE … SET (``value``) or RESET (None) of one setting, or (``setting`` None)
+        RESET ALL."""
+        with self._lock:
+            role = self._get(name)
+            if setting is None:
+                role.config = {}
+            elif value is None:
+                role.config.pop(setting, None)
+            else:
+                role.config[setting] = value
+            self._save()
+            return _copy(role)
+
     def rename(self, old: str, new: str) -> Role:
         # PostgreSQL clears an MD5 password on rename, since the user name is its salt; a SCRAM
         # verifier does not depend on the name, so it stays.
@@ -290,4 +305,4 @@ class Roles:
 
 
 def _copy(role: Role) -> Role:
-    return dataclasses.replace(role, member_of=list(role.member_of))
+    return dataclasses.replace(role, member_of=list(role.member_of), config=dict(role.config))

@@ -219,6 +219,9 @@ class Connection:
         self.session = await loop.run_in_executor(
             self.services.pool, lambda: Session(self.services, pid, secret, user=user,
                                                 database=params.get("database") or user))
+        role = self.services.roles.get(user)
+        if role is not None:
+            self.session.apply_role_settings(role.config)
         self.session.apply_startup_options(params)
         self.session.client_closed = self.client_closed
         self.session.terminate = self.terminate

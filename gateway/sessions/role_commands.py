@@ -9,6 +9,7 @@ from gateway.security import access
 from gateway.security.privileges import RELATION_PRIVILEGES, SCHEMA_PRIVILEGES, must_own
 from gateway.security.roles import PUBLIC
 from gateway.sessions import role_syntax as R
+from gateway.sessions import settings as S
 
 
 def _me(session, name: str) -> str:
@@ -93,6 +94,30 @@ async def alter_role(session, p, params):
     if any(k in ("in_role", "role", "admin") for k, _ in cmd.options):
         raise E.SyntaxError_("ALTER ROLE takes no IN ROLE or ROLE; use GRANT role TO role")
     await session._call(lambda: svc.roles.alter(name, **attrs))
+    return Done("ALTER ROLE")
+
+
+async def alter_role_setting(session, p, params):
+    """ALTER ROLE … SET / RESET: the role's sessions start with that setting (PostgreSQL's
+    pg_db_role_setting), before their own startup options. A role may set its own; others'
+    need CREATEROLE (a superuser's, superuser)."""
+    cmd, svc = p.command, session.services
+    name = _me(session, cmd.name)
+    target = svc.roles.get(name)
+    if target is None:
+        raise E.UndefinedObject(f'role "{name}" does not exist')
+    if name != session.user:
+        _may_manage(session, target.superuser, "alter")
+    key = cmd.setting
+    value = cmd.value
+    if key is not None:
+        if value is not None:
+            key, value = session.checked_setting(key, value)     # as SET would take it
+        elif not S.is_known(key):
+            raise E.UndefinedParameter(f'unrecognized configuration parameter "{key}"')
+        else:
+            key = S.canonical(key)
+    await session._call(lambda: svc.roles.set_default(name, key, value))
     return Done("ALTER ROLE")
 
 
@@ -224,6 +249,7 @@ async def alter_owner(session, p, params):
     return Done(f"ALTER {cmd.kind.upper()}")
 
 
-HANDLERS = {R.CreateRole: create_role, R.AlterRole: alter_role, R.DropRole: drop_role,
+HANDLERS = {R.CreateRole: create_role, R.AlterRole: alter_role,
+            R.AlterRoleSetting: alter_role_setting, R.DropRole: drop_role,
             R.GrantPrivileges: grant_privileges, R.GrantRoles: grant_roles,
             R.AlterOwner: alter_owner}

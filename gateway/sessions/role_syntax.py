@@ -29,6 +29,15 @@ class AlterRole(_RoleCommand):
 
 
 @dataclass(frozen=True)
+class AlterRoleSetting(_RoleCommand):
+    """ALTER ROLE name SET setting = value (value None: RESET, or SET … TO DEFAULT)."""
+    name: str
+    setting: str | None
+    value: str | None
+    reset_all: bool = False
+
+
+@dataclass(frozen=True)
 class DropRole(_RoleCommand):
     names: tuple
     if_exists: bool
@@ -142,10 +151,24 @@ def _alter(r: TokenReader):
         new = r.name()
         r.end()
         return AlterRole(name, (), new)
-    if r.at("set", "reset"):
-        raise E.FeatureNotSupported("ALTER ROLE … SET is not supported",
-                                    hint="Set the parameter in the session, or in the "
-                                         "connection's options.")
+    if r.accept("set"):
+        setting = r.dotted()
+        if not r.symbol("="):
+            r.expect("to")
+        first = r.peek()
+        if first is None:
+            r.error()
+        if first.is_word("default") and r.peek(1) is None:
+            return AlterRoleSetting(name, setting, None)
+        rest = r.text_from(first)
+        one = r.take()
+        value = one.value if r.at_end() and one.kind in ("string", "name", "word") else rest
+        r.i = len(r.toks)                   # the rest is the value, as SET takes it
+        return AlterRoleSetting(name, setting, value)
+    if r.accept("reset"):
+        setting = None if r.accept("all") else r.dotted()
+        r.end()
+        return AlterRoleSetting(name, setting, None, reset_all=setting is None)
     return AlterRole(name, _role_options(r))
 
 

@@ -238,6 +238,13 @@ class Session:
                       os.path.join(self.services.config.data_dir, spill.FOLDER))
 
     def set_setting(self, name: str, value: str, *, local: bool = False) -> None:
+        key, value = self.checked_setting(name, value)
+        self.settings[key] = value
+        if key in S.REPORTED:
+            self.pending_status.append((key, value))
+
+    def checked_setting(self, name: str, value: str) -> tuple[str, str]:
+        """(canonical name, value) of a SET this session may make, or its error."""
         key = S.canonical(name)
         if not S.is_known(key):
             raise E.UndefinedParameter(f'unrecognized configuration parameter "{name}"')
@@ -266,9 +273,17 @@ class Session:
                                   for k in _JOIN_TARGET))
             except PlanError as e:
                 raise E.InvalidParameterValue(str(e), hint=e.hint) from None
-        self.settings[key] = value
-        if key in S.REPORTED:
-            self.pending_status.append((key, value))
+        return key, value
+
+    def apply_role_settings(self, config: dict) -> None:
+        """The role's ALTER ROLE … SET defaults, before the client's startup options (which
+        win, as in PostgreSQL); one that no longer holds is skipped, as a warning would."""
+        for key, value in config.items():
+            try:
+                self.set_setting(key, value)
+            except E.PgError as e:
+                log.warning("role %s: default %s = %s not applied: %s", self.user, key,
+                            value, e.message)
 
     def apply_startup_options(self, params: dict) -> None:
         for key, value in params.items():

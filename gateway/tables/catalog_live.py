@@ -116,7 +116,8 @@ def _security_rows(services) -> dict:
     everyone = roles.all()
     oid = {r.name: r.oid for r in everyone}
     role_rows = [(r.oid, r.name, r.superuser, r.inherit, r.createrole, r.superuser, r.login,
-                  False, -1, "********" if r.verifier else None, None, r.superuser, None)
+                  False, -1, "********" if r.verifier else None, None, r.superuser,
+                  [f"{k}={v}" for k, v in r.config.items()] or None)
                  for r in everyone]
     members = [(oid[g], r.oid, oid.get(roles.bootstrap, 10), False)
                for r in everyone for g in r.member_of if g in oid]

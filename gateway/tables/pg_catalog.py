@@ -570,7 +570,12 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         sql AS definition
         FROM duckdb_views() v LEFT JOIN {c}.cq_acl a
           ON a.nspname = v.schema_name AND a.relname = lower(v.view_name)
-        WHERE database_name = {_q(db)} AND NOT internal""")
+        WHERE database_name = {_q(db)} AND NOT internal
+        UNION ALL                   -- named windows and derived streams show as views
+        SELECT r.nspname, r.relname, {c}.pg_get_userbyid(coalesce(a.owner, 10)), r.definition
+        FROM {c}.cq_relations r LEFT JOIN {c}.cq_acl a
+          ON a.nspname = r.nspname AND a.relname = lower(r.relname)
+        WHERE r.relkind = 'v'""")
     return out
 
 
