@@ -22,7 +22,8 @@ SETUP = [
     "CREATE TABLE u (id INT PRIMARY KEY, t_id INT REFERENCES t(id))",
     "CREATE STREAM s (a INT, ts TIMESTAMP TIMESTAMPCOLUMN)",
     "CREATE WINDOW w AS SELECT a, count(*) AS n FROM s [RANGE '1 minute'] GROUP BY a",
-    "INSERT INTO t VALUES (1, 'x', 1.5, '2026-11-01 10:00:00'), (2, 'y', 2.5, '2026-11-01 11:00:00')",
+    "INSERT INTO t VALUES (1, 'x', 1.5, '2026-11-01 10:00:00'), "
+    "(2, 'y', 2.5, '2026-11-01 11:00:00')",
     "INSERT INTO u VALUES (1, 1)",
     "INSERT INTO s VALUES (1, '2026-11-26 08:00:00'), (2, '2026-11-26 08:00:10'), "
     "(1, '2026-11-26 08:00:20')",

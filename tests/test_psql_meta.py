@@ -47,7 +47,8 @@ def test_every_describe_command_works_in_psql(server, objects, version):
     out = subprocess.run(
         [path, "-X", "-h", "127.0.0.1", "-p", str(server.port), "-U", "cq", "-d", "cq",
          "-v", "ON_ERROR_STOP=0"],
-        input="".join(f"\\echo ==== {k}\n{c.format(**objects)}\n" for k, c in enumerate(COMMANDS)),
+        input="".join(f"\\echo ==== {k}\n{c.format(**objects)}\n"
+                      for k, c in enumerate(COMMANDS)),
         capture_output=True, text=True, timeout=120)
     assert re.search(rf"\(PostgreSQL\) {version}", subprocess.run(
         [path, "--version"], capture_output=True, text=True, timeout=30).stdout)

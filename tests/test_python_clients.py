@@ -29,7 +29,8 @@ from continuous import lit, unique, wait_running
 psycopg2.extras.register_uuid()
 # one value of each common type, as the client's Python value
 VALUES = [1, 2 ** 40, 1.5, decimal.Decimal("3.25"), "it's \\ \"quoted\"",
-          dt.datetime(2026, 1, 2, 3, 4, 5, 6), dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc),
+          dt.datetime(2026, 1, 2, 3, 4, 5, 6),
+          dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc),
           dt.date(2026, 1, 2), dt.time(1, 2, 3), True, b"\x00\x01",
           uuid.UUID("a1b2c3d4-0000-4000-8000-000000000001"), dt.timedelta(days=3, seconds=5),
           [1, 2, None], None]

@@ -1,7 +1,7 @@
 """Driving a cqgate server with NEXMark files: declare the streams, start a query on a cursor
-(psycopg, FETCH), a COPY (asyncpg) or an Arrow reader (ADBC, binary COPY), send the CSV files through the ingest port (as fast as
-the server takes them, or paced), and drain the rows in a thread, noting when each batch
-arrived. Used by the tests and by run.py."""
+(psycopg, FETCH), a COPY (asyncpg) or an Arrow reader (ADBC, binary COPY), send the CSV files
+through the ingest port (as fast as the server takes them, or paced), and drain the rows in a
+thread, noting when each batch arrived. Used by the tests and by run.py."""
 from __future__ import annotations
 
 import asyncio

@@ -332,7 +332,8 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
     tables = rel_cols.format(oid="table_oid", name="table_name", nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)",
                              am=2, tuples="estimated_size",
                              hasindex="has_primary_key OR index_count > 0 OR EXISTS (SELECT 1 "
-                                      "FROM duckdb_constraints() k WHERE k.table_oid = dt.table_oid "
+                                      "FROM duckdb_constraints() k "
+                                      "WHERE k.table_oid = dt.table_oid "
                                       "AND k.constraint_type = 'UNIQUE')",
                              # a foreign key is kept by triggers on both its tables
                              triggers="EXISTS (SELECT 1 FROM duckdb_constraints() k "
@@ -691,8 +692,8 @@ def _macro_bodies(c: str) -> dict:
             "starts_with(trim(x), '\"') THEN replace(trim(trim(x), '\"'), '\"\"', '\"') "
             "ELSE lower(trim(x)) END)",
         # information_schema's data_type and udt_name of a DuckDB type
-        "cq_is_data_type(dt)": f"CASE WHEN dt LIKE '%[]' THEN 'ARRAY' ELSE "
-                               f"{_lookup(f'{c}.pg_type', 'oid', 'cq_format', f'{c}.cq_type_oid(dt)')} END",
+        "cq_is_data_type(dt)": "CASE WHEN dt LIKE '%[]' THEN 'ARRAY' ELSE " + _lookup(
+            f"{c}.pg_type", "oid", "cq_format", f"{c}.cq_type_oid(dt)") + " END",
         "cq_udt_name(dt)": _lookup(f"{c}.pg_type", "oid", "typname", f"{c}.cq_type_oid(dt)"),
         "array_upper(a, d)": "CASE WHEN len(a) = 0 THEN NULL ELSE len(a) END",
         "array_lower(a, d)": "CASE WHEN len(a) = 0 THEN NULL ELSE 1 END",
