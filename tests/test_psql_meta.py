@@ -71,3 +71,31 @@ def test_every_describe_command_works_in_psql(server, objects, version):
         assert re.search(rf"\| {name}\s+\| view", shown["\\dv"]), name
     assert f"{t}_name_idx" in shown["\\di"]
     assert '"cq"' in shown["\\conninfo"] or "| cq" in shown["\\conninfo"]
+
+
+# meta-commands about objects cqgate does not have (text search, collations, operators,
+# languages, event triggers, publications, large objects, settings, functions' source)
+OTHER_COMMANDS = ["\\dF", "\\dFd", "\\dFp", "\\dFt", "\\dO", "\\do", "\\dL", "\\dy", "\\dX",
+                  "\\dconfig", "\\dc", "\\dC", "\\dd", "\\dew", "\\des", "\\deu", "\\det",
+                  "\\dRs", "\\dRp", "\\drds", "\\ddp", "\\dA", "\\db", "\\dD", "\\dg", "\\dl",
+                  "\\dP", "\\z", "\\sf abs"]
+
+
+@pytest.mark.parametrize("version", ["15", "18"])
+def test_other_meta_commands_answer_or_fail_cleanly(server, version):
+    """Each answers (empty where cqgate has nothing), and the session goes on; the one that
+    fails (\\sf: cqgate has no functions, 42883 as in PostgreSQL for an unknown one) is
+    printed, so docs/clients.md's table stays true."""
+    path = dict(_psqls())[version]
+    script = "\\set VERBOSITY verbose\n" + "".join(
+        f"\\echo ==== {k}\n{c}\nSELECT 'alive' AS alive;\n" for k, c in enumerate(OTHER_COMMANDS))
+    out = subprocess.run(
+        [path, "-X", "-h", "127.0.0.1", "-p", str(server.port), "-U", "cq", "-d", "cq",
+         "-v", "ON_ERROR_STOP=0"], input=script, capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines().count(" alive") == len(OTHER_COMMANDS), out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("ERROR")]
+    print(f"psql {version}: refused with an error: {errors}")
+    # \\sf looks the function up first, and psql prints that lookup's error without its code
+    assert errors == ['ERROR:  function "abs" does not exist'], errors
+    with psycopg.connect(server.dsn) as c, pytest.raises(psycopg.errors.UndefinedFunction):
+        c.execute("SELECT 'abs'::pg_catalog.regproc::pg_catalog.oid")

@@ -56,12 +56,26 @@ EMPTY_TABLES = {
     "pg_enum": "oid UINTEGER, enumtypid UINTEGER, enumsortorder FLOAT, enumlabel VARCHAR",
     "pg_trigger": "oid UINTEGER, tgrelid UINTEGER, tgparentid UINTEGER, tgname VARCHAR, tgfoid UINTEGER, "
                   "tgtype SMALLINT, tgenabled VARCHAR, tgisinternal BOOLEAN, "
-                  "tgconstraint UINTEGER",
+                  "tgconstraint UINTEGER, tableoid UINTEGER",
     "pg_rewrite": "oid UINTEGER, rulename VARCHAR, ev_class UINTEGER, ev_type VARCHAR, "
-                  "ev_enabled VARCHAR, is_instead BOOLEAN",
+                  "ev_enabled VARCHAR, is_instead BOOLEAN, tableoid UINTEGER",
     "pg_opclass": "oid UINTEGER, opcmethod UINTEGER, opcname VARCHAR, opcnamespace UINTEGER, "
                   "opcowner UINTEGER, opcfamily UINTEGER, opcintype UINTEGER, opcdefault BOOLEAN, "
-                  "opckeytype UINTEGER",
+                  "opckeytype UINTEGER, tableoid UINTEGER",
+    "pg_opfamily": "oid UINTEGER, opfmethod UINTEGER, opfname VARCHAR, opfnamespace UINTEGER, "
+                   "opfowner UINTEGER, tableoid UINTEGER",
+    "pg_conversion": "oid UINTEGER, conname VARCHAR, connamespace UINTEGER, conowner UINTEGER, "
+                     "conforencoding INTEGER, contoencoding INTEGER, conproc VARCHAR, "
+                     "condefault BOOLEAN",
+    "pg_user_mappings": "umid UINTEGER, srvid UINTEGER, srvname VARCHAR, umuser UINTEGER, "
+                        "usename VARCHAR, umoptions VARCHAR[]",
+    "pg_largeobject_metadata": "oid UINTEGER, lomowner UINTEGER, lomacl VARCHAR[]",
+    "pg_ts_dict": "oid UINTEGER, dictname VARCHAR, dictnamespace UINTEGER, dictowner UINTEGER, "
+                  "dicttemplate UINTEGER, dictinitoption VARCHAR",
+    "pg_ts_parser": "oid UINTEGER, prsname VARCHAR, prsnamespace UINTEGER, prsstart VARCHAR, "
+                    "prstoken VARCHAR, prsend VARCHAR, prsheadline VARCHAR, prslextype VARCHAR",
+    "pg_ts_template": "oid UINTEGER, tmplname VARCHAR, tmplnamespace UINTEGER, "
+                      "tmplinit VARCHAR, tmpllexize VARCHAR",
     "pg_sequence": "seqrelid UINTEGER, seqtypid UINTEGER, seqstart BIGINT, seqincrement BIGINT, "
                    "seqmax BIGINT, seqmin BIGINT, seqcache BIGINT, seqcycle BOOLEAN",
     "pg_depend": "classid UINTEGER, objid UINTEGER, objsubid INTEGER, refclassid UINTEGER, "
@@ -70,19 +84,26 @@ EMPTY_TABLES = {
                     "extrelocatable BOOLEAN, extversion VARCHAR",
     "pg_foreign_table": "ftrelid UINTEGER, ftserver UINTEGER, ftoptions VARCHAR[]",
     "pg_partitioned_table": "partrelid UINTEGER, partstrat VARCHAR, partnatts SMALLINT",
-    "pg_event_trigger": "oid UINTEGER, evtname VARCHAR, evtevent VARCHAR, evtowner UINTEGER",
+    "pg_event_trigger": "oid UINTEGER, evtname VARCHAR, evtevent VARCHAR, evtowner UINTEGER, "
+                        "evtfoid UINTEGER, evtenabled VARCHAR, evttags VARCHAR[]",
     "pg_shdescription": "objoid UINTEGER, classoid UINTEGER, description VARCHAR",
-    "pg_foreign_data_wrapper": "oid UINTEGER, fdwname VARCHAR, fdwowner UINTEGER",
+    "pg_foreign_data_wrapper": "oid UINTEGER, fdwname VARCHAR, fdwowner UINTEGER, "
+                               "fdwhandler UINTEGER, fdwvalidator UINTEGER, fdwacl VARCHAR[], "
+                               "fdwoptions VARCHAR[]",
     "pg_foreign_server": "oid UINTEGER, srvname VARCHAR, srvowner UINTEGER, srvfdw UINTEGER",
     "pg_cast": "oid UINTEGER, castsource UINTEGER, casttarget UINTEGER, castfunc UINTEGER, "
                "castcontext VARCHAR, castmethod VARCHAR",
     "pg_operator": "oid UINTEGER, oprname VARCHAR, oprnamespace UINTEGER, oprleft UINTEGER, "
-                   "oprright UINTEGER, oprresult UINTEGER",
+                   "oprright UINTEGER, oprresult UINTEGER, oprkind VARCHAR, oprcode VARCHAR, "
+                   "oprowner UINTEGER, oprcom UINTEGER, oprnegate UINTEGER",
     "pg_aggregate": "aggfnoid UINTEGER, aggkind VARCHAR",
-    "pg_language": "oid UINTEGER, lanname VARCHAR, lanowner UINTEGER",
+    "pg_language": "oid UINTEGER, lanname VARCHAR, lanowner UINTEGER, lanispl BOOLEAN, "
+                   "lanpltrusted BOOLEAN, lanplcallfoid UINTEGER, laninline UINTEGER, "
+                   "lanvalidator UINTEGER, lanacl VARCHAR[], tableoid UINTEGER",
     "pg_collation": "oid UINTEGER, collname VARCHAR, collnamespace UINTEGER, collowner UINTEGER, "
                     "collprovider VARCHAR, collencoding INTEGER, collcollate VARCHAR, "
-                    "collctype VARCHAR",
+                    "collctype VARCHAR, colliculocale VARCHAR, collicurules VARCHAR, "
+                    "collisdeterministic BOOLEAN, collversion VARCHAR",
     "pg_tablespace": "oid UINTEGER, spcname VARCHAR, spcowner UINTEGER, spcacl VARCHAR[], "
                      "spcoptions VARCHAR[]",
     "pg_matviews": "schemaname VARCHAR, matviewname VARCHAR, matviewowner VARCHAR, "
@@ -102,8 +123,11 @@ EMPTY_TABLES = {
     "pg_db_role_setting": f"setdatabase {OID}, setrole {OID}, setconfig VARCHAR[]",
     "pg_ts_config": f"oid {OID}, cfgname VARCHAR, cfgnamespace {OID}, cfgowner {OID}, "
                     f"cfgparser {OID}",
-    "pg_subscription": f"oid {OID}, subname VARCHAR, subowner {OID}, subenabled BOOLEAN, "
-                       "subpublications VARCHAR[]",
+    "pg_subscription": f"oid {OID}, subdbid {OID}, subname VARCHAR, subowner {OID}, "
+                       "subenabled BOOLEAN, subbinary BOOLEAN, substream VARCHAR, "
+                       "subtwophasestate VARCHAR, subdisableonerr BOOLEAN, "
+                       "subsynccommit VARCHAR, subconninfo VARCHAR, subslotname VARCHAR, "
+                       "subpublications VARCHAR[], suborigin VARCHAR",
     # what set-returning functions return where cqgate has nothing (the translator points a
     # call in FROM at these): no partitions, no extensions to install
     "cq_partition_ancestors": f"relid {OID}, depth BIGINT",
@@ -461,7 +485,8 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
                  END AS confkey,
             CASE WHEN constraint_type IN ('PRIMARY KEY', 'UNIQUE') THEN constraint_type || ' ('
                  || array_to_string(constraint_column_names, ', ') || ')'
-                 ELSE constraint_text END AS cq_def, NULL::VARCHAR AS conbin
+                 ELSE constraint_text END AS cq_def, NULL::VARCHAR AS conbin,
+            2606::{OID} AS tableoid
         FROM duckdb_constraints() f
         WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})
           AND constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'CHECK', 'FOREIGN KEY')""")
@@ -630,11 +655,20 @@ def _macro_bodies(c: str) -> dict:
     return {
         "pg_get_userbyid(u)": f"coalesce({_lookup(f'{c}.cq_roles', 'oid', 'rolname', 'u')}, "
                               "'unknown (OID=' || u || ')')",
+        # current_setting(name) of a name that is not a constant: the server's value
+        # (psql's \dconfig); a constant name reads the session's own (translate.py)
+        "cq_server_setting(n)": _lookup(f"{c}.pg_settings", "name", "setting", "n",
+                                        types=("VARCHAR", "VARCHAR")),
         "pg_encoding_to_char(e)": "'UTF8'",
         "pg_char_to_encoding(e)": "6",
         "pg_table_is_visible(o)": "true",
         "pg_type_is_visible(o)": "true",
         "pg_function_is_visible(o)": "true",
+        "pg_operator_is_visible(o)": "true",
+        "pg_opclass_is_visible(o)": "true",
+        "pg_opfamily_is_visible(o)": "true",
+        "pg_statistics_obj_is_visible(o)": "true",
+        "pg_conversion_is_visible(o)": "true",
         "pg_collation_is_visible(o)": "true",
         "pg_relation_is_publishable(o)": "false",
         "pg_get_expr(e, r, p := false)": "e::VARCHAR",
@@ -718,6 +752,10 @@ def _macro_bodies(c: str) -> dict:
         "cq_regnamespace_name(o)":
             _lookup(f"{c}.pg_namespace", "oid", "nspname", "o"),
         "cq_regproc_name(p)": "replace(p::VARCHAR, 'pg_catalog.', '')",
+        # 'name'::regproc::oid: the function's OID, or PostgreSQL's error (psql's \sf)
+        "cq_regproc_oid(n)": "coalesce(" + _lookup(
+            f"{c}.pg_proc", "proname", "oid", "replace(n::VARCHAR, 'pg_catalog.', '')",
+            types=("VARCHAR", "VARCHAR")) + ", error('function \"' || n || '\" does not exist'))",
         "has_database_privilege(a, b, c := NULL)": "true",
         "has_sequence_privilege(a, b, c := NULL)": "true",
         "cq_privileges(p)": "list_transform(string_split(upper(p::VARCHAR), ','), "

@@ -100,6 +100,8 @@ _ERROR_MAP = [
     (duckdb.TransactionException, r"aborted", E.InFailedTransaction,
      E.IN_FAILED_TRANSACTION_MESSAGE),
     (duckdb.InvalidInputException, r"[Dd]ivision by zero", E.DivisionByZero, "division by zero"),
+    # raised by the catalog's own macros (cq_regproc_oid), as PostgreSQL words it
+    (duckdb.InvalidInputException, r'function ".*" does not exist', E.UndefinedFunction, None),
     (duckdb.InvalidInputException, None, E.DataException, None),
     (duckdb.Error, None, E.InternalError, None),
 ]

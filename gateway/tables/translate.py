@@ -118,6 +118,10 @@ def _rewrite_cast(node: exp.Cast) -> exp.Expression:
         # (expr)::regclass::oid is the OID of the relation expr names (or of its digits)
         arg = _macro("cq_regclass_oid", arg.this)
         node.set("this", arg)
+    elif name in ("oid", "uint") and isinstance(arg, exp.Cast) and \
+            type_name(arg.to) in ("regproc", "regprocedure") and isinstance(arg.this, exp.Literal):
+        arg = _macro("cq_regproc_oid", arg.this)            # psql's \sf name
+        node.set("this", arg)
     if node.to.this == exp.DataType.Type.ARRAY and _is_array_text(arg):
         arg = arg.replace(_array_literal(arg.name))       # '{a,b}'::text[]
     if name in ("text", "varchar", "name") and isinstance(arg, exp.Cast) \
@@ -213,7 +217,7 @@ def _rewrite_anonymous(node: exp.Anonymous) -> exp.Expression:
     if name == "current_setting" and args:
         if isinstance(args[0], exp.Literal):
             return _var(setting_variable(args[0].name))
-        raise FeatureNotSupported("current_setting needs a constant setting name")
+        return _macro("cq_server_setting", args[0])
     if name == "to_regtype":
         return _macro("cq_regtype_oid", *args)
     if name == "to_regclass":
