@@ -143,7 +143,7 @@ class CopyReader:
         if not self.done.wait(timeout):
             raise TimeoutError(f"{self.count} rows after {timeout}s")
         if self.error is not None:
-            raise RuntimeError(f"the COPY failed: {self.error}")
+            raise RuntimeError(f"the read failed: {self.error}")
         return self.count
 
     def close(self) -> None:
@@ -202,12 +202,7 @@ class ArrowReader:
         finally:
             self.done.set()
 
-    def wait(self, timeout: float) -> int:
-        if not self.done.wait(timeout):
-            raise TimeoutError(f"{self.count} rows after {timeout}s")
-        if self.error is not None:
-            raise RuntimeError(f"the read failed: {self.error}")
-        return self.count
+    wait = CopyReader.wait
 
     def close(self) -> None:
         self.done.wait(30)
