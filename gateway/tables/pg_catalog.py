@@ -314,6 +314,20 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
     # --- indexes: those behind primary keys and unique constraints, and CREATE [UNIQUE] INDEX
     # ones (duckdb_indexes() gives their key as expression text: a plain column's name gives
     # its attnum, an expression 0, as pg_index.indkey has it)
+    # the indexes without their keys' names: what pg_class needs, without reading columns
+    out.append(f"""CREATE VIEW {c}.cq_index_list AS
+        SELECT (4000000 + table_oid * 64 + constraint_index)::{OID} AS indexrelid,
+            schema_name, schema_oid,
+            CASE constraint_type WHEN 'PRIMARY KEY' THEN table_name || '_pkey'
+                 ELSE constraint_name END AS relname, len(constraint_column_indexes) AS nkeys
+        FROM duckdb_constraints()
+        WHERE database_name = {_q(db)} AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')
+          AND schema_name NOT IN ({hidden})
+        UNION ALL
+        SELECT index_oid::{OID}, schema_name, schema_oid, index_name,
+               len(string_split(trim(expressions, '[]'), ', '))
+        FROM duckdb_indexes()
+        WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})""")
     out.append(f"""CREATE VIEW {c}.cq_indexes AS
         SELECT (4000000 + table_oid * 64 + constraint_index)::{OID} AS indexrelid,
             table_oid::{OID} AS indrelid, schema_name, schema_oid, table_name,
@@ -355,15 +369,16 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         {nspname} AS cq_nspname""".replace("{OID}", OID)
     tables = rel_cols.format(oid="table_oid", name="table_name", nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)",
                              am=2, tuples="estimated_size",
-                             hasindex="has_primary_key OR index_count > 0 OR EXISTS (SELECT 1 "
-                                      "FROM duckdb_constraints() k "
-                                      "WHERE k.table_oid = dt.table_oid "
-                                      "AND k.constraint_type = 'UNIQUE')",
+                             hasindex="has_primary_key OR index_count > 0 OR dt.table_oid IN "
+                                      "(SELECT table_oid FROM duckdb_constraints() "
+                                      "WHERE constraint_type = 'UNIQUE')",
                              # a foreign key is kept by triggers on both its tables
-                             triggers="EXISTS (SELECT 1 FROM duckdb_constraints() k "
-                                      "WHERE k.constraint_type = 'FOREIGN KEY' AND "
-                                      "(k.table_oid = dt.table_oid OR (k.referenced_table = "
-                                      "dt.table_name AND k.schema_name = dt.schema_name)))",
+                             triggers="dt.table_oid IN (SELECT table_oid FROM "
+                                      "duckdb_constraints() WHERE constraint_type = "
+                                      "'FOREIGN KEY') OR (dt.schema_name, dt.table_name) IN "
+                                      "(SELECT (schema_name, referenced_table) FROM "
+                                      "duckdb_constraints() WHERE constraint_type = "
+                                      "'FOREIGN KEY')",
                              kind="'r'", natts="column_count", nspname="schema_name")
     views = rel_cols.format(oid="view_oid", name="view_name", nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)",
                             am=0, tuples=0, hasindex="false", triggers="false", kind="'v'",
@@ -372,7 +387,7 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
     indexes = rel_cols.format(oid="indexrelid", name="relname",
                               nsp=f"{c}.cq_nsp_oid(schema_name, schema_oid)", am=403,
                               tuples=0, hasindex="false", triggers="false", kind="'i'",
-                              natts="len(indkey)", nspname="schema_name")
+                              natts="nkeys", nspname="schema_name")
     system = rel_cols.format(oid="v.oid", name="v.name", nsp=11, am=2, tuples=0,
                              hasindex="false", triggers="false", kind="'r'", natts=0,
                              nspname="'pg_catalog'")
@@ -387,7 +402,7 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
           WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})
         UNION ALL SELECT {views} FROM duckdb_views()
           WHERE database_name = {_q(db)} AND NOT internal AND schema_name NOT IN ({hidden})
-        UNION ALL SELECT {indexes} FROM {c}.cq_indexes
+        UNION ALL SELECT {indexes} FROM {c}.cq_index_list
         UNION ALL SELECT {system} FROM (VALUES {sysvals}) v(oid, name)
         UNION ALL SELECT {cqrels} FROM {c}.cq_relations r
           LEFT JOIN duckdb_schemas() ds ON ds.database_name = {_q(db)}
@@ -431,14 +446,14 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
         FROM {c}.cq_columns cc
         UNION ALL
         -- an index's columns: its key columns' names and types, numbered from 1
-        SELECT i.indexrelid, i.name, coalesce({c}.cq_type_oid(col.data_type), 25::{OID}), -1,
-            (SELECT typlen FROM {c}.pg_type WHERE oid = {c}.cq_type_oid(col.data_type)),
+        SELECT i.indexrelid, i.name, coalesce(ty.oid, 25::{OID}), -1, ty.typlen,
             i.k::SMALLINT, 0, -1, -1, false, 'i', 'p', '', false, false, false, '', '',
             false, true, 0, 0::{OID}, NULL, NULL, NULL, NULL
         FROM (SELECT indexrelid, indrelid, unnest(indkey) AS key, unnest(colnames) AS name,
                      generate_subscripts(indkey, 1) AS k FROM {c}.cq_indexes) i
         LEFT JOIN duckdb_columns() col ON col.database_name = {_q(db)}
-             AND col.table_oid = i.indrelid AND col.column_index = i.key""")
+             AND col.table_oid = i.indrelid AND col.column_index = i.key
+        LEFT JOIN {c}.pg_type ty ON ty.oid = {c}.cq_type_oid(col.data_type)""")
     out.append(f"""CREATE VIEW {c}.pg_attrdef AS
         SELECT (5000000 + t.table_oid * 1024 + col.column_index)::{OID} AS oid,
                t.table_oid::{OID} AS adrelid,
