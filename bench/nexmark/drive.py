@@ -155,8 +155,8 @@ class CopyReader:
 class ArrowReader:
     """The same, read by the ADBC PostgreSQL driver (``adbc_driver_postgresql``), which
     fetches a query through ``COPY (…) TO STDOUT (FORMAT BINARY)`` and parses it into Arrow
-    record batches in C++: an Arrow client's cost per row. Rows are counted per batch; it
-    stops after ``expect`` rows or when the query ends."""
+    record batches in C++: an Arrow client's cost per row. Rows are counted per batch; with
+    ``expect`` the query gets that LIMIT (see ``start``)."""
 
     def __init__(self, dsn: str, sql: str):
         self.sql = sql
@@ -174,6 +174,10 @@ class ArrowReader:
         if keep:
             raise ValueError("an ArrowReader counts rows; use Reader to keep them")
         self.expect = expect
+        if expect is not None and " LIMIT " not in self.sql.upper():
+            # the driver hands over a batch when its buffer fills or the COPY ends: a LIMIT
+            # ends it at the last row, so the last partial batch comes too
+            self.sql = f"{self.sql} LIMIT {expect}"
         threading.Thread(target=self._drain, daemon=True).start()
         deadline = time.monotonic() + timeout
         with psycopg.connect(self.uri, autocommit=True) as c:
