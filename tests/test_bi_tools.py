@@ -13,7 +13,7 @@ import subprocess
 import psycopg
 import pytest
 
-from continuous import Feeder, lit
+from continuous import Feeder, lit, unique
 from test_jdbc import _driver_jar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -154,3 +154,39 @@ def test_jdbc_database_metadata(bi_server, tmp_path):
     assert "SELECT" in got["table_privileges"]
     assert "ApplicationName" in got["client_info"]
     assert got["continuous_metadata"] == "a,int4,4;ts,timestamp,93"
+
+
+def test_catalog_rules_keep_to_the_catalog(server):
+    """What the catalog emulation rewrites touches only the catalog: a user's column named
+    indkey is indexed from 1, one named typinput compares with 0, DuckDB's own format('{}')
+    still works; ORDER BY an output name sorts by it; an index on an expression with a comma
+    and a key column whose name has one are described whole; a foreign key finds the table
+    in its own schema."""
+    t, e, s2 = unique("own"), unique("expr"), unique("sch")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE TABLE {t} (id INT, indkey INT[], typinput INT)")
+        c.execute(f"INSERT INTO {t} VALUES (1, [10, 20, 30], 0), (2, [40], 5)")
+        assert c.execute(f"SELECT indkey[1], array_upper(indkey, 1) FROM {t} WHERE typinput = 0"
+                         ).fetchall() == [(10, 3)]
+        assert c.execute("SELECT format('{}-{}', 1, 2), format('%s-%I', 'a', 'B')").fetchone() \
+            == ("1-2", 'a-"B"')
+        c.execute(f'CREATE TABLE {e} (a TEXT, b TEXT, "Odd, Name" INT)')
+        c.execute(f"CREATE INDEX {e}_ab ON {e} (coalesce(a, b))")
+        c.execute(f'CREATE INDEX {e}_odd ON {e} ("Odd, Name", a)')
+        assert c.execute("SELECT indexrelid::regclass::text, indnatts, indkey FROM pg_index "
+                         "WHERE indrelid = %s::regclass ORDER BY 1", [e]).fetchall() == \
+            [(f"{e}_ab", 1, "0"), (f"{e}_odd", 2, "3 1")]
+        c.execute(f"CREATE SCHEMA {s2}")
+        c.execute(f"CREATE TABLE {s2}.parent (z INT, id INT PRIMARY KEY)")
+        c.execute(f"CREATE TABLE {t}_parent (id INT PRIMARY KEY)")
+        c.execute(f"CREATE TABLE {t}_child (p INT REFERENCES {t}_parent(id))")
+        assert c.execute("SELECT confkey, conindid::regclass::text FROM pg_constraint "
+                         "WHERE contype = 'f' AND conrelid = %s::regclass",
+                         [f"{t}_child"]).fetchall() == [([1], f"{t}_parent_pkey")]
+        stream = unique("ord")
+        c.execute(f"CREATE STREAM {stream} (a INT, b INT, ts TIMESTAMP TIMESTAMPCOLUMN)")
+        c.execute(f"INSERT INTO {stream} VALUES (1, 30, {lit(1)}), (2, 20, {lit(2)}), "
+                  f"(3, 10, {lit(3)})")
+        c.execute("SET cq.mode = snapshot")
+        assert c.execute(f"SELECT b AS a, a AS b FROM {stream} [RANGE UNBOUNDED] ORDER BY a"
+                         ).fetchall() == [(10, 3), (20, 2), (30, 1)]

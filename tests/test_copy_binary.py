@@ -4,6 +4,7 @@ read back equal to what a SELECT gives, a continuous query's rows streamed as th
 bad binary data refused with PostgreSQL's errors while the session goes on."""
 from __future__ import annotations
 
+import decimal
 import struct
 
 import psycopg
@@ -105,6 +106,14 @@ def test_bad_binary_data_is_refused_and_the_session_goes_on(server):
          psycopg.errors.InvalidBinaryRepresentation, "incorrect binary data format"),
         (SIGNATURE + good_row + struct.pack("!hi", 1, 4) + b"\0",
          psycopg.errors.BadCopyFileFormat, "unexpected EOF"),
+        (SIGNATURE + struct.pack("!hi", 1, -5), psycopg.errors.BadCopyFileFormat,
+         "invalid field size"),
+        (SIGNATURE + struct.pack("!h", -1) + good_row, psycopg.errors.BadCopyFileFormat,
+         "after EOF marker"),
+        (SIGNATURE[:15] + struct.pack("!i", 1000), psycopg.errors.BadCopyFileFormat,
+         "wrong length"),
+        (SIGNATURE + struct.pack("!hi", 1, 4) + struct.pack("!i", 5) + b"\x01\x02",
+         psycopg.errors.BadCopyFileFormat, "row field count is 258, expected 1"),
     ]
     with psycopg.connect(server.dsn, autocommit=True) as c:
         c.execute(f"CREATE TABLE {name} (a INT)")
@@ -138,3 +147,36 @@ def test_binary_copy_of_a_continuous_query_streams_until_its_limit(server):
     assert [first[:2]] + [r[:2] for r in rest] == [(1, "a"), (2, None), (3, "c")]
     assert [r[2].second for r in [first] + rest] == [1, 2, 3]
     wait_running(server.dsn, f"FROM {s}", count=0)
+
+
+def test_binary_numbers_and_times_at_their_edges(server):
+    """Numerics of 30 digits and of 1e-5 both ways (the output once sent 0.00001 as 0.1),
+    PostgreSQL's ±infinity timestamps and dates in, a timestamp past DuckDB's range 22008."""
+    name = unique("binedge")
+    sig = SIGNATURE
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE TABLE {name} (n DECIMAL(38,10), ts TIMESTAMP, d DATE)")
+        values = [decimal.Decimal("12345678901234567890.1234567890"),
+                  decimal.Decimal("0.0000100000"), decimal.Decimal("-0.0001230000")]
+        with c.cursor().copy(f"COPY {name} (n) FROM STDIN (FORMAT BINARY)") as cp:
+            cp.set_types(["numeric"])
+            for v in values:
+                cp.write_row((v,))
+        assert [r[0] for r in c.execute(f"SELECT n FROM {name} ORDER BY n")] == sorted(values)
+        binary = c.cursor(binary=True)
+        assert binary.execute("SELECT 0.00001::DECIMAL(10,5), -0.000123::DECIMAL(12,6), "
+                              "123456789012345678901234567890::DECIMAL(38,0)").fetchone() == \
+            (decimal.Decimal("0.00001"), decimal.Decimal("-0.000123"),
+             decimal.Decimal("123456789012345678901234567890"))
+        infinite = sig + b"".join(struct.pack("!hiiqii", 3, -1, 8, ts, 4, d) for ts, d in
+                                  [(2 ** 63 - 1, 2 ** 31 - 1), (-2 ** 63, -2 ** 31)])
+        with c.cursor().copy(f"COPY {name} FROM STDIN (FORMAT BINARY)") as cp:
+            cp.write(infinite)
+        assert c.execute(f"SELECT ts::VARCHAR, d::VARCHAR FROM {name} WHERE n IS NULL "
+                         "ORDER BY ts").fetchall() == [("-infinity", "-infinity"),
+                                                       ("infinity", "infinity")]
+        with pytest.raises(psycopg.errors.DatetimeFieldOverflow):
+            with c.cursor().copy(f"COPY {name} FROM STDIN (FORMAT BINARY)") as cp:
+                cp.write(sig + struct.pack("!hiiqi", 3, -1, 8, 2 ** 63 - 10, -1))
+        with pytest.raises(psycopg.errors.SyntaxError):
+            c.execute(f"COPY {name} TO STDOUT (FORMAT BINARY, HEADER)")

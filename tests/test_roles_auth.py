@@ -325,8 +325,9 @@ def test_superuser_flag_names_the_bootstrap_role(start_server, tmp_path):
 
 def test_alter_role_set_gives_the_roles_sessions_their_defaults(start_server, tmp_path):
     """ALTER ROLE … SET, as BI tools that send no startup options need (Grafana): the role's
-    sessions start in snapshot mode; the client's own options still win; a bad value is
-    refused as SET refuses it; RESET and RESET ALL take them back; it survives a restart."""
+    sessions start in snapshot mode and RESET returns to it; the client's own options still
+    win; a bad value is refused as SET refuses it, a memory bound above the server's as it
+    would be for that role; RESET and RESET ALL take them back; it survives a restart."""
     data = str(tmp_path / "data")
     s = start_server(data_dir=data)
     with psycopg.connect(s.dsn, autocommit=True) as su:
@@ -339,9 +340,16 @@ def test_alter_role_set_gives_the_roles_sessions_their_defaults(start_server, tm
             su.execute("ALTER ROLE dash SET no_such_setting = 1")
         assert su.execute("SELECT rolconfig FROM pg_roles WHERE rolname = 'dash'").fetchone() \
             == (["cq.mode=snapshot", "statement_timeout=30s"],)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):     # above the server's
+            su.execute("ALTER ROLE dash SET cq.result_memory = '64GB'")
+        with pytest.raises(psycopg.errors.CantChangeRuntimeParam):
+            su.execute("ALTER ROLE dash SET session_authorization = cq")
     with psycopg.connect(_dsn(s, "dash")) as c:
         assert c.execute("SHOW cq.mode").fetchone() == ("snapshot",)
         assert c.execute("SHOW statement_timeout").fetchone() == ("30s",)
+        c.execute("SET cq.mode = continuous")
+        c.execute("RESET cq.mode")                          # back to the role's default
+        assert c.execute("SHOW cq.mode").fetchone() == ("snapshot",)
     with psycopg.connect(_dsn(s, "dash") + " options='-c cq.mode=continuous'") as c:
         assert c.execute("SHOW cq.mode").fetchone() == ("continuous",)
     with psycopg.connect(_dsn(s, "dash"), autocommit=True) as c:

@@ -94,6 +94,8 @@ def _walk(data: bytes, ncols: int) -> tuple[np.ndarray, np.ndarray, int]:
     if len(data) < 19:
         raise BadCopyFormat("invalid COPY file header (missing flags)")
     flags, ext = struct.unpack_from("!ii", data, 11)
+    if ext < 0 or 19 + ext > len(data):
+        raise BadCopyFormat("invalid COPY file header (wrong length)")
     if flags & (1 << 16):
         raise FeatureNotSupported("COPY with OIDs is not supported")
     if flags & ~0xFFFF & ~(1 << 16):
@@ -107,12 +109,16 @@ def _walk(data: bytes, ncols: int) -> tuple[np.ndarray, np.ndarray, int]:
             (n,) = h(data, pos)
             pos += 2
             if n == -1:
+                if pos != end:
+                    raise BadCopyFormat("received copy data after EOF marker")
                 break
             if n != ncols:
                 raise BadCopyFormat(f"row field count is {n}, expected {ncols}")
             for _ in range(n):
                 (ln,) = i(data, pos)
                 pos += 4
+                if ln < -1:
+                    raise BadCopyFormat("invalid field size")
                 starts.append(pos)
                 lengths.append(ln)
                 if ln > 0:
@@ -135,6 +141,7 @@ _FIXED = {
     1184: (8, ">i8", pa.timestamp("us", tz="UTC")),
 }
 _SHIFT = {1082: T.PG_EPOCH_DAYS, 1114: T.PG_EPOCH_US, 1184: T.PG_EPOCH_US}
+_GATHER_ROWS = 1 << 14
 # variable-width forms that are bytes as they are: (skip, Arrow type)
 _BYTES = {**{oid: (0, pa.string()) for oid in T.TEXT_LIKE | {142}},
           3802: (1, pa.string()), 17: (0, pa.binary())}
@@ -149,9 +156,24 @@ def _fixed_column(buf: np.ndarray, starts, lengths, oid: int) -> pa.Array:
     raw = buf[at[:, None] + np.arange(width)].copy().view(dtype).ravel()
     values = raw.astype(dtype[1:] if oid != 16 else np.bool_)
     if oid in _SHIFT:
-        values = values + _SHIFT[oid]
+        values = _shifted(values, _SHIFT[oid], null, oid)
     mask = null if null.any() else None
     return pa.array(values, typ, mask=mask)
+
+
+def _shifted(values: np.ndarray, shift: int, null: np.ndarray, oid: int) -> np.ndarray:
+    """PostgreSQL's 2000-based days or microseconds as Unix-based ones: its ±infinity (the
+    type's largest and smallest values) as DuckDB's (± the largest), and a value whose shift
+    would not fit 22008, as PostgreSQL reports one out of range."""
+    info = np.iinfo(values.dtype)
+    wide = values.astype(np.int64)
+    plus, minus = wide == info.max, wide == info.min
+    out_of_range = ~null & ~plus & ~minus & ((wide > info.max - shift) | (wide < -info.max - shift))
+    if out_of_range.any():
+        raise PgError(f"{_type_name(oid)} out of range", sqlstate="22008")
+    shifted = np.where(plus, info.max, np.where(minus, -info.max, wide + np.where(
+        plus | minus | null, 0, shift)))
+    return shifted.astype(values.dtype)
 
 
 def _bytes_column(buf: np.ndarray, starts, lengths, oid: int) -> pa.Array:
@@ -163,10 +185,14 @@ def _bytes_column(buf: np.ndarray, starts, lengths, oid: int) -> pa.Array:
     first = np.where(null, 0, starts + skip)
     offsets = np.zeros(len(size) + 1, np.int64)
     np.cumsum(size, out=offsets[1:])
-    # each value's bytes gathered in one go: byte k of the output comes from first[row] + k
-    # minus the row's offset
-    index = np.repeat(first - offsets[:-1], size) + np.arange(offsets[-1])
-    values = buf[index]
+    # each value's bytes gathered vectorised: byte k of the output comes from first[row] + k
+    # minus the row's offset; in slices of rows, so the index (8 bytes a byte) stays small
+    values = np.empty(offsets[-1], np.uint8)
+    for lo in range(0, len(size), _GATHER_ROWS):
+        hi = min(lo + _GATHER_ROWS, len(size))
+        index = np.repeat(first[lo:hi] - offsets[lo:hi], size[lo:hi]) + \
+            np.arange(offsets[lo], offsets[hi])
+        values[offsets[lo]:offsets[hi]] = buf[index]
     validity = pa.array(~null).buffers()[1] if null.any() else None
     large = pa.large_string() if typ == pa.string() else pa.large_binary()
     out = pa.Array.from_buffers(large, len(size), [validity, pa.py_buffer(offsets),
@@ -183,7 +209,7 @@ def _bytes_column(buf: np.ndarray, starts, lengths, oid: int) -> pa.Array:
 
 def _each_column(data: bytes, starts, lengths, oid: int) -> pa.Array:
     """Types whose binary form needs Python per value (numeric, interval, uuid, arrays)."""
-    parse = T.BINARY_PARSERS.get(oid)
+    parse = T.numeric_text if oid == 1700 else T.BINARY_PARSERS.get(oid)
     pgt = T.BY_OID.get(oid)
     if parse is None and pgt is not None and pgt.category == "A":
         parse = T.bin_array
@@ -195,12 +221,16 @@ def _each_column(data: bytes, starts, lengths, oid: int) -> pa.Array:
     try:
         for s, n in zip(starts.tolist(), lengths.tolist()):
             values.append(None if n < 0 else parse(data[s:s + n]))
-    except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError, ArithmeticError):
         raise _bad(f"incorrect binary data format in COPY column of type "
                    f"{_type_name(oid)}") from None
-    if oid == 1186:                    # interval's parser gives PostgreSQL's text
+    if oid in (1186, 1700):            # their text, for the column's CAST
         return pa.array(values, pa.string())
-    return pa.array(values)
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        raise _bad(f"incorrect binary data format in COPY column of type "
+                   f"{_type_name(oid)}") from None
 
 
 def parse(data: bytes, oids: list[int]) -> pa.Table:

@@ -340,19 +340,22 @@ def text_column(arr: pa.Array, oid: int, tz: dt.tzinfo) -> pa.Array:
 
 # --------------------------------------------------------------------------- binary output
 def _numeric_binary(d: Decimal) -> bytes:
+    """A numeric in PostgreSQL's binary form: base-10000 digit groups around the decimal
+    point, the first group's weight, a sign word and the display scale."""
     if d.is_nan():
         return struct.pack("!hhHh", 0, 0, 0xC000, 0)
+    if d.is_infinite():
+        return struct.pack("!hhHh", 0, 0, 0xF000 if d < 0 else 0xD000, 0)
     sign, digits, exp = d.as_tuple()
     dscale = max(0, -exp)
     s = "".join(map(str, digits))
-    if exp > 0:
-        s += "0" * exp
-        exp = 0
-    int_part = s[:len(s) + exp] if exp < 0 else s
-    frac_part = s[len(s) + exp:] if exp < 0 else ""
+    if exp >= 0:
+        int_part, frac_part = s + "0" * exp, ""
+    else:
+        s = s.rjust(-exp, "0")                  # 0.00001: five places, one digit
+        int_part, frac_part = s[:len(s) + exp], s[len(s) + exp:]
     int_part = int_part.lstrip("0")
-    pad_int = (-len(int_part)) % 4
-    int_part = "0" * pad_int + int_part
+    int_part = "0" * ((-len(int_part)) % 4) + int_part
     frac_part = frac_part + "0" * ((-len(frac_part)) % 4)
     groups = [int(int_part[i:i + 4]) for i in range(0, len(int_part), 4)] + \
              [int(frac_part[i:i + 4]) for i in range(0, len(frac_part), 4)]
@@ -366,6 +369,31 @@ def _numeric_binary(d: Decimal) -> bytes:
         weight = 0
     return struct.pack("!hhHh", len(groups), weight, 0x4000 if sign else 0, dscale) + \
         b"".join(struct.pack("!H", g) for g in groups)
+
+
+_NUMERIC_SIGNS = {0x0000: "", 0x4000: "-"}
+_NUMERIC_SPECIAL = {0xC000: "NaN", 0xD000: "Infinity", 0xF000: "-Infinity"}
+
+
+def numeric_text(b: bytes) -> str:
+    """A numeric's binary form as its exact text; ValueError if it is not one (a bad sign
+    word, a digit group of 10000 or more, a wrong length)."""
+    ndigits, weight, sign, dscale = struct.unpack_from("!hhHh", b)
+    if sign in _NUMERIC_SPECIAL:
+        return _NUMERIC_SPECIAL[sign]
+    if sign not in _NUMERIC_SIGNS or ndigits < 0 or dscale < 0 or len(b) != 8 + 2 * ndigits:
+        raise ValueError("invalid sign or length in numeric")
+    digits = struct.unpack_from(f"!{ndigits}H", b, 8)
+    if any(d >= 10000 for d in digits):
+        raise ValueError("invalid digit in numeric")
+    text = "".join(f"{d:04d}" for d in digits)
+    point = 4 * (weight + 1)                  # where the decimal point falls in ``text``
+    if point <= 0:
+        text, point = "0" * -point + text, 0
+    text = text.ljust(point, "0")
+    whole, frac = text[:point].lstrip("0") or "0", text[point:]
+    frac = (frac + "0" * dscale)[:dscale]
+    return _NUMERIC_SIGNS[sign] + whole + ("." + frac if dscale else "")
 
 
 def _ts_micros(v: dt.datetime) -> int:
@@ -576,15 +604,7 @@ TEXT_PARSERS: dict[int, Callable[[str], object]] = {
 
 
 def _bin_numeric(b: bytes) -> Decimal:
-    ndigits, weight, sign, dscale = struct.unpack_from("!hhHh", b)
-    if sign == 0xC000:
-        return Decimal("NaN")
-    digits = struct.unpack_from(f"!{ndigits}H", b, 8)
-    v = Decimal(0)
-    for i, d in enumerate(digits):
-        v += Decimal(d) * (Decimal(10000) ** (weight - i))
-    v = v.quantize(Decimal(1).scaleb(-dscale)) if dscale else v.to_integral_value()
-    return -v if sign == 0x4000 else v
+    return Decimal(numeric_text(b))            # exact, however many digits
 
 
 def _bin_ts(b: bytes) -> dt.datetime:

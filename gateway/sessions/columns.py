@@ -90,7 +90,7 @@ class ColumnInfo:
     def fields(self, tr: TR.Translated | None, names: list, types: list) -> list:
         """The RowDescription fields of a result with these DuckDB column names and types."""
         origins = self.origins(tr, names) if tr is not None else [(0, 0)] * len(names)
-        vectors = TR.VECTOR_COLUMNS if tr is not None and tr.catalog else {}
+        vectors = TR.vector_columns(tr.catalog_relations) if tr is not None else {}
         out = []
         for name, ty, (toid, attnum) in zip(names, types, origins):
             # the catalog's int2vector and oidvector columns are lists in DuckDB

@@ -426,6 +426,9 @@ def _copy(r: _Reader) -> Command:
     fmt = opts.get("format", "text").lower()
     if fmt not in ("text", "csv", "binary"):
         raise E.InvalidParameterValue(f'COPY format "{fmt}" not recognized')
+    text_only = [o for o in ("delimiter", "null", "header", "quote", "escape") if o in opts]
+    if fmt == "binary" and text_only:
+        raise E.SyntaxError_(f"cannot specify {text_only[0].upper()} in BINARY mode")
     csv = fmt == "csv"
     return CopyRequest(
         direction, table, columns, query, csv,

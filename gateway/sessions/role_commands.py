@@ -110,9 +110,11 @@ async def alter_role_setting(session, p, params):
         _may_manage(session, target.superuser, "alter")
     key = cmd.setting
     value = cmd.value
+    if key is not None and S.canonical(key) in S.READ_ONLY | {"session_authorization"}:
+        raise E.PgError(f'parameter "{key}" cannot be set', sqlstate="55P02")
     if key is not None:
-        if value is not None:
-            key, value = session.checked_setting(key, value)     # as SET would take it
+        if value is not None:                # as SET would take it in the role's sessions
+            key, value = session.checked_setting(key, value, for_user=name)
         elif not S.is_known(key):
             raise E.UndefinedParameter(f'unrecognized configuration parameter "{key}"')
         else:

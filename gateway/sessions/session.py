@@ -112,6 +112,7 @@ class Session:
         self.relation_facts = access.RelationFacts()   # views and temporary tables, cached
         self.ddl_in_tx = False                # DDL in the open transaction block
         self.timed_out = False                # statement_timeout interrupted DuckDB
+        self.role_defaults: dict = {}         # ALTER ROLE … SET: what RESET returns to
         self.settings["session_authorization"] = self.user
         self.settings["is_superuser"] = "on" if self.services.roles.is_superuser(self.user) \
             else "off"
@@ -209,11 +210,16 @@ class Session:
 
     # ------------------------------------------------------------------ settings
     def default_setting(self, key: str) -> str:
-        """What RESET gives ``key``: the server's value for the bounds its flags set."""
+        """What RESET gives ``key``: the role's default (ALTER ROLE … SET), else the server's
+        value."""
+        return self.role_defaults.get(key, self.server_setting(key))
+
+    def server_setting(self, key: str) -> str:
+        """The server's value of ``key``: its flag's for the bounds the flags set."""
         flag = S.SERVER_BOUNDS.get(key)
         return getattr(self.services.config, flag) if flag else S.DEFAULTS.get(key, "")
 
-    def _bound_setting(self, name: str, key: str, value: str) -> str:
+    def _bound_setting(self, name: str, key: str, value: str, for_user: str) -> str:
         """A memory bound, checked: a size, and no higher than the server's unless the
         session's role is a superuser (one role must not take the server's memory)."""
         value = value.strip().strip("'")
@@ -223,8 +229,8 @@ class Session:
             raise E.InvalidParameterValue(f'invalid value for parameter "{name}": "{value}"',
                                           hint="Write a size such as 512kB, 16MB or 1GB.") \
                 from None
-        server = self.default_setting(key)
-        if size > S.size_bytes(server) and not self.services.roles.is_superuser(self.user):
+        server = self.server_setting(key)
+        if size > S.size_bytes(server) and not self.services.roles.is_superuser(for_user):
             raise E.InsufficientPrivilege(
                 f'permission denied to set parameter "{name}" above the server\'s {server}',
                 hint="A superuser may raise it, or the server's --" +
@@ -243,8 +249,10 @@ class Session:
         if key in S.REPORTED:
             self.pending_status.append((key, value))
 
-    def checked_setting(self, name: str, value: str) -> tuple[str, str]:
-        """(canonical name, value) of a SET this session may make, or its error."""
+    def checked_setting(self, name: str, value: str,
+                        for_user: str | None = None) -> tuple[str, str]:
+        """(canonical name, value) of a SET this session (or, for ALTER ROLE … SET, the
+        role ``for_user``'s sessions) may make, or its error."""
         key = S.canonical(name)
         if not S.is_known(key):
             raise E.UndefinedParameter(f'unrecognized configuration parameter "{name}"')
@@ -265,7 +273,7 @@ class Session:
         if key in _DURATIONS:
             value = _interval_setting(name, value, bare_unit=_DURATIONS[key])
         if key in S.SERVER_BOUNDS:
-            value = self._bound_setting(name, key, value)
+            value = self._bound_setting(name, key, value, for_user or self.user)
         if key in _JOIN_TARGET:
             value = value.strip().strip("'")
             try:
@@ -281,6 +289,7 @@ class Session:
         for key, value in config.items():
             try:
                 self.set_setting(key, value)
+                self.role_defaults[key] = self.settings[key]
             except E.PgError as e:
                 log.warning("role %s: default %s = %s not applied: %s", self.user, key,
                             value, e.message)

@@ -162,10 +162,14 @@ def without_order(tree):
     tail = {k: tree.args.get(k) for k in ("order", "limit", "offset")}
     for k in tail:
         tree.set(k, None)
-    outputs = {e.unalias().sql(): e.alias_or_name for e in getattr(tree, "expressions", [])
-               if e.alias_or_name}
+    items = getattr(tree, "expressions", [])
+    outputs = {e.unalias().sql(): e.alias_or_name for e in items if e.alias_or_name}
+    names = {e.alias_or_name for e in items}
     for ordered in tail["order"].expressions if tail["order"] is not None else []:
-        name = outputs.get(ordered.this.sql())
+        item = ordered.this
+        if isinstance(item, sqlglot.exp.Column) and not item.table and item.name in names:
+            continue                # an output column's name: PostgreSQL reads it so first
+        name = outputs.get(item.sql())
         if name is not None:
             ordered.set("this", sqlglot.exp.column(name, quoted=True))
     return tree, tail

@@ -194,6 +194,11 @@ INFORMATION_SCHEMA = {
 INTERNAL_LIVE = ("cq_relations", "cq_columns", "cq_roles", "cq_auth_members", "cq_acl",
                  "cq_me", "cq_my_roles", "cq_my_privileges", "cq_my_schemas")
 
+# duckdb_indexes().expressions is a list's text, ['"name"', x, '(lower(y))']: its items, an
+# item in quotes holding commas of its own
+_INDEX_KEYS = ("regexp_extract_all(trim(expressions, '[]'), "
+               "'''(?:[^'']|'''')*''|[^, ][^,]*')")
+
 # Views and static tables this module defines; the translator redirects these names.
 RELATIONS = set(EMPTY_TABLES) | (set(LIVE_TABLES) - set(INTERNAL_LIVE)) | {
     "pg_namespace", "pg_class", "pg_attribute", "pg_attrdef", "pg_type", "pg_constraint",
@@ -325,7 +330,7 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
           AND schema_name NOT IN ({hidden})
         UNION ALL
         SELECT index_oid::{OID}, schema_name, schema_oid, index_name,
-               len(string_split(trim(expressions, '[]'), ', '))
+               len({_INDEX_KEYS})
         FROM duckdb_indexes()
         WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden})""")
     out.append(f"""CREATE VIEW {c}.cq_indexes AS
@@ -345,12 +350,12 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
             list(coalesce(col.column_index, 0)::SMALLINT ORDER BY e.k),
             list(coalesce(col.column_name, e.expr) ORDER BY e.k)
         FROM (SELECT *, unnest(parts) AS expr, generate_subscripts(parts, 1) AS k
-              FROM (SELECT *, string_split(trim(expressions, '[]'), ', ') AS parts
+              FROM (SELECT *, {_INDEX_KEYS} AS parts
                     FROM duckdb_indexes()
                     WHERE database_name = {_q(db)} AND schema_name NOT IN ({hidden}))) e
         LEFT JOIN duckdb_columns() col ON col.database_name = {_q(db)}
              AND col.table_oid = e.table_oid
-             AND col.column_name = trim(trim(e.expr, ''''), '"')
+             AND col.column_name = replace(trim(trim(e.expr, ''''), '"'), '""', '"')
         GROUP BY ALL""")
 
     # --- relations
@@ -481,12 +486,14 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
                       SELECT min(4000000 + r.table_oid * 64 + r.constraint_index)
                       FROM duckdb_constraints() r
                       WHERE r.database_name = {_q(db)} AND r.table_name = f.referenced_table
+                        AND r.schema_name = f.schema_name
                         AND r.constraint_type IN ('PRIMARY KEY', 'UNIQUE')
                         AND r.constraint_column_names = f.referenced_column_names), 0)
                  ELSE 0 END::{OID} AS conindid,
             0::{OID} AS conparentid,
             coalesce((SELECT min(t2.table_oid) FROM duckdb_tables() t2
-                      WHERE t2.database_name = {_q(db)} AND t2.table_name = referenced_table), 0)::{OID}
+                      WHERE t2.database_name = {_q(db)} AND t2.table_name = referenced_table
+                        AND t2.schema_name = f.schema_name), 0)::{OID}
                 AS confrelid,
             'a' AS confupdtype, 'a' AS confdeltype, 's' AS confmatchtype, true AS conislocal,
             0 AS coninhcount, true AS connoinherit,
@@ -496,6 +503,7 @@ def setup_sql(db: str, settings: dict | None = None, hidden_schemas=("main",)) -
                  FROM (SELECT unnest(referenced_column_names) AS name,
                               generate_subscripts(referenced_column_names, 1) AS i) k
                  JOIN duckdb_columns() rc ON rc.database_name = {_q(db)}
+                  AND rc.schema_name = f.schema_name
                   AND rc.table_name = referenced_table AND rc.column_name = k.name)
                  END AS confkey,
             CASE WHEN constraint_type IN ('PRIMARY KEY', 'UNIQUE') THEN constraint_type || ' ('
@@ -728,7 +736,7 @@ def _macro_bodies(c: str) -> dict:
             f"{_lookup(f'{c}.pg_type', 'oid', 'cq_format', 't')} || '(' || (m - 4) || ')' "
             f"ELSE coalesce({_lookup(f'{c}.pg_type', 'oid', 'cq_format', 't')}, '???') END",
         # an identifier quoted only where it must be, as PostgreSQL's quote_ident does
-        "quote_ident(s)": "CASE WHEN regexp_full_match(s::VARCHAR, '[a-z_][a-z0-9_$]*') AND "
+        "quote_ident(s)": "CASE WHEN regexp_full_match(s::VARCHAR, '[a-z_][a-z0-9_]*') AND "
                           "s::VARCHAR NOT IN (SELECT keyword_name FROM duckdb_keywords() "
                           "WHERE keyword_category <> 'unreserved') THEN s::VARCHAR "
                           "ELSE '\"' || replace(s::VARCHAR, '\"', '\"\"') || '\"' END",

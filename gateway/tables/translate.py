@@ -45,6 +45,7 @@ class Translated:
     stream: bool = False        # stream syntax: the planner, not DuckDB, runs it
     ast: exp.Expression | None = None      # rewritten for DuckDB
     source: exp.Expression | None = None   # as the client wrote it
+    catalog_relations: frozenset = frozenset()   # the pg_catalog relations it reads
 
 
 _TAGS = {
@@ -195,11 +196,11 @@ def setting_variable(name: str) -> str:
     return SETTING_PREFIX + name.lower()
 
 
-def _rewrite_anonymous(node: exp.Anonymous) -> exp.Expression:
+def _rewrite_anonymous(node: exp.Anonymous, state: dict) -> exp.Expression:
     name = node.name.lower()
     args = node.expressions
     if name in ("generate_subscripts", "array_lower", "array_upper") and args and \
-            _vector(args[0]):
+            _vector(args[0], state):
         # a vector's subscripts run from 0 (the parentheses keep this from applying twice)
         call = exp.Anonymous(this=name, expressions=[exp.Paren(this=args[0]), *args[1:]])
         return exp.Paren(this=exp.Sub(this=call, expression=exp.Literal.number(1)))
@@ -293,7 +294,7 @@ def _rewrite_dot(node: exp.Dot, state: dict) -> exp.Expression:
 def _rewrite_call(node: exp.Anonymous, state: dict) -> exp.Expression:
     if node.name.lower() == "set_config":
         state["set_config"] = True
-    return _rewrite_anonymous(node)
+    return _rewrite_anonymous(node, state)
 
 
 def _rewrite_column(node: exp.Column, state: dict) -> exp.Expression:
@@ -311,15 +312,48 @@ def _rewrite_column(node: exp.Column, state: dict) -> exp.Expression:
 # subscripted from 0, as PostgreSQL's vectors are
 VECTOR_COLUMNS = {"indkey": 22, "indoption": 22, "indclass": 30, "indcollation": 30,
                   "proargtypes": 30}
+# the catalog relation each such column, and each regproc column below, belongs to
+_OWNERS = {"indkey": "pg_index", "indoption": "pg_index", "indclass": "pg_index",
+           "indcollation": "pg_index", "proargtypes": "pg_proc",
+           **{c: "pg_type" for c in ("typinput", "typoutput", "typreceive", "typsend",
+                                     "typmodin", "typmodout", "typanalyze", "typsubscript")}}
 
 
-def _vector(node) -> bool:
-    return isinstance(node, exp.Column) and node.name.lower() in VECTOR_COLUMNS
+def vector_columns(relations: frozenset) -> dict:
+    """{column name: 22 or 30} of the vector columns of the catalog ``relations`` read."""
+    return {name: oid for name, oid in VECTOR_COLUMNS.items() if _OWNERS[name] in relations}
+
+
+def _catalog_aliases(ast: exp.Expression) -> dict:
+    """{alias or name: relation} of the pg_catalog relations a statement reads."""
+    out = {}
+    for t in ast.find_all(exp.Table):
+        db = t.args.get("db")
+        if isinstance(t.this, exp.Identifier) and t.name.lower() in set(_OWNERS.values()) \
+                and (db is None or db.name.lower() == "pg_catalog") \
+                and t.args.get("catalog") is None:
+            out[t.alias_or_name.lower()] = t.name.lower()
+    return out
+
+
+def _catalog_column(node, state: dict) -> bool:
+    """Whether ``node`` is a column of the pg_catalog relation its name belongs to (a user
+    table's column of the same name keeps its own meaning)."""
+    if not isinstance(node, exp.Column) or node.name.lower() not in _OWNERS:
+        return False
+    owner, aliases = _OWNERS[node.name.lower()], state["catalog_aliases"]
+    if node.table:
+        return aliases.get(node.table.lower()) == owner
+    return owner in aliases.values() and not state["user_relations"]
+
+
+def _vector(node, state: dict) -> bool:
+    return _catalog_column(node, state) and node.name.lower() in VECTOR_COLUMNS
 
 
 def _rewrite_bracket(node: exp.Bracket, state: dict) -> exp.Expression:
     """``indkey[0]`` is a vector's first element: DuckDB's lists count from 1."""
-    if _vector(node.this) and len(node.expressions) == 1 and \
+    if _vector(node.this, state) and len(node.expressions) == 1 and \
             not isinstance(node.expressions[0], exp.Slice):
         node.set("expressions", [exp.Add(this=exp.Paren(this=node.expressions[0]),
                                          expression=exp.Literal.number(1))])
@@ -339,10 +373,13 @@ def _rewrite_format(node: exp.Format, state: dict) -> exp.Expression:
     """PostgreSQL's ``format('%I.%I', a, b)`` (%s, %I, %L, %%, positions as ``%1$s``) as a
     concatenation; DuckDB's own format() reads ``{}``."""
     fmt, args = node.this, node.expressions
-    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
-        raise FeatureNotSupported("format() needs a constant format string")
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string and "%" in fmt.name):
+        return node                 # DuckDB's own format('{}', …)
     parts, pos, nxt = [], 0, 0
     for m in _FORMAT_SPEC.finditer(fmt.name):
+        if "%" in fmt.name[pos:m.start()]:
+            raise PgError("unrecognized format() type specifier", sqlstate="22023",
+                          hint="For a single \"%\" use \"%%\".")
         parts.append(exp.Literal.string(fmt.name[pos:m.start()]))
         pos = m.end()
         if m.group(2) == "%":
@@ -353,6 +390,9 @@ def _rewrite_format(node: exp.Format, state: dict) -> exp.Expression:
         if k >= len(args):
             raise PgError("too few arguments for format()", sqlstate="22023")
         parts.append(_FORMAT_CONVERSIONS[m.group(2)](args[k].copy()))
+    if "%" in fmt.name[pos:]:
+        raise PgError("unrecognized format() type specifier", sqlstate="22023",
+                      hint="For a single \"%\" use \"%%\".")
     parts.append(exp.Literal.string(fmt.name[pos:]))
     return exp.Paren(this=exp.func("concat", *parts))
 
@@ -366,7 +406,7 @@ _REGPROC_COLUMNS = {"typinput", "typoutput", "typreceive", "typsend", "typmodin"
 def _rewrite_regproc_zero(node: exp.Expression, state: dict) -> exp.Expression:
     """``typreceive != 0`` (ADBC, pgjdbc) compares the name with '-', the text of 0."""
     for col, other in ((node.this, node.expression), (node.expression, node.this)):
-        if isinstance(col, exp.Column) and col.name.lower() in _REGPROC_COLUMNS \
+        if _catalog_column(col, state) and col.name.lower() in _REGPROC_COLUMNS \
                 and isinstance(other, exp.Literal) and not other.is_string \
                 and other.name == "0":
             other.replace(exp.Literal.string("-"))
@@ -564,7 +604,12 @@ def translate(sql: str) -> Translated:
     for node in ast.find_all(exp.Anonymous):
         if node.name.lower() == SIGNAL_FUNCTION:    # only the translator may call it
             raise UndefinedFunction(f"function {node.name}() does not exist")
-    state = {"catalog": False, "set_config": False, "tables": []}
+    state = {"catalog": False, "set_config": False, "tables": [],
+             "catalog_aliases": _catalog_aliases(ast),
+             "user_relations": any(isinstance(t.this, exp.Identifier) and not (
+                 t.name.lower().startswith("pg_") or t.db.lower() in ("pg_catalog",
+                                                                       "information_schema"))
+                 for t in ast.find_all(exp.Table))}
     named = ast.copy()
     _name_outputs(named)
     new = named.transform(_rewrite, state)
@@ -577,7 +622,8 @@ def translate(sql: str) -> Translated:
     duck = new.sql("duckdb")
     return Translated(duck, tag, returns, {},
                       tuple(state["tables"]), _projections(ast), state["set_config"],
-                      state["catalog"], False, new, ast)
+                      state["catalog"], False, new, ast,
+                      frozenset(state["catalog_aliases"].values()))
 
 
 def _projections(ast: exp.Expression) -> tuple:
