@@ -13,8 +13,8 @@ def test_tables_and_describe(server, table_name):
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     out = r.stdout
-    # other tests' relations share the listing, so the column may be wider than this name
-    assert re.search(rf" public \| {table_name} +\| table +\| cq$", out, re.M), out
+    # other tests' relations and schemas share the listing, so the columns may be wider
+    assert re.search(rf" public +\| {table_name} +\| table +\| cq$", out, re.M), out
     assert f'Table "public.{table_name}"' in out
     assert " a      | integer       |           | not null | " in out
     assert " b      | text          |           | not null | 'q'" in out
