@@ -34,6 +34,8 @@ class ServerProcess:
                     self.port = int(m.group(1))
                     s = re.search(r"stream sources on [^:]+:(\d+)", line)
                     self.ingest_port = int(s.group(1)) if s else None
+                    h = re.search(r"metrics on http://[^:]+:(\d+)/metrics", line)
+                    self.http_port = int(h.group(1)) if h else None
                     ready.set()
 
         threading.Thread(target=pump, args=(self.proc.stdout,), daemon=True).start()

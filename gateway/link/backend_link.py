@@ -65,6 +65,10 @@ class BackendLink:
         self.replies = {wire.Ended: self._on_ended, wire.Answer: self._on_answer}
 
     # ------------------------------------------------------------------ process
+    def pid(self) -> int | None:
+        """The back end process's pid while it runs."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair()

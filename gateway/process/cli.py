@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
+import json
 import logging
 import os
 import sys
@@ -17,6 +19,19 @@ from gateway.process.config import Config
 from gateway.process.push_command import push
 
 
+class JsonLines(logging.Formatter):
+    """--log-format json: one object a line, with stable keys (time in UTC, ISO 8601)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc)
+               .isoformat(timespec="milliseconds"),
+               "level": record.levelname, "logger": record.name,
+               "message": record.getMessage()}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
 def _serve(args) -> int:
     # flags win over CQGATE_* variables, which win over the defaults (also for settings that
     # have no flag, such as CQGATE_MAX_MESSAGE_BYTES and CQGATE_WORKERS)
@@ -25,8 +40,10 @@ def _serve(args) -> int:
                        if k in Config.__dataclass_fields__ and v is not None}})
     if isinstance(cfg.aggregates, list):
         cfg.aggregates = ",".join(cfg.aggregates)
-    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s cqgate %(levelname)s %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines() if cfg.log_format == "json" else logging.Formatter(
+        "%(asctime)s cqgate %(levelname)s %(message)s"))
+    logging.basicConfig(level=cfg.log_level.upper(), handlers=[handler])
     wire.keep_freed_memory()
     try:
         P.load_user_aggregates(cfg.aggregates)
@@ -178,6 +195,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "name, besides DATA_DIR/wrappers (env CQGATE_WRAPPER_PATH)")
     s.add_argument("--log-level", default=d.log_level, help="DEBUG, INFO, WARNING "
                                                              "(env CQGATE_LOG_LEVEL)")
+    s.add_argument("--log-format", default=d.log_format, choices=("text", "json"),
+                   help="text (default) or json: one JSON object a line with the keys time, "
+                        "level, logger and message (env CQGATE_LOG_FORMAT)")
+    s.add_argument("--http-port", type=int, default=d.http_port,
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (0: any free "
+                        "port, printed on the ready line; default off; env CQGATE_HTTP_PORT)")
+    s.add_argument("--http-host", default=d.http_host,
+                   help="address for --http-port (default 127.0.0.1; from another host a "
+                        "request needs the token the ready line prints; env "
+                        "CQGATE_HTTP_HOST)")
     s.set_defaults(func=_serve)
     u = sub.add_parser("push", help="send a file to a stream through the ingest port",
                        formatter_class=raw, epilog=PUSH_EPILOG,

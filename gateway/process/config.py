@@ -36,6 +36,9 @@ class Config:
     spark_master: str = "local[*]"       # where archive queries run: local, or spark://host:port
     spark_warm: bool = False             # start Spark with the server, not at the first query
     wrapper_path: str | None = None      # more folders of CREATE WRAPPER modules (os.pathsep)
+    http_port: int | None = None         # /metrics over HTTP; None: off
+    http_host: str = "127.0.0.1"
+    log_format: str = "text"             # text | json (one object a line)
 
     def __post_init__(self):
         if not self.data_dir:
@@ -49,7 +52,7 @@ class Config:
             raw = os.environ.get("CQGATE_" + f.name.upper())
             if raw is None:
                 continue
-            if f.type in ("int", int):
+            if f.type in ("int", int, "int | None"):
                 out[f.name] = int(raw)
             elif f.type in ("bool", bool):
                 out[f.name] = raw.lower() in ("1", "true", "yes", "on")

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import logging
 import os
+import secrets
 import signal
 import ssl
 import sys
@@ -29,6 +30,7 @@ from gateway.link.backend_link import BackendLink
 from gateway.pgwire.auth import METHODS
 from gateway.pgwire.errors import PgError
 from gateway.process.config import Config
+from gateway.process.metrics_http import MetricsServer
 from gateway.security.privileges import Grants
 from gateway.security.roles import Roles, load_passwords
 from gateway.security.server_files import ServerFiles
@@ -107,6 +109,9 @@ class Server:
         self._heartbeats: asyncio.Task | None = None
         self._sources: asyncio.base_events.Server | None = None
         self.ingest_port = 0
+        # /metrics over HTTP (--http-port); the token lets another host in
+        self.metrics = MetricsServer(self.services, secrets.token_urlsafe(24))
+        self.http_port: int | None = None
 
     def _keep_relations(self) -> None:
         """Start the queries of the named windows and derived streams kept in the catalog,
@@ -169,6 +174,8 @@ class Server:
                                  self._source_tasks),
             config.host, config.ingest_port)
         self.ingest_port = self._sources.sockets[0].getsockname()[1]
+        if config.http_port is not None:
+            self.http_port = await self.metrics.start(config.http_host, config.http_port)
         return self._server.sockets[0].getsockname()[1]
 
     async def _compact(self) -> None:
@@ -191,6 +198,7 @@ class Server:
             self._server.close()
         if self._sources is not None:
             self._sources.close()
+        self.metrics.close()
         svc = self.services
         for step, run in (("sessions ended", self._end_sessions),
                           ("back end stopped", svc.backend.stop),
@@ -268,8 +276,11 @@ async def serve(config: Config, ready=print) -> None:
     if config.auth == "trust" and config.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("auth is 'trust' on %s: anyone who reaches this address can connect; "
                     "use --auth scram-sha-256 with --users or --users-file", config.host)
+    metrics = "" if server.http_port is None else (
+        f", metrics on http://{config.http_host}:{server.http_port}/metrics"
+        f" (token {server.metrics.token} from other hosts)")
     ready(f"cqgate ready: accepting PostgreSQL connections on {config.host}:{port}, "
-          f"stream sources on {config.host}:{server.ingest_port} "
+          f"stream sources on {config.host}:{server.ingest_port}{metrics} "
           f"(data directory {config.data_dir}, auth {config.auth}"
           f"{', TLS' if server.ssl_context else ''})")
     await stop.wait()

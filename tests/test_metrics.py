@@ -1,0 +1,78 @@
+"""``--http-port``: /metrics in Prometheus' text format, parsed by prometheus_client's own
+parser while a stream runs; the counters move as the data do (tuples in equal the rows pushed,
+late tuples the late rows sent, a query's rows out the rows its cursor read), and agree with
+cq_streams and cq_queries. ``--log-format json``: every log line is one JSON object."""
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+
+import psycopg
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from continuous import unique
+
+
+def _scrape(server) -> dict:
+    """{(metric name, frozenset of labels): value}, as Prometheus would read them."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics",
+                                timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _push(server, stream: str, seconds) -> None:
+    """One CSV line per event-time second in ``seconds``, through the ingest port."""
+    body = "".join(f"{k},2026-11-01 00:{k // 60:02d}:{k % 60:02d}\n" for k in seconds)
+    with socket.create_connection(("127.0.0.1", server.ingest_port), timeout=30) as sock:
+        sock.sendall(f"csvwrapper,{stream}\n{body}".encode())
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(4096) == b""
+
+
+def test_metrics_move_with_the_data(start_server):
+    s = start_server("--http-port", "0", "--log-format", "json")
+    stream = unique("metered")
+    with psycopg.connect(s.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {stream} (a INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                  "WITH (slack = '2 seconds')")
+        reader = psycopg.connect(s.dsn)
+        reader.execute(f"DECLARE follow CURSOR FOR SELECT a FROM {stream}")
+        key = frozenset({("stream", stream)})
+        before = _scrape(s)
+        assert before.get(("cqgate_stream_tuples_total", key), 0) == 0
+
+        _push(s, stream, range(0, 600))                # ten minutes of event time, in order
+        _push(s, stream, [10, 20, 30])                 # far behind the watermark: late
+        _push(s, stream, [610])       # moves the watermark past 600; itself held by the slack
+        got = reader.execute("FETCH ALL FROM follow WITH (timeout = '2s')").fetchall()
+        after = _scrape(s)
+        views = c.execute("SELECT tuples, late FROM cq_streams WHERE stream = %s",
+                          [stream]).fetchone()
+        assert after[("cqgate_stream_tuples_total", key)] == 600 == views[0]
+        assert after[("cqgate_stream_late_tuples_total", key)] == 3 == views[1]
+        assert after[("cqgate_stream_bad_lines_total", key)] == 0
+        assert after[("cqgate_stream_slack_seconds", key)] == 2.0
+        query = {("query", "follow"), ("kind", "cursor"), ("engine", "backend"),
+                 ("pid", str(reader.info.backend_pid))}
+        rows_out = after[("cqgate_query_rows_out_total", frozenset(query))]
+        assert rows_out >= len(got) > 500                   # what the cursor has read
+        assert after[("cqgate_sessions", frozenset())] == 2
+        for process in ("gateway", "backend"):
+            labels = frozenset({("process", process)})
+            assert after[("cqgate_process_resident_memory_bytes", labels)] > 10 << 20
+            assert after[("cqgate_process_cpu_seconds_total", labels)] >= \
+                before[("cqgate_process_cpu_seconds_total", labels)]
+        reader.close()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{s.http_port}/nothing", timeout=10)
+    assert e.value.code == 404
+    logged = [line for line in s.lines if line.startswith("{")]
+    assert logged and all(set(json.loads(line)) >= {"time", "level", "logger", "message"}
+                          for line in logged)
+    assert not [line for line in s.lines if "cqgate INFO" in line]     # no text lines
