@@ -1,10 +1,13 @@
 """``--http-port``: /metrics in Prometheus' text format, parsed by prometheus_client's own
 parser while a stream runs; the counters move as the data do (tuples in equal the rows pushed,
 late tuples the late rows sent, a query's rows out the rows its cursor read), and agree with
-cq_streams and cq_queries. ``--log-format json``: every log line is one JSON object."""
+cq_streams and cq_queries; the Grafana dashboard in docs/ asks only for metrics that exist.
+``--log-format json``: every log line is one JSON object."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -14,6 +17,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from continuous import unique
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _scrape(server) -> dict:
@@ -69,6 +74,10 @@ def test_metrics_move_with_the_data(start_server):
             assert after[("cqgate_process_cpu_seconds_total", labels)] >= \
                 before[("cqgate_process_cpu_seconds_total", labels)]
         reader.close()
+    # docs/grafana-dashboard.json asks for metrics the server serves
+    with open(os.path.join(ROOT, "docs", "grafana-dashboard.json")) as f:
+        asked = set(re.findall(r"cqgate_[a-z_]+", f.read()))
+    assert asked and asked <= {name for name, _ in after}, asked - {name for name, _ in after}
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(f"http://127.0.0.1:{s.http_port}/nothing", timeout=10)
     assert e.value.code == 404
