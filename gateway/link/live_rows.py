@@ -90,19 +90,26 @@ class LiveRows:
             self.spill = Spill(b.folder, f"q{self.qid}", b.memory // 2)
             log.info("%s: the client reads slower than rows come; spilling its rows to disk",
                      self._label())
-        try:
-            self.spill.write(table)
-        except OSError as e:            # a full disk ends this query, not the server
-            self._fail(PgError(f"could not spill the rows {self._label()} has not read: {e}",
-                               sqlstate="53100"))
-            return
-        if b.spill is not None and self.spill.disk_bytes > b.spill:
-            held = f"{size_text(b.memory)} in memory and {size_text(b.spill)} on disk"
-            self._fail(PgError(
-                f"{self._label()} fell too far behind its continuous query: more than {held} "
-                "of rows waited to be read", sqlstate="54000",
-                hint="Read the rows faster (FETCH more often, or more at a time), or raise "
-                     "cq.result_spill or cq.result_memory."))
+        # written in slices of about a quarter of the memory bound, the disk bound checked
+        # after each: a big batch overshoots it by one slice, not by the whole batch
+        size = max(1, table.get_total_buffer_size())
+        step = table.num_rows if b.memory is None else \
+            max(1, table.num_rows * max(1, b.memory // 4) // size)
+        for lo in range(0, table.num_rows, step):
+            try:
+                self.spill.write(table.slice(lo, step))
+            except OSError as e:            # a full disk ends this query, not the server
+                self._fail(PgError(f"could not spill the rows {self._label()} has not read: "
+                                   f"{e}", sqlstate="53100"))
+                return
+            if b.spill is not None and self.spill.disk_bytes > b.spill:
+                held = f"{size_text(b.memory)} in memory and {size_text(b.spill)} on disk"
+                self._fail(PgError(
+                    f"{self._label()} fell too far behind its continuous query: more than "
+                    f"{held} of rows waited to be read", sqlstate="54000",
+                    hint="Read the rows faster (FETCH more often, or more at a time), or raise "
+                         "cq.result_spill or cq.result_memory."))
+                return
 
     def _label(self) -> str:
         return f"cursor {self.name}" if self.name else f"query of pid {self.owner}"
