@@ -2,7 +2,8 @@
 parser while a stream runs; the counters move as the data do (tuples in equal the rows pushed,
 late tuples the late rows sent, a query's rows out the rows its cursor read), and agree with
 cq_streams and cq_queries; the Grafana dashboard in docs/ asks only for metrics that exist.
-``--log-format json``: every log line is one JSON object."""
+The live console in headless Chromium. ``--log-format json``: every log line is one JSON
+object."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,9 @@ import urllib.request
 import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from continuous import unique
 
@@ -85,3 +89,46 @@ def test_metrics_move_with_the_data(start_server):
     assert logged and all(set(json.loads(line)) >= {"time", "level", "logger", "message"}
                           for line in logged)
     assert not [line for line in s.lines if "cqgate INFO" in line]     # no text lines
+
+
+def test_the_console_shows_streams_and_queries_moving(start_server, tmp_path):
+    """The console in headless Chromium (Debian's, with its driver) while a query runs: the
+    stream and the query appear and their numbers move; the screenshot is what
+    docs/operations.md shows (CQGATE_CONSOLE_SCREENSHOT saves it there)."""
+    s = start_server("--http-port", "0")
+    stream = unique("console")
+    with psycopg.connect(s.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {stream} (a INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        c.execute(f"CREATE WINDOW {stream}_w AS SELECT a % 5 AS k, count(*) AS n "
+                  f"FROM {stream} [RANGE '1 minute'] GROUP BY a % 5")
+    reader = psycopg.connect(s.dsn)
+    reader.execute(f"DECLARE watching CURSOR FOR SELECT a, a * 2 AS b FROM {stream} WHERE a > 0")
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                "--window-size=1280,900"):
+        options.add_argument(arg)
+    options.binary_location = "/usr/bin/chromium"
+    service = webdriver.ChromeService(executable_path="/usr/bin/chromedriver")
+    browser = webdriver.Chrome(options=options, service=service)
+    try:
+        browser.get(f"http://127.0.0.1:{s.http_port}/")
+        wait = WebDriverWait(browser, 20)
+        row = f'tr[data-stream="{stream}"] td.tuples'
+        _push(s, stream, range(0, 200))
+        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, row) and
+                   b.find_element(By.CSS_SELECTOR, row).text not in ("", "0"))
+        first = int(browser.find_element(By.CSS_SELECTOR, row).text.replace(",", ""))
+        _push(s, stream, range(200, 600))
+        wait.until(lambda b: int(b.find_element(By.CSS_SELECTOR, row).text.replace(",", ""))
+                   > first)
+        query = 'tr[data-query="watching"] td.rows-out'
+        wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, query) and
+                   b.find_element(By.CSS_SELECTOR, query).text not in ("", "0"))
+        assert browser.find_elements(By.CSS_SELECTOR, f'tr[data-query="{stream}_w"]')
+        assert "cannot read" not in browser.find_element(By.ID, "status").text
+        shot = os.environ.get("CQGATE_CONSOLE_SCREENSHOT") or str(tmp_path / "console.png")
+        assert browser.save_screenshot(shot)
+        assert os.path.getsize(shot) > 10_000
+    finally:
+        browser.quit()
+        reader.close()

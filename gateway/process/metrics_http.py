@@ -1,12 +1,14 @@
-"""``cqgate serve --http-port N``: ``/metrics`` in Prometheus' text format (version 0.0.4), read
-from the same counters as the system views (cq_streams, cq_queries) and from /proc for the
-gateway's and the back end's processes. Off by default and on loopback by default; a request
-from another host must carry the bearer token printed on the ready line."""
+"""``cqgate serve --http-port N``: ``/metrics`` in Prometheus' text format (version 0.0.4) and a
+live console (``/``, reading ``/api/state``), from the same counters as the system views
+(cq_streams, cq_queries) and from /proc for the gateway's and the back end's processes. Off by
+default and on loopback by default; a request from another host must carry the token printed
+on the ready line (``Authorization: Bearer …``, or ``?token=…`` for the console)."""
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import hmac
+import json
 import logging
 import os
 import time
@@ -62,64 +64,88 @@ def _seconds(value) -> float | None:
     return None if value is None else value.total_seconds()
 
 
-async def render(services) -> str:
-    """Every metric, as Prometheus' text format."""
+async def snapshot(services) -> dict:
+    """What the metrics and the console show, read at once: streams, queries (with their
+    SQL), sessions, and the two processes' memory and CPU."""
     views = await system_views.gather(services, services.roles.bootstrap)
-    streams, queries = views["cq_streams"].to_pylist(), views["cq_queries"].to_pylist()
     now = time.time()
-    f = {name: Family(name, kind, help_) for name, kind, help_ in [
-        ("cqgate_stream_tuples_total", "counter", "Tuples a stream took in"),
-        ("cqgate_stream_rate_tuples_per_second", "gauge", "Tuples a second, lately"),
-        ("cqgate_stream_watermark_lag_seconds", "gauge",
-         "Wall clock minus the stream's watermark"),
-        ("cqgate_stream_late_tuples_total", "counter",
-         "Tuples that came after the watermark passed them (archived, not answered)"),
-        ("cqgate_stream_bad_lines_total", "counter", "Lines a source sent that did not parse"),
-        ("cqgate_stream_shed_tuples_total", "counter", "Tuples shed under load"),
-        ("cqgate_stream_slack_seconds", "gauge", "The slack in effect"),
-        ("cqgate_query_rows_in_total", "counter", "Rows a continuous query took in"),
-        ("cqgate_query_rows_out_total", "counter", "Rows a continuous query produced"),
-        ("cqgate_query_state_rows", "gauge", "Rows a continuous query holds as state"),
-        ("cqgate_query_unread_rows", "gauge", "Rows waiting for the client"),
-        ("cqgate_query_result_queue_bytes", "gauge", "Unread rows held in memory"),
-        ("cqgate_query_result_spill_bytes", "gauge", "Unread rows spilled to disk"),
-        ("cqgate_query_last_emit_timestamp_seconds", "gauge", "When a row last came out"),
-        ("cqgate_query_failed", "gauge", "1 when the query ended with an error"),
-        ("cqgate_sessions", "gauge", "Client sessions"),
-        ("cqgate_process_resident_memory_bytes", "gauge", "Resident memory of a process"),
-        ("cqgate_process_cpu_seconds_total", "counter", "CPU time of a process"),
-    ]}
-    for s in streams:
-        name = s["stream"]
-        f["cqgate_stream_tuples_total"].add(s["tuples"], stream=name)
-        f["cqgate_stream_rate_tuples_per_second"].add(s["rate"], stream=name)
-        if s["watermark"] is not None:          # event time, in UTC
-            lag = now - s["watermark"].replace(tzinfo=dt.timezone.utc).timestamp()
-            f["cqgate_stream_watermark_lag_seconds"].add(lag, stream=name)
-        f["cqgate_stream_late_tuples_total"].add(s["late"], stream=name)
-        f["cqgate_stream_bad_lines_total"].add(s["errors"], stream=name)
-        f["cqgate_stream_shed_tuples_total"].add(s["dropped"], stream=name)
-        f["cqgate_stream_slack_seconds"].add(_seconds(s["slack"]), stream=name)
-    for q in queries:
-        labels = {"query": q["name"] or "", "pid": q["pid"] if q["pid"] is not None else "",
-                  "kind": q["kind"], "engine": q["engine"]}
-        f["cqgate_query_rows_in_total"].add(q["rows_in"], **labels)
-        f["cqgate_query_rows_out_total"].add(q["rows_out"], **labels)
-        f["cqgate_query_state_rows"].add(q["state_size"], **labels)
-        f["cqgate_query_unread_rows"].add(q["unread_rows"], **labels)
-        f["cqgate_query_result_queue_bytes"].add(q["memory_bytes"], **labels)
-        f["cqgate_query_result_spill_bytes"].add(q["spill_bytes"], **labels)
-        if q["last_emit"] is not None:
-            f["cqgate_query_last_emit_timestamp_seconds"].add(q["last_emit"].timestamp(),
-                                                              **labels)
-        f["cqgate_query_failed"].add(1 if q["error"] else 0, **labels)
-    f["cqgate_sessions"].add(len(services.sessions))
+    streams = []
+    for s in views["cq_streams"].to_pylist():
+        wm = s["watermark"]                    # event time, in UTC
+        streams.append({**s, "watermark": None if wm is None else wm.isoformat(sep=" "),
+                        "lag_seconds": None if wm is None else
+                        now - wm.replace(tzinfo=dt.timezone.utc).timestamp(),
+                        "slack_seconds": _seconds(s["slack"]),
+                        "heartbeat": None if s["heartbeat"] is None else _seconds(s["heartbeat"])})
+    queries = [{**q, "started": None if q["started"] is None else q["started"].timestamp(),
+                "last_emit": None if q["last_emit"] is None else q["last_emit"].timestamp()}
+               for q in views["cq_queries"].to_pylist()]
+    processes = []
     for process, pid in (("gateway", os.getpid()), ("backend", services.backend.pid())):
         got = _proc(pid) if pid else None
         if got is not None:
-            f["cqgate_process_resident_memory_bytes"].add(got[0], process=process)
-            f["cqgate_process_cpu_seconds_total"].add(got[1], process=process)
+            processes.append({"process": process, "resident_bytes": got[0],
+                              "cpu_seconds": got[1]})
+    return {"streams": streams, "queries": queries, "sessions": len(services.sessions),
+            "processes": processes}
+
+
+async def render(services) -> str:
+    """Every metric, as Prometheus' text format."""
+    state = await snapshot(services)
+    f = {name: Family(name, kind, help_) for name, kind, help_ in _FAMILIES}
+    for s in state["streams"]:
+        name = s["stream"]
+        for metric, key in _STREAM_SAMPLES:
+            f[metric].add(s[key], stream=name)
+    for q in state["queries"]:
+        labels = {"query": q["name"] or "", "pid": q["pid"] if q["pid"] is not None else "",
+                  "kind": q["kind"], "engine": q["engine"]}
+        for metric, key in _QUERY_SAMPLES:
+            f[metric].add(q[key], **labels)
+        f["cqgate_query_failed"].add(1 if q["error"] else 0, **labels)
+    f["cqgate_sessions"].add(state["sessions"])
+    for p in state["processes"]:
+        f["cqgate_process_resident_memory_bytes"].add(p["resident_bytes"], process=p["process"])
+        f["cqgate_process_cpu_seconds_total"].add(p["cpu_seconds"], process=p["process"])
     return "".join(family.text() for family in f.values())
+
+
+_FAMILIES = [
+    ("cqgate_stream_tuples_total", "counter", "Tuples a stream took in"),
+    ("cqgate_stream_rate_tuples_per_second", "gauge", "Tuples a second, lately"),
+    ("cqgate_stream_watermark_lag_seconds", "gauge", "Wall clock minus the stream's watermark"),
+    ("cqgate_stream_late_tuples_total", "counter",
+     "Tuples that came after the watermark passed them (archived, not answered)"),
+    ("cqgate_stream_bad_lines_total", "counter", "Lines a source sent that did not parse"),
+    ("cqgate_stream_shed_tuples_total", "counter", "Tuples shed under load"),
+    ("cqgate_stream_slack_seconds", "gauge", "The slack in effect"),
+    ("cqgate_query_rows_in_total", "counter", "Rows a continuous query took in"),
+    ("cqgate_query_rows_out_total", "counter", "Rows a continuous query produced"),
+    ("cqgate_query_state_rows", "gauge", "Rows a continuous query holds as state"),
+    ("cqgate_query_unread_rows", "gauge", "Rows waiting for the client"),
+    ("cqgate_query_result_queue_bytes", "gauge", "Unread rows held in memory"),
+    ("cqgate_query_result_spill_bytes", "gauge", "Unread rows spilled to disk"),
+    ("cqgate_query_last_emit_timestamp_seconds", "gauge", "When a row last came out"),
+    ("cqgate_query_failed", "gauge", "1 when the query ended with an error"),
+    ("cqgate_sessions", "gauge", "Client sessions"),
+    ("cqgate_process_resident_memory_bytes", "gauge", "Resident memory of a process"),
+    ("cqgate_process_cpu_seconds_total", "counter", "CPU time of a process"),
+]
+# metric <- key of a stream's or a query's row in the snapshot
+_STREAM_SAMPLES = [
+    ("cqgate_stream_tuples_total", "tuples"), ("cqgate_stream_rate_tuples_per_second", "rate"),
+    ("cqgate_stream_watermark_lag_seconds", "lag_seconds"),
+    ("cqgate_stream_late_tuples_total", "late"), ("cqgate_stream_bad_lines_total", "errors"),
+    ("cqgate_stream_shed_tuples_total", "dropped"),
+    ("cqgate_stream_slack_seconds", "slack_seconds")]
+_QUERY_SAMPLES = [
+    ("cqgate_query_rows_in_total", "rows_in"), ("cqgate_query_rows_out_total", "rows_out"),
+    ("cqgate_query_state_rows", "state_size"), ("cqgate_query_unread_rows", "unread_rows"),
+    ("cqgate_query_result_queue_bytes", "memory_bytes"),
+    ("cqgate_query_result_spill_bytes", "spill_bytes"),
+    ("cqgate_query_last_emit_timestamp_seconds", "last_emit")]
+CONSOLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "console", "index.html")
 
 
 class MetricsServer:
@@ -162,12 +188,27 @@ class MetricsServer:
         method, target, _version = lines[0].split(" ", 2)
         headers = {k.strip().lower(): v.strip() for k, _, v in
                    (line.partition(":") for line in lines[1:] if line)}
-        if peer and peer[0] not in _LOOPBACK and not hmac.compare_digest(
-                headers.get("authorization", ""), f"Bearer {self.token}"):
-            return "401 Unauthorized", "a bearer token is needed from another host\n", \
-                "text/plain"
+        path, _, query = target.partition("?")
+        given = headers.get("authorization", "").removeprefix("Bearer ")
+        given = given or dict(p.partition("=")[::2] for p in query.split("&")).get("token", "")
+        if peer and peer[0] not in _LOOPBACK and not hmac.compare_digest(given, self.token):
+            return "401 Unauthorized", "a token is needed from another host\n", "text/plain"
         if method != "GET":
             return "405 Method Not Allowed", "GET only\n", "text/plain"
-        if target.split("?", 1)[0] != "/metrics":
-            return "404 Not Found", "see /metrics\n", "text/plain"
+        route = self.ROUTES.get(path)
+        if route is None:
+            return "404 Not Found", "see /metrics or /\n", "text/plain"
+        return await route(self)
+
+    async def _metrics(self):
         return "200 OK", await render(self.services), "text/plain; version=0.0.4; charset=utf-8"
+
+    async def _console(self):
+        with open(CONSOLE, encoding="utf-8") as f:
+            return "200 OK", f.read(), "text/html; charset=utf-8"
+
+    async def _state(self):
+        return "200 OK", json.dumps(await snapshot(self.services), default=str), \
+            "application/json"
+
+    ROUTES = {"/metrics": _metrics, "/": _console, "/api/state": _state}
