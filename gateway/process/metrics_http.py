@@ -76,7 +76,7 @@ async def snapshot(services) -> dict:
                         "lag_seconds": None if wm is None else
                         now - wm.replace(tzinfo=dt.timezone.utc).timestamp(),
                         "slack_seconds": _seconds(s["slack"]),
-                        "heartbeat": None if s["heartbeat"] is None else _seconds(s["heartbeat"])})
+                        "heartbeat": _seconds(s["heartbeat"])})
     queries = [{**q, "started": None if q["started"] is None else q["started"].timestamp(),
                 "last_emit": None if q["last_emit"] is None else q["last_emit"].timestamp()}
                for q in views["cq_queries"].to_pylist()]
