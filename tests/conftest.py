@@ -36,6 +36,8 @@ class ServerProcess:
                     self.ingest_port = int(s.group(1)) if s else None
                     h = re.search(r"metrics on http://[^:]+:(\d+)/metrics", line)
                     self.http_port = int(h.group(1)) if h else None
+                    t = re.search(r"\?token=(\S+)", line)
+                    self.http_token = t.group(1) if t else None
                     ready.set()
 
         threading.Thread(target=pump, args=(self.proc.stdout,), daemon=True).start()

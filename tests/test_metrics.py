@@ -83,7 +83,8 @@ def test_metrics_move_with_the_data(start_server):
         asked = set(re.findall(r"cqgate_[a-z_]+", f.read()))
     assert asked and asked <= {name for name, _ in after}, asked - {name for name, _ in after}
     with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(f"http://127.0.0.1:{s.http_port}/nothing", timeout=10)
+        urllib.request.urlopen(f"http://127.0.0.1:{s.http_port}/nothing?token="
+                               f"{s.http_token}", timeout=10)
     assert e.value.code == 404
     logged = [line for line in s.lines if line.startswith("{")]
     assert logged and all(set(json.loads(line)) >= {"time", "level", "logger", "message"}
@@ -111,7 +112,10 @@ def test_the_console_shows_streams_and_queries_moving(start_server, tmp_path):
     service = webdriver.ChromeService(executable_path="/usr/bin/chromedriver")
     browser = webdriver.Chrome(options=options, service=service)
     try:
-        browser.get(f"http://127.0.0.1:{s.http_port}/")
+        with pytest.raises(urllib.error.HTTPError) as e:      # every session's SQL: token
+            urllib.request.urlopen(f"http://127.0.0.1:{s.http_port}/api/state", timeout=10)
+        assert e.value.code == 401
+        browser.get(f"http://127.0.0.1:{s.http_port}/?token={s.http_token}")
         wait = WebDriverWait(browser, 20)
         row = f'tr[data-stream="{stream}"] td.tuples'
         _push(s, stream, range(0, 200))

@@ -1,8 +1,8 @@
 """``cqgate serve --http-port N``: ``/metrics`` in Prometheus' text format (version 0.0.4) and a
 live console (``/``, reading ``/api/state``), from the same counters as the system views
 (cq_streams, cq_queries) and from /proc for the gateway's and the back end's processes. Off by
-default and on loopback by default; a request from another host must carry the token printed
-on the ready line (``Authorization: Bearer …``, or ``?token=…`` for the console)."""
+default and on loopback by default; the console, and the metrics from another host, need the
+token printed on the ready line (``Authorization: Bearer …``, or ``?token=…``)."""
 from __future__ import annotations
 
 import asyncio
@@ -191,8 +191,11 @@ class MetricsServer:
         path, _, query = target.partition("?")
         given = headers.get("authorization", "").removeprefix("Bearer ")
         given = given or dict(p.partition("=")[::2] for p in query.split("&")).get("token", "")
-        if peer and peer[0] not in _LOOPBACK and not hmac.compare_digest(given, self.token):
-            return "401 Unauthorized", "a token is needed from another host\n", "text/plain"
+        # the console shows every session's SQL: it always needs the token (pg_stat_activity
+        # hides other roles' SQL); the metrics name no SQL, and loopback may read them freely
+        free = path == "/metrics" and peer and peer[0] in _LOOPBACK
+        if not free and not hmac.compare_digest(given, self.token):
+            return "401 Unauthorized", "the token printed at start is needed\n", "text/plain"
         if method != "GET":
             return "405 Method Not Allowed", "GET only\n", "text/plain"
         route = self.ROUTES.get(path)

@@ -277,8 +277,8 @@ async def serve(config: Config, ready=print) -> None:
         log.warning("auth is 'trust' on %s: anyone who reaches this address can connect; "
                     "use --auth scram-sha-256 with --users or --users-file", config.host)
     metrics = "" if server.http_port is None else (
-        f", metrics on http://{config.http_host}:{server.http_port}/metrics"
-        f" (token {server.metrics.token} from other hosts)")
+        f", metrics on http://{config.http_host}:{server.http_port}/metrics, console on "
+        f"http://{config.http_host}:{server.http_port}/?token={server.metrics.token}")
     ready(f"cqgate ready: accepting PostgreSQL connections on {config.host}:{port}, "
           f"stream sources on {config.host}:{server.ingest_port}{metrics} "
           f"(data directory {config.data_dir}, auth {config.auth}"
