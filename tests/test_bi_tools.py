@@ -13,6 +13,7 @@ import subprocess
 import psycopg
 import pytest
 
+from conftest import ServerProcess
 from continuous import Feeder, lit, unique
 from test_jdbc import _driver_jar
 
@@ -34,7 +35,6 @@ SETUP = [
 @pytest.fixture(scope="module")
 def bi_server(tmp_path_factory):
     """A server of its own: the fixtures name their tables t, u, s and w."""
-    from conftest import ServerProcess
     s = ServerProcess(str(tmp_path_factory.mktemp("bi-data")))
     with psycopg.connect(s.dsn, autocommit=True) as c:
         for sql in SETUP:

@@ -78,6 +78,17 @@ class Reader:
         self.conn.close()
 
 
+def _await_query(dsn: str, reader, timeout: float) -> None:
+    """Until ``reader.sql`` shows in cq_queries; its reader's error if it ended first."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as c:
+        while not c.execute("SELECT count(*) FROM cq_queries WHERE query = %s",
+                            [reader.sql]).fetchone()[0]:
+            if reader.done.is_set() or time.monotonic() > deadline:
+                raise RuntimeError(f"the query did not start: {reader.error!r}")
+            time.sleep(0.02)
+
+
 class CopyReader:
     """The same, read as ``COPY (sql) TO STDOUT`` by asyncpg, which hands over all the
     CopyData messages a read brought at once: the client's cost per row is finding its
@@ -102,13 +113,7 @@ class CopyReader:
             raise ValueError("a CopyReader counts rows; use Reader to keep them")
         self.expect = expect
         threading.Thread(target=asyncio.run, args=(self._drain(),), daemon=True).start()
-        with psycopg.connect(self.dsn, autocommit=True) as c:
-            deadline = time.monotonic() + timeout
-            while not c.execute("SELECT count(*) FROM cq_queries WHERE query = %s",
-                                [self.sql]).fetchone()[0]:
-                if self.done.is_set() or time.monotonic() > deadline:
-                    raise RuntimeError(f"the COPY did not start: {self.error!r}")
-                time.sleep(0.02)
+        _await_query(self.dsn, self, timeout)
         return self
 
     async def _drain(self) -> None:
@@ -179,13 +184,7 @@ class ArrowReader:
             # ends it at the last row, so the last partial batch comes too
             self.sql = f"{self.sql} LIMIT {expect}"
         threading.Thread(target=self._drain, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        with psycopg.connect(self.uri, autocommit=True) as c:
-            while not c.execute("SELECT count(*) FROM cq_queries WHERE query = %s",
-                                [self.sql]).fetchone()[0]:
-                if self.done.is_set() or time.monotonic() > deadline:
-                    raise RuntimeError(f"the query did not start: {self.error!r}")
-                time.sleep(0.02)
+        _await_query(self.uri, self, timeout)
         return self
 
     def _drain(self) -> None:

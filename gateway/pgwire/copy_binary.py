@@ -50,30 +50,23 @@ class BinaryRows:
         n = struct.unpack_from("!i", messages, 1)[0]
         return b"d" + struct.pack("!i", n + len(HEADER)) + HEADER + messages[5:]
 
+    def _encoded(self, table: pa.Table, tag: int | None) -> bytes:
+        cols = [T.binary_column(_column(table, i), f.type_oid)
+                for i, f in enumerate(self.fields)]
+        return M.data_rows(cols, tag=tag)
+
     def rows(self, table: pa.Table) -> bytes:
         if not table.num_rows:
             return b""
-        cols = [T.binary_column(_column(table, i), f.type_oid)
-                for i, f in enumerate(self.fields)]
-        return self._first(M.data_rows(cols, tag=ord("d")))
+        return self._first(self._encoded(table, ord("d")))
 
     def end(self) -> bytes:
         return self._first(M.copy_data(TRAILER))
 
     def file_data(self, table: pa.Table) -> bytes:
         """The contents of a COPY … TO 'file' (FORMAT binary): signature, rows, trailer."""
-        body = _strip_messages(self.rows(table)) if table.num_rows else b""
-        return (body if body else HEADER) + TRAILER
-
-
-def _strip_messages(messages: bytes) -> bytes:
-    """The data of back-to-back CopyData messages, without their tags and lengths."""
-    out, pos = [], 0
-    while pos < len(messages):
-        n = struct.unpack_from("!i", messages, pos + 1)[0]
-        out.append(messages[pos + 5:pos + 1 + n])
-        pos += 1 + n
-    return b"".join(out)
+        body = self._encoded(table, None) if table.num_rows else b""
+        return HEADER + body + TRAILER
 
 
 def _column(table: pa.Table, i: int) -> pa.Array:
@@ -166,13 +159,11 @@ def _shifted(values: np.ndarray, shift: int, null: np.ndarray, oid: int) -> np.n
     type's largest and smallest values) as DuckDB's (± the largest), and a value whose shift
     would not fit 22008, as PostgreSQL reports one out of range."""
     info = np.iinfo(values.dtype)
-    wide = values.astype(np.int64)
+    wide = np.where(null, 0, values.astype(np.int64))      # a NULL's bytes are not a value
     plus, minus = wide == info.max, wide == info.min
-    out_of_range = ~null & ~plus & ~minus & ((wide > info.max - shift) | (wide < -info.max - shift))
-    if out_of_range.any():
+    if ((wide > info.max - shift) & ~plus | (wide < -info.max - shift) & ~minus).any():
         raise PgError(f"{_type_name(oid)} out of range", sqlstate="22008")
-    shifted = np.where(plus, info.max, np.where(minus, -info.max, wide + np.where(
-        plus | minus | null, 0, shift)))
+    shifted = np.where(plus, info.max, np.where(minus, -info.max, wide + shift))
     return shifted.astype(values.dtype)
 
 

@@ -396,12 +396,13 @@ def _fixed(values: np.ndarray) -> pa.Array:
     return fixed.cast(pa.binary())
 
 
-def data_rows(columns: Sequence[pa.Array], tag: int = ord("D")) -> bytes:
+def data_rows(columns: Sequence[pa.Array], tag: int | None = ord("D")) -> bytes:
     """DataRow messages for a batch, built without a Python loop over rows: each column is an
     Arrow binary array of already-encoded values (null = SQL NULL). Each row's header and each
     cell's length word are numpy records; Arrow concatenates header, lengths and values row by
     row, so the rows' bytes come out back to back in one buffer. With ``tag`` ``d`` they are
-    binary COPY's CopyData messages, whose data is a DataRow's body."""
+    binary COPY's CopyData messages, whose data is a DataRow's body; with None, the bodies
+    alone (binary COPY's rows in a file)."""
     if not columns:
         return b""
     n = len(columns[0])
@@ -418,8 +419,11 @@ def data_rows(columns: Sequence[pa.Array], tag: int = ord("D")) -> bytes:
             length = np.where(null, -1, length)
         total += np.maximum(length, 0)
         parts += [_fixed(length.astype(">i4")), col]
-    head = np.empty(n, _ROW_HEAD)
-    head["tag"], head["length"], head["columns"] = tag, total, len(columns)
+    if tag is None:
+        head = np.full(n, len(columns), ">i2")
+    else:
+        head = np.empty(n, _ROW_HEAD)
+        head["tag"], head["length"], head["columns"] = tag, total, len(columns)
     return back_to_back(pc.binary_join_element_wise(_fixed(head), *parts, b""))
 
 

@@ -399,8 +399,7 @@ def _rewrite_format(node: exp.Format, state: dict) -> exp.Expression:
 
 # pg_type's and pg_proc's regproc columns hold a function's name here; PostgreSQL compares
 # them with 0 (no function), which prints as '-'
-_REGPROC_COLUMNS = {"typinput", "typoutput", "typreceive", "typsend", "typmodin", "typmodout",
-                    "typanalyze", "typsubscript"}
+_REGPROC_COLUMNS = {c for c, owner in _OWNERS.items() if owner == "pg_type"}
 
 
 def _rewrite_regproc_zero(node: exp.Expression, state: dict) -> exp.Expression:
