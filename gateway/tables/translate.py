@@ -319,6 +319,9 @@ _OWNERS = {"indkey": "pg_index", "indoption": "pg_index", "indclass": "pg_index"
                                      "typmodin", "typmodout", "typanalyze", "typsubscript")}}
 
 
+_OWNER_RELATIONS = frozenset(_OWNERS.values())
+
+
 def vector_columns(relations: frozenset) -> dict:
     """{column name: 22 or 30} of the vector columns of the catalog ``relations`` read."""
     return {name: oid for name, oid in VECTOR_COLUMNS.items() if _OWNERS[name] in relations}
@@ -329,7 +332,7 @@ def _catalog_aliases(ast: exp.Expression) -> dict:
     out = {}
     for t in ast.find_all(exp.Table):
         db = t.args.get("db")
-        if isinstance(t.this, exp.Identifier) and t.name.lower() in set(_OWNERS.values()) \
+        if isinstance(t.this, exp.Identifier) and t.name.lower() in _OWNER_RELATIONS \
                 and (db is None or db.name.lower() == "pg_catalog") \
                 and t.args.get("catalog") is None:
             out[t.alias_or_name.lower()] = t.name.lower()
