@@ -125,6 +125,12 @@ class Explain(exp.Expression):
     arg_types = {"this": True, "options": False}
 
 
+class RunningQueryName(exp.Expression):
+    """``EXPLAIN ANALYZE name``: ``this`` (an identifier) names a running continuous query, a
+    cursor of the session or a named window or derived stream (in schema ``db``, if given)."""
+    arg_types = {"this": True, "db": False}
+
+
 class Recompute(exp.Expression):
     """``RECOMPUTE query``: a continuous query's answers that late tuples changed, from the
     archive, as though every tuple had come in time."""

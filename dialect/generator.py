@@ -100,8 +100,15 @@ class CQLGenerator(PostgresGenerator):
         return sql
 
     def explain_sql(self, e: X.Explain) -> str:
-        opts = " ".join(e.args.get("options") or [])
+        options = e.args.get("options") or []
+        if any(o not in ("ANALYZE", "VERBOSE") for o in options):   # PostgreSQL's ( … ) form
+            return f"EXPLAIN ({', '.join(options)}) {self.sql(e, 'this')}"
+        opts = " ".join(options)
         return f"EXPLAIN {opts + ' ' if opts else ''}{self.sql(e, 'this')}"
+
+    def runningqueryname_sql(self, e: X.RunningQueryName) -> str:
+        db = self.sql(e, "db")
+        return f"{db}.{self.sql(e, 'this')}" if db else self.sql(e, "this")
 
     def recompute_sql(self, e: X.Recompute) -> str:
         return f"RECOMPUTE {self.sql(e, 'this')}"

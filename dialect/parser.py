@@ -5,6 +5,8 @@ the few overridden methods fall back to Postgres's parsing when the input is not
 """
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokens import TokenType
@@ -15,6 +17,12 @@ from . import expressions as X
 # by the tokenizer so that they do not end the statement; this is the type they get.
 LOOP_SEMICOLON = TokenType.SETTINGS
 
+# EXPLAIN ( … )'s Boolean options, as PostgreSQL 18 has them, and the words of their values
+EXPLAIN_SWITCHES = ("ANALYZE", "VERBOSE", "COSTS", "SETTINGS", "GENERIC_PLAN", "BUFFERS", "WAL",
+                    "TIMING", "SUMMARY", "MEMORY")
+BOOLEAN_WORDS = {None: True, "TRUE": True, "ON": True, "YES": True, "1": True,
+                 "FALSE": False, "OFF": False, "NO": False, "0": False}
+NAME_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")    # an unquoted name (or a keyword)
 OVERLOAD_POLICIES = ("BLOCK", "DROP", "KEEP COUNTS", "KEEP SAMPLE")
 # a pattern's selection strategies (SASE+), as written after USING -> the plan's name
 STRATEGIES = {"SKIP TILL ANY MATCH": "any", "SKIP TILL NEXT MATCH": "next",
@@ -415,13 +423,76 @@ class CQLParser(PostgresParser):
         if word != "EXPLAIN":
             return self._parse_describe()
         options = []
+        if self._match(TokenType.L_PAREN):
+            options = self._parse_explain_options()
         while self._curr and self._curr.text.upper() in ("ANALYZE", "VERBOSE"):
             options.append(self._curr.text.upper())
             self._advance()
+        name = self._running_query_name() if "ANALYZE" in options else None
+        if name is not None:
+            return self.expression(X.Explain(this=name, options=options))
         statement = self._parse_statement()
         if statement is None:
             self.raise_error("Expected a statement after EXPLAIN")
         return self.expression(X.Explain(this=statement, options=options or None))
+
+    def _ends_at(self, index: int) -> bool:
+        """Whether the statement is over at token ``index``."""
+        return index >= len(self._tokens) or \
+            self._tokens[index].token_type in (TokenType.SEMICOLON, TokenType.SENTINEL)
+
+    def _is_name_at(self, index: int) -> bool:
+        token = self._tokens[index] if index < len(self._tokens) else None
+        return token is not None and (token.token_type == TokenType.IDENTIFIER
+                                      or NAME_WORD.fullmatch(token.text) is not None)
+
+    def _running_query_name(self) -> X.RunningQueryName | None:
+        """``name`` or ``schema.name`` as the whole rest of ``EXPLAIN ANALYZE``: the running
+        query it names (None: a statement follows). A keyword is a name here, as a cursor may
+        be called ``next``: no statement is one word."""
+        i = self._index
+        if self._is_name_at(i) and self._ends_at(i + 1):
+            parts = [self._tokens[i]]
+        elif self._is_name_at(i) and not self._ends_at(i + 1) \
+                and self._tokens[i + 1].token_type == TokenType.DOT \
+                and self._is_name_at(i + 2) and self._ends_at(i + 3):
+            parts = [self._tokens[i], self._tokens[i + 2]]
+        else:
+            return None
+        idents = [self.expression(exp.Identifier(
+            this=t.text, quoted=t.token_type == TokenType.IDENTIFIER), t) for t in parts]
+        self._advance(2 * len(parts) - 1)
+        return self.expression(X.RunningQueryName(this=idents[-1],
+                                                  db=idents[0] if len(idents) > 1 else None))
+
+    def _parse_explain_options(self) -> list:
+        """PostgreSQL's ``( option [value], … )`` after EXPLAIN, as words: ``ANALYZE`` and
+        ``VERBOSE`` when on, ``TIMING OFF`` and the like for the other switches; the output
+        is always text. An option given twice takes its last value."""
+        options: dict = {}
+        while True:
+            if self._ends_at(self._index):
+                self.raise_error("Expected an EXPLAIN option")
+            word = self._curr.text.upper()
+            self._advance()
+            value = None
+            if not self._ends_at(self._index) and \
+                    self._curr.token_type not in (TokenType.COMMA, TokenType.R_PAREN):
+                value = self._curr.text.upper()
+                self._advance()
+            if word == "FORMAT":
+                if value != "TEXT":
+                    self.raise_error("EXPLAIN's output is text: FORMAT TEXT, or no FORMAT")
+            elif word not in EXPLAIN_SWITCHES:
+                self.raise_error(f'unrecognized EXPLAIN option "{word.lower()}"')
+            elif value not in BOOLEAN_WORDS:
+                self.raise_error(f'EXPLAIN option {word} takes a Boolean value')
+            else:
+                options[word] = word if BOOLEAN_WORDS[value] else f"{word} OFF"
+            if not self._match(TokenType.COMMA):
+                break
+        self._expect(TokenType.R_PAREN, ") after the EXPLAIN options")
+        return list(options.values())
 
     # ------------------------------------------------------------------ DDL
     def _parse_create(self):

@@ -50,12 +50,27 @@ class QueryStats:
     last_emit: float | None = None
 
 
+@dataclass
+class BackendStats:
+    """The back end's own work: the batches of stream tuples it took (after joining queued
+    ones, so their size shows how far it is behind) and the time it spent busy, not waiting
+    for a frame."""
+    batches: int = 0
+    batch_rows: int = 0
+    busy_ns: int = 0
+
+    def as_dict(self) -> dict:
+        return {"batches": self.batches, "batch_rows": self.batch_rows,
+                "busy_seconds": self.busy_ns / 1e9}
+
+
 class Backend:
     def __init__(self, send, retain_rows: int = 1_000_000):
         self.send = send                  # a frame (bytes, or a list of parts) -> None
         self.graph = Graph()
         self.streams: dict = {}           # name -> StreamStats
         self.queries: dict = {}           # qid -> QueryStats
+        self.stats = BackendStats()
         # Arrow payloads by kind byte (read where they lie); JSON ones by message class
         self.data_handlers = {wire.DATA: self.on_data, wire.TABLE: self.on_table,
                               wire.HISTORY: self.on_history}
@@ -64,6 +79,7 @@ class Backend:
             wire.Drop: self.on_drop, wire.DropStream: self.on_drop_stream,
             wire.Stats: self.on_stats, wire.Snapshot: self.on_snapshot,
             wire.Recompute: self.on_recompute, wire.Progress: self.on_progress,
+            wire.Analyze: self.on_analyze,
         }
         self.retained: dict = {}          # stream -> deque of recent batches (snapshots)
         self.history: dict = {}           # qid -> {stream: [tables]} to prime it with
@@ -126,7 +142,18 @@ class Backend:
                    for qid, q in self.graph.queries.items() if qid in self.queries]
         streams = [{"stream": name, "tuples": s.tuples, "watermark": s.watermark,
                     "rate": s.rate(), "late": s.late} for name, s in self.streams.items()]
-        self._answer(msg.req, ok=True, queries=queries, streams=streams)
+        self._answer(msg.req, ok=True, queries=queries, streams=streams,
+                     backend=self.stats.as_dict())
+
+    def on_analyze(self, msg: wire.Analyze) -> None:
+        """{qid (as text: a JSON key): operator tree} of the queries asked for that still
+        run; an error in it fails the request, never the back end."""
+        try:
+            trees = self.graph.analyze([q for q in msg.qids if q in self.graph.queries])
+        except Exception as e:  # noqa: BLE001 - a failing EXPLAIN ANALYZE ends only itself
+            self._answer(msg.req, ok=False, error=f"{type(e).__name__}: {e}", sqlstate="XX000")
+            return
+        self._answer(msg.req, ok=True, operators={str(q): t for q, t in trees.items()})
 
     # ------------------------------------------------------------------ data
     def on_data(self, payload: bytes) -> None:
@@ -144,6 +171,8 @@ class Backend:
         stats.first_arrival = stats.first_arrival or now
         stats.last_arrival = now
         stats.tuples += table.num_rows
+        self.stats.batches += 1
+        self.stats.batch_rows += table.num_rows
         self._retain(name.lower(), table)
         for batch in table.to_batches():
             self._emit(self.graph.push(name, batch))
@@ -261,6 +290,7 @@ def serve(sock: socket.socket) -> None:
     # a frame is bytes, or a list of parts (result rows with Arrow's buffers uncopied)
     backend = Backend(lambda f: out.extend(f) if isinstance(f, list) else out.append(f))
     while (got := frames.next()) is not None:
+        started = time.perf_counter_ns()
         kind, payload = got
         if kind == wire.DATA:
             name, table, progress = _coalesced(frames, payload)
@@ -269,6 +299,8 @@ def serve(sock: socket.socket) -> None:
                 backend.on_progress(p)
         else:
             backend.handle(kind, payload)
+        # busy: working, not waiting for a frame nor for the gateway to take the answers
+        backend.stats.busy_ns += time.perf_counter_ns() - started
         if out:
             wire.send_parts(sock, out)
             out.clear()

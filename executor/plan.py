@@ -525,18 +525,29 @@ def _timestamp_text(us: int) -> str:
     return (datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=us)).isoformat(sep=" ")
 
 
-def explain(plan: Plan) -> list[str]:
-    """The plan as indented lines, root first."""
-    lines = [f"{plan.mode} query {_ENGINE[plan.mode]} → "
-             + ", ".join(c.name for c in plan.output)]
+def tree_lines(root, kids, label) -> list[str]:
+    """A tree as indented lines, root first, its branches drawn: ``kids(node)`` its inputs,
+    ``label(node)`` its text (EXPLAIN's and EXPLAIN ANALYZE's layout)."""
+    lines: list = []
 
     def walk(node, prefix: str, last: bool, top: bool) -> None:
         branch = "" if top else ("└─ " if last else "├─ ")
-        lines.append(prefix + branch + _LABELS[type(node)](node))
-        kids = children(node)
+        lines.append(prefix + branch + label(node))
+        inputs = kids(node)
         ext = "" if top else ("   " if last else "│  ")
-        for i, k in enumerate(kids):
-            walk(k, prefix + ext, i == len(kids) - 1, False)
+        for i, k in enumerate(inputs):
+            walk(k, prefix + ext, i == len(inputs) - 1, False)
 
-    walk(plan.root, "", True, True)
+    walk(root, "", True, True)
     return lines
+
+
+def explain_head(plan: Plan) -> str:
+    """EXPLAIN's first line: the query's mode, where it runs and its output columns."""
+    return (f"{plan.mode} query {_ENGINE[plan.mode]} → "
+            + ", ".join(c.name for c in plan.output))
+
+
+def explain(plan: Plan) -> list[str]:
+    """The plan as indented lines, root first."""
+    return [explain_head(plan)] + tree_lines(plan.root, children, explain_label)

@@ -8,7 +8,8 @@ Gateway → back end: ``PLAN`` {req, qid, plan, feeds} · ``DATA`` stream + batc
 ``PROGRESS`` {stream, ts} (the newest event time delivered; statistics, not a BOUNDARY) ·
 ``HISTORY`` qid/stream + batch (archived tuples that prime query qid, sent before its PLAN,
 SNAPSHOT or RECOMPUTE) · ``RECOMPUTE`` {req, qid, plan, seam, spans} (the query over its
-history as though no tuple was late: ``ROWS`` then ``ANSWER``).
+history as though no tuple was late: ``ROWS`` then ``ANSWER``) · ``ANALYZE`` {req, qids} (EXPLAIN
+ANALYZE: each query's operators with their counters, in ``ANSWER``'s ``operators``).
 Back end → gateway: ``ROWS`` qid + batch · ``ENDED`` {qid, error?, sqlstate?} · ``ANSWER``
 {req, ok, error?, …}.
 
@@ -31,7 +32,7 @@ from executor.allocator import keep_freed_memory  # noqa: F401 - re-exported
 from executor.batches import INF, micros  # noqa: F401 - re-exported
 
 PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
-SNAPSHOT, TABLE, PROGRESS, HISTORY, RECOMPUTE = b"Q", b"T", b"G", b"H", b"C"
+SNAPSHOT, TABLE, PROGRESS, HISTORY, RECOMPUTE, ANALYZE = b"Q", b"T", b"G", b"H", b"C", b"Y"
 ROWS, ENDED, ANSWER = b"R", b"E", b"A"
 
 _HEAD = struct.Struct("!cI")
@@ -90,6 +91,13 @@ class Stats(Control, kind=STATS):
 
 
 @dataclass(frozen=True)
+class Analyze(Control, kind=ANALYZE):
+    """EXPLAIN ANALYZE of the queries ``qids`` (those still running answer)."""
+    req: int
+    qids: list
+
+
+@dataclass(frozen=True)
 class Snapshot(Control, kind=SNAPSHOT):
     """A one-time query at now; ``relations``: [name, plan] of the named windows it reads,
     dependencies first."""
@@ -133,13 +141,15 @@ class Ended(Control, kind=ENDED):
 @dataclass(frozen=True)
 class Answer(Control, kind=ANSWER):
     """The reply to the request ``req``; a STATS reply carries one dict per query and per
-    stream."""
+    stream (and the back end's own counters), an ANALYZE reply the query's operator tree."""
     req: int
     ok: bool
     error: str | None = None
     sqlstate: str | None = None
     queries: list | None = None
     streams: list | None = None
+    backend: dict | None = None
+    operators: dict | None = None
 
 
 def encode(msg: Control) -> bytes:

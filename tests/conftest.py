@@ -66,7 +66,7 @@ class ServerProcess:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    s = ServerProcess(str(tmp_path_factory.mktemp("cqgate-data")))
+    s = ServerProcess(str(tmp_path_factory.mktemp("cqgate-data")), "--http-port", "0")
     yield s
     s.stop()
 

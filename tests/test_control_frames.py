@@ -30,7 +30,10 @@ SAMPLES = [
     wire.Answer(req=1, ok=True),
     wire.Answer(req=1, ok=False, error="not runnable", sqlstate="0A000"),
     wire.Answer(req=3, ok=True, queries=[{"qid": 7, "rows_in": 2}],
-                streams=[{"stream": "bids", "tuples": 2, "watermark": None}]),
+                streams=[{"stream": "bids", "tuples": 2, "watermark": None}],
+                backend={"batches": 1, "batch_rows": 2, "busy_seconds": 0.5}),
+    wire.Analyze(req=6, qids=[7, 8]),
+    wire.Answer(req=6, ok=True, operators={"7": {"label": "σ", "rows_in": 2, "inputs": []}}),
 ]
 
 
@@ -43,7 +46,7 @@ def _split(frame: bytes) -> tuple[bytes, bytes]:
 
 def test_every_message_kind_has_a_sample():
     assert {type(m) for m in SAMPLES} == set(wire.MESSAGES.values())
-    assert len(wire.MESSAGES) == 10
+    assert len(wire.MESSAGES) == 11
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
@@ -110,7 +113,8 @@ def test_messages_come_through_both_readers_among_data_frames():
         while (f := reader.next()) is not None:
             got.append(f)
     assert decoded(got) == SAMPLES
-    assert [wire.parse_data(p)[1].num_rows for k, p in got if k == wire.DATA] == [40_000] * 14
+    assert [wire.parse_data(p)[1].num_rows for k, p in got if k == wire.DATA] == \
+        [40_000] * len(SAMPLES)
 
     async def main():
         a, b = socket.socketpair()
@@ -145,7 +149,12 @@ def test_the_back_end_dispatches_by_message_type():
     be.handle(*_split(wire.encode(wire.Stats(req=11))))
     (answer,) = _replies(sent)
     assert answer == wire.Answer(req=11, ok=True, queries=[], streams=[
-        {"stream": "bids", "tuples": 0, "watermark": 5, "rate": 0.0, "late": 0}])
+        {"stream": "bids", "tuples": 0, "watermark": 5, "rate": 0.0, "late": 0}],
+        backend={"batches": 0, "batch_rows": 0, "busy_seconds": 0.0})
+    sent.clear()
+    be.handle(*_split(wire.encode(wire.Analyze(req=12, qids=[99]))))     # no such query
+    (answer,) = _replies(sent)
+    assert answer == wire.Answer(req=12, ok=True, operators={})
 
 
 def test_the_back_end_refuses_an_unknown_kind_and_answers_a_failed_one_time_query():

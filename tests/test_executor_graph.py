@@ -174,3 +174,39 @@ def test_queued_batches_of_a_stream_are_taken_as_one():
         assert frames.next() is None                 # the socket closed
     finally:
         b.close()
+
+
+def _walk(tree: dict) -> list:
+    return [tree] + [n for child in tree["inputs"] for n in _walk(child)]
+
+
+def test_analyze_counts_each_operator_since_its_query_began():
+    """EXPLAIN ANALYZE's counters: rows in and out per operator against the rows pushed (σ's
+    grouped into one DuckDB pass still count their own), an older query's rows left out of a
+    newer one's shared operators, and an operator a query reads twice shown once."""
+    g = Graph()
+    g.add(1, _plan("SELECT k FROM s [RANGE 5] WHERE v > 0"))
+    g.push("s", _batch([(1, 1, 1), (2, -1, 2)]))
+    g.add(2, _plan("SELECT k FROM s [RANGE 5] WHERE v > 2"))      # a second σ on the scan
+    g.push("s", _batch([(3, 3, 3), (4, 1, 4), (5, -2, 5)]))
+    trees = g.analyze([1, 2])
+    first = {n["label"].split(" ")[0]: n for n in _walk(trees[1])}
+    second = {n["label"].split(" ")[0]: n for n in _walk(trees[2])}
+    assert (first["stream"]["rows_out"], first["σ"]["rows_in"], first["σ"]["rows_out"]) == \
+        (5, 5, 3)
+    assert (second["stream"]["rows_out"], second["σ"]["rows_in"], second["σ"]["rows_out"]) == \
+        (3, 3, 1)
+    assert first["stream"]["shared"] == 2 and first["σ"]["shared"] == 1
+    assert trees[1]["rows_out"] == g.queries[1].rows_out == 3
+    assert trees[2]["rows_out"] == g.queries[2].rows_out == 1
+    assert all(n["ms"] > 0 and n["batches"] for n in _walk(trees[2]))
+    counts = "SELECT k, COUNT(*) AS n FROM s [RANGE 5 SLIDE 1] GROUP BY k"
+    g.add(3, _plan(f"SELECT c.k, c.n FROM ({counts}) c, (SELECT MAX(n) AS top FROM ({counts}) "
+                   "x) m WHERE c.n = m.top"))
+    g.push("s", _batch([(1, 1, 6), (1, 1, 7), (2, 1, 8)]))
+    nodes = _walk(g.analyze([3])[3])
+    aggregates = [n for n in nodes if n["label"].startswith("α") and "count_star" in n["label"]]
+    assert len(aggregates) == 2 and sum(bool(n.get("repeat")) for n in aggregates) == 1
+    counted = next(n for n in aggregates if not n.get("repeat"))
+    assert counted["rows_in"] == 3 and counted["state"] > 0
+    g.close()

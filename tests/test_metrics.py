@@ -49,7 +49,7 @@ def test_metrics_move_with_the_data(start_server):
     stream = unique("metered")
     with psycopg.connect(s.dsn, autocommit=True) as c:
         c.execute(f"CREATE STREAM {stream} (a INT, t TIMESTAMP TIMESTAMPCOLUMN) "
-                  "WITH (slack = '2 seconds')")
+                  "TYPE ARCHIVED WITH (slack = '2 seconds', fragment = '1 minute')")
         reader = psycopg.connect(s.dsn)
         reader.execute(f"DECLARE follow CURSOR FOR SELECT a FROM {stream}")
         key = frozenset({("stream", stream)})
@@ -72,6 +72,25 @@ def test_metrics_move_with_the_data(start_server):
         rows_out = after[("cqgate_query_rows_out_total", frozenset(query))]
         assert rows_out >= len(got) > 500                   # what the cursor has read
         assert after[("cqgate_sessions", frozenset())] == 2
+        assert after[("cqgate_connections", frozenset())] == 2
+        # the back end took every tuple in batches, and was busy for some of the time
+        took = after[("cqgate_backend_batch_rows_total", frozenset())] - \
+            before[("cqgate_backend_batch_rows_total", frozenset())]
+        assert took == 600                     # the late ones and the held one are not sent
+        assert 1 <= after[("cqgate_backend_batches_total", frozenset())] - \
+            before[("cqgate_backend_batches_total", frozenset())] <= took
+        assert after[("cqgate_backend_busy_seconds_total", frozenset())] > \
+            before[("cqgate_backend_busy_seconds_total", frozenset())]
+        # ten minutes of event time in one-minute fragments; the bytes are the files' own
+        archived = frozenset({("stream", f"public.{stream}")})
+        assert after[("cqgate_archive_fragments", archived)] == 11
+        on_disk = sum(os.path.getsize(os.path.join(d, f))
+                      for d, _, files in os.walk(os.path.join(s.data_dir, "archive",
+                                                              f"public.{stream}"))
+                      for f in files if f.endswith(".parquet") and not f.startswith("."))
+        assert after[("cqgate_archive_bytes", archived)] == on_disk > 0
+        assert after[("cqgate_spark_active_jobs", frozenset())] == 0     # Spark not started
+        assert after[("cqgate_spark_streaming_queries", frozenset())] == 0
         for process in ("gateway", "backend"):
             labels = frozenset({("process", process)})
             assert after[("cqgate_process_resident_memory_bytes", labels)] > 10 << 20
@@ -129,6 +148,15 @@ def test_the_console_shows_streams_and_queries_moving(start_server, tmp_path):
         wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, query) and
                    b.find_element(By.CSS_SELECTOR, query).text not in ("", "0"))
         assert browser.find_elements(By.CSS_SELECTOR, f'tr[data-query="{stream}_w"]')
+        # each query with its EXPLAIN ANALYZE tree, the counters moving with the data
+        plan = 'tr[data-query="watching"] pre.plan'
+        wait.until(lambda b: "σ" in b.find_element(By.CSS_SELECTOR, plan).text)
+        tree = browser.find_element(By.CSS_SELECTOR, plan).text
+        assert re.search(rf"stream {stream} .*\(actual rows=600 rows_in=600", tree), tree
+        assert "over ω range 1 minute" in browser.find_element(
+            By.CSS_SELECTOR, f'tr[data-query="{stream}_w"] pre.plan').text
+        wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "#backend td.busy")
+                   .text.endswith("%"))           # from the second refresh on
         assert "cannot read" not in browser.find_element(By.ID, "status").text
         shot = os.environ.get("CQGATE_CONSOLE_SCREENSHOT") or str(tmp_path / "console.png")
         assert browser.save_screenshot(shot)

@@ -83,13 +83,15 @@ def _sqlstate(call, *args, **kw) -> PgError:
 def test_a_fresh_data_directory(tmp_path):
     roles = Roles(str(tmp_path))
     got = {r.name: r for r in roles.all()}
-    assert [r.name for r in roles.all()] == ["cq", "pg_signal_backend", "pg_read_server_files",
+    assert [r.name for r in roles.all()] == ["cq", "pg_read_all_stats", "pg_signal_backend",
+                                            "pg_read_server_files",
                                             "pg_write_server_files"]     # by oid
     cq = got["cq"]
     assert (cq.oid, cq.superuser, cq.login, cq.createrole, cq.verifier) == \
         (10, True, True, True, None)
     assert {n: r.oid for n, r in got.items() if n != "cq"} == \
-        {"pg_signal_backend": 4200, "pg_read_server_files": 4569, "pg_write_server_files": 4570}
+        {"pg_read_all_stats": 3375, "pg_signal_backend": 4200, "pg_read_server_files": 4569,
+         "pg_write_server_files": 4570}
     assert not any(r.login or r.superuser for n, r in got.items() if n != "cq")
     assert roles.bootstrap == "cq" and roles.is_superuser("cq")
     path = tmp_path / "catalog" / "roles.json"

@@ -4,12 +4,16 @@ another's stream and a stream it may not read; GRANT lets it, REVOKE stops it ag
 passwords and privileges survive a restart; sessions can be listed, cancelled and ended;
 max_connections holds. docs/security.md's examples run here as the page says."""
 import asyncio
+import base64
+import json
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import asyncpg
 import duckdb
@@ -31,7 +35,7 @@ def _scram_server(data_dir: str, *extra: str) -> ServerProcess:
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    s = _scram_server(str(tmp_path_factory.mktemp("security")))
+    s = _scram_server(str(tmp_path_factory.mktemp("security")), "--http-port", "0")
     yield s
     s.stop()
 
@@ -718,3 +722,53 @@ def test_the_catalog_reads_the_same_after_a_rollback(shared):
         c.execute("ROLLBACK TO SAVEPOINT s")
         assert c.execute("SELECT count(*) FROM pg_roles WHERE rolname = 'cq'").fetchone() == (1,)
         c.rollback()
+
+
+def _console_state(server, user: str, password: str) -> dict | int:
+    """/api/state with an HTTP Basic login: the state, or the HTTP status it was refused with."""
+    login = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request = urllib.request.Request(f"http://127.0.0.1:{server.http_port}/api/state",
+                                     headers={"Authorization": f"Basic {login}"})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        assert e.headers["WWW-Authenticate"].startswith('Basic realm="cqgate"')
+        return e.code
+
+
+def test_explain_analyze_and_the_console_follow_the_roles(shared):
+    """EXPLAIN ANALYZE of a window needs SELECT on it and names only the session's own
+    cursors; the console takes the login of a role with pg_read_all_stats (or a superuser),
+    which also sees every session's SQL in cq_queries and pg_stat_activity, as PostgreSQL."""
+    with connect(shared, *SUPER) as su:
+        bob, mon = make_role(su, "bob_ea"), make_role(su, "mon_ea")
+        su.execute("GRANT pg_read_all_stats TO mon_ea")
+        su.execute("CREATE STREAM ea_s (k INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        su.execute("CREATE WINDOW ea_w AS SELECT k, count(*) AS n FROM ea_s [RANGE '1 hour'] "
+                   "GROUP BY k")
+        su.execute("GRANT SELECT ON ea_s TO bob_ea")
+        with connect(shared, *bob, autocommit=False) as b:
+            assert sqlstate(b, "EXPLAIN ANALYZE ea_w") == "42501"
+            b.rollback()
+            su.execute("GRANT SELECT ON ea_w TO bob_ea")
+            assert b.execute("EXPLAIN ANALYZE ea_w").fetchone()[0].startswith(
+                "continuous query (back end) → k, n")
+            b.execute("DECLARE bobs CURSOR FOR SELECT k FROM ea_s WHERE k > 1")
+            assert sqlstate(su, "EXPLAIN ANALYZE bobs") == "34000"   # not su's cursor
+            with connect(shared, *mon) as m:
+                sql = m.execute("SELECT query FROM cq_queries WHERE name = 'bobs'").fetchone()
+                assert sql == ("SELECT k FROM ea_s WHERE k > 1",)
+                seen = m.execute("SELECT query FROM pg_stat_activity WHERE usename = 'bob_ea'"
+                                 ).fetchall()
+                assert seen == [("SELECT k FROM ea_s WHERE k > 1",)]
+            state = _console_state(shared, *mon)
+            assert isinstance(state, dict), state
+            bobs = next(q for q in state["queries"] if q["name"] == "bobs")
+            assert bobs["query"] == "SELECT k FROM ea_s WHERE k > 1"
+            assert any("σ " in line for line in bobs["plan"]), bobs["plan"]
+            assert isinstance(_console_state(shared, *SUPER), dict)
+            assert _console_state(shared, *bob) == 401               # no pg_read_all_stats
+            assert _console_state(shared, "mon_ea", "wrong") == 401
+            assert _console_state(shared, "nobody_ea", "x") == 401
+            b.rollback()

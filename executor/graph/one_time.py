@@ -3,6 +3,8 @@ seam, a snapshot (a query run over given batches, its rows valid at one instant)
 (a query run over archived batches as though none had been late, for recomputing)."""
 from __future__ import annotations
 
+from time import perf_counter_ns
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,7 +27,8 @@ def prime(graph: RunningGraph, qid, history: dict, seam: int) -> dict:
     for v in vertices:
         if v.op.source is not None and P.stream_of(v.op.source) in history:
             for batch in history[P.stream_of(v.op.source)].to_batches():
-                for first in v.op.on_batch(batch):
+                started = perf_counter_ns()
+                for first in v.counted(started, (batch,), v.op.on_batch(batch)):
                     graph.announce_start(v, pc.min(first.column(TS)).as_py())
                     graph.deliver(v, [first], out)
     # a loop says which stretch of time it answers for; other windows answer from now

@@ -6,6 +6,7 @@ reaches a sink leaves with the client's columns. ``push``/``watermark`` return {
 from __future__ import annotations
 
 from dataclasses import replace
+from time import perf_counter_ns
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,20 +23,41 @@ from .results import client_batch
 
 class _Vertex:
     """One operator in the shared graph. ``parents`` are (vertex, port) edges; a query's sink
-    is a vertex without an operator whose ``sinks`` say which queries read it."""
-    __slots__ = ("op", "parents", "children", "key", "sinks", "grouped")
+    is a vertex without an operator whose ``sinks`` say which queries read it. ``node`` is
+    the plan node it runs; the counters (rows in and out, batches in, ns spent in the
+    operator) are EXPLAIN ANALYZE's, since the vertex was made."""
+    __slots__ = ("op", "parents", "children", "key", "sinks", "grouped", "node", "fused",
+                 "rows_in", "rows_out", "batches", "ns")
 
-    def __init__(self, op, key=None):
-        self.op, self.key = op, key
+    def __init__(self, op, key=None, node=None):
+        self.op, self.key, self.node = op, key, node
+        self.fused = False          # the operator runs its node's input (a window) too
         self.parents: list = []
         self.children: list = []
         self.sinks: list = []
         self.grouped = None         # the GroupedFilter of the σ's reading this vertex
+        self.rows_in = self.rows_out = self.batches = self.ns = 0
+
+    def counted(self, started: int, taken, given) -> list:
+        """Account for one call of the operator: begun at ``started`` (perf_counter_ns),
+        ``taken`` the messages it was given, ``given`` those it returned (returned)."""
+        self.ns += perf_counter_ns() - started
+        for m in taken:
+            if not isinstance(m, Watermark) and m.num_rows:
+                self.rows_in += m.num_rows
+                self.batches += 1
+        for m in given:
+            if not isinstance(m, Watermark):
+                self.rows_out += m.num_rows
+        return given
+
+    def counters(self) -> tuple:
+        return self.rows_in, self.rows_out, self.batches, self.ns
 
 
 class _Query:
     __slots__ = ("qid", "plan", "sink", "out_names", "rows_in", "rows_out", "feeds", "streams",
-                 "unopened")
+                 "unopened", "baseline")
 
     def __init__(self, qid, plan, feeds=None):
         self.qid, self.plan, self.feeds = qid, plan, feeds
@@ -43,6 +65,7 @@ class _Query:
         self.out_names = [c.name for c in plan.root.schema]
         self.rows_in = self.rows_out = 0
         self.unopened: list = []    # vertices of a private query, opened when it is primed
+        self.baseline: dict = {}    # id(vertex) -> its counters when the query began sharing it
 
 
 def below(sink: _Vertex) -> list:
@@ -68,6 +91,15 @@ def _loop_below(v: _Vertex):
         if v.op.iterates:
             return v.op
     return None
+
+
+def _label(v: _Vertex) -> str:
+    """How EXPLAIN names a vertex's operator; an aggregate fused with its window below names
+    both (they run as one operator)."""
+    label = P.explain_label(v.node)
+    if v.fused:
+        label += f" over {P.explain_label(v.node.input)}"
+    return label
 
 
 def _step(op, m, port: int) -> list:
@@ -123,6 +155,10 @@ class RunningGraph:
             self._private = False
         self.queries[qid] = q
         q.streams = self._reads(sink)
+        # a vertex shared with earlier queries has counted their rows: EXPLAIN ANALYZE shows
+        # what happened since this query began
+        q.baseline = {id(v): v.counters() for v in below(sink)
+                      if v.op is not None and any(v.counters())}
         if private:
             q.unopened = self._new
         else:
@@ -151,7 +187,8 @@ class RunningGraph:
             self._link(v, parent, port)
             return v
         op, kids = lowering.lower(node)
-        v = _Vertex(op, key)
+        v = _Vertex(op, key, node)
+        v.fused = bool(kids) and kids[0] is not P.children(node)[0]
         self._link(v, parent, port)
         self._new.append(v)
         if key is not None:
@@ -233,14 +270,19 @@ class RunningGraph:
             out.setdefault(qid, []).extend(m for m in messages if not isinstance(m, Watermark))
             feeds = self.queries[qid].feeds if qid in self.queries else None
             for scan in self.scans.get(feeds, ()) if feeds else ():
-                self.deliver(scan, [x for m in messages for x in _step(scan.op, m, 0)], out)
+                started = perf_counter_ns()
+                self.deliver(scan, scan.counted(started, messages, [
+                    x for m in messages for x in _step(scan.op, m, 0)]), out)
+        started = perf_counter_ns()
         masks = self._grouped_masks(v, messages)
+        # the grouped pass's time, shared by the σ's it ran for
+        share = (perf_counter_ns() - started) // len(v.grouped.filters) if masks else 0
         for parent, port in v.parents:
             op = parent.op
             if op is None:
                 self.deliver(parent, messages, out)
                 continue
-            nxt = []
+            nxt, started = [], perf_counter_ns() - (share if op.predicate is not None else 0)
             try:
                 for k, m in enumerate(messages):
                     if isinstance(m, Watermark):
@@ -255,7 +297,7 @@ class RunningGraph:
             except Exception as e:  # noqa: BLE001 - an operator's error ends its queries only
                 self._fail(parent, f"{type(e).__name__}: {e}")
                 continue
-            self.deliver(parent, nxt, out)
+            self.deliver(parent, parent.counted(started, messages, nxt), out)
 
     def _grouped_masks(self, v: _Vertex, messages: list) -> list | None:
         """For each message, {σ: its mask} when several σ's read ``v`` (one DuckDB pass for
@@ -312,13 +354,15 @@ class RunningGraph:
         """The input has ended: every operator below ``sink`` gives up what it holds."""
         for v in below(sink):
             if v.op is not None:
-                self.deliver(v, v.op.on_end(), out)
+                started = perf_counter_ns()
+                self.deliver(v, v.counted(started, (), v.op.on_end()), out)
 
     def feed(self, stream: str, batch: pa.RecordBatch, out: dict) -> int | None:
         """A stream's batch into every scan of it; returns its latest ts (µs), if any."""
         latest = None
         for v in list(self.scans.get(stream.lower(), ())):
-            for first in v.op.on_batch(batch):
+            started = perf_counter_ns()
+            for first in v.counted(started, (batch,), v.op.on_batch(batch)):
                 lo, hi = pc.min_max(first.column(TS)).values()
                 self.announce_start(v, lo.as_py())
                 latest = hi.as_py() if latest is None else max(latest, hi.as_py())
@@ -343,7 +387,8 @@ class RunningGraph:
         out: dict = {}
         for feed in (stream.lower(), stream.lower() + P.ARRIVAL):
             for v in list(self.scans.get(feed, ())):
-                self.deliver(v, v.op.on_watermark(ts), out)
+                started = perf_counter_ns()
+                self.deliver(v, v.counted(started, (), v.op.on_watermark(ts)), out)
         return self.client(out)
 
     def end(self, qid) -> list:
@@ -356,6 +401,34 @@ class RunningGraph:
         """Rows held by the operators query ``qid`` reads (shared ones included)."""
         return sum(v.op.state_size() for v in below(self.queries[qid].sink)
                    if v.op is not None)
+
+    def analyze(self, qids) -> dict:
+        """EXPLAIN ANALYZE of the queries ``qids``: {qid: its operators as a tree of dicts
+        (``label``, ``rows_in``, ``rows_out``, ``batches``, ``ms``, ``state`` rows held now,
+        ``shared``: how many running queries read the operator, ``inputs``)}, counted since
+        the query began, however long the operator has run for others. An operator a query
+        reads twice (q5's aggregate) is shown once; its second place says ``repeat``."""
+        readers: dict = {}
+        for other in self.queries.values():
+            for v in below(other.sink):
+                readers[id(v)] = readers.get(id(v), 0) + 1
+        return {qid: self._tree(self.queries[qid], readers) for qid in qids}
+
+    @staticmethod
+    def _tree(q: _Query, readers: dict) -> dict:
+        shown: set = set()
+
+        def node(v) -> dict:
+            if id(v) in shown:
+                return {"label": _label(v), "repeat": True, "inputs": []}
+            shown.add(id(v))
+            base = q.baseline.get(id(v), (0, 0, 0, 0))
+            rows_in, rows_out, batches, ns = (a - b for a, b in zip(v.counters(), base))
+            return {"label": _label(v), "rows_in": rows_in, "rows_out": rows_out,
+                    "batches": batches, "ms": ns / 1e6, "state": v.op.state_size(),
+                    "shared": readers[id(v)], "inputs": [node(c) for c in v.children]}
+
+        return node(q.sink.children[0])
 
     def quality(self, qid) -> list:
         """What each quality-driven join of query ``qid`` measures (cq_joins)."""

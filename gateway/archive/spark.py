@@ -129,6 +129,14 @@ class Spark:
         return Job(self, df, ordered, every, on_batch, on_progress, on_end, drop,
                    label).start()
 
+    def active_jobs(self) -> int:
+        """Spark jobs running now (archive queries' and continuous queries' micro-batches);
+        none while no SparkSession has started (asking must not start one)."""
+        session = self._session          # no lock: a session starting holds it for seconds
+        if session is None:
+            return 0
+        return len(session.sparkContext.statusTracker().getActiveJobsIds())
+
     def stop(self) -> None:
         with self._lock:
             if self._session is not None:

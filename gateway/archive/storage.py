@@ -320,3 +320,26 @@ class Archive:
 
     def streams(self) -> list:
         return sorted(os.listdir(self.root)) if os.path.isdir(self.root) else []
+
+    def usage(self) -> list:
+        """(stream key, fragments, bytes) of each archived stream, read while its files hold
+        still (no compaction meanwhile); a stream dropped meanwhile is left out."""
+        out = []
+        for key in self.streams():
+            with self.reading(key):
+                try:
+                    out.append((key, *self._usage_of(key)))
+                except FileNotFoundError:
+                    continue
+        return out
+
+    def _usage_of(self, key: str) -> tuple[int, int]:
+        fragments = size = 0
+        with os.scandir(self.path(key)) as entries:
+            for entry in entries:
+                if entry.name.startswith("fragment=") and entry.is_dir():
+                    fragments += 1
+                    with os.scandir(entry.path) as files:
+                        size += sum(f.stat().st_size for f in files
+                                    if f.name.endswith(".parquet") and f.is_file())
+        return fragments, size

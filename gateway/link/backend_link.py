@@ -354,10 +354,17 @@ class BackendLink:
             await self.out.drain()
 
     async def stats(self) -> dict:
-        """{"queries": [...], "streams": [...]}: one dict of counters per running query and
-        per stream the back end has seen."""
+        """{"queries": [...], "streams": [...], "backend": {...}}: one dict of counters per
+        running query and per stream the back end has seen, and the back end's own."""
         answer = await self._ask(wire.Stats)
-        return {"queries": answer.queries, "streams": answer.streams}
+        return {"queries": answer.queries, "streams": answer.streams,
+                "backend": answer.backend or {}}
+
+    async def analyze(self, qids: list) -> dict:
+        """{qid: its operators with their counters (EXPLAIN ANALYZE's tree)} of the queries
+        ``qids`` that still run."""
+        answer = await self._ask(wire.Analyze, qids=list(qids))
+        return {int(q): tree for q, tree in answer.operators.items()}
 
     def call(self, coro, timeout: float = 60):
         """Run ``coro`` on the server's loop from a worker thread and wait for it."""

@@ -1,11 +1,15 @@
 """``cqgate serve --http-port N``: ``/metrics`` in Prometheus' text format (version 0.0.4) and a
-live console (``/``, reading ``/api/state``), from the same counters as the system views
-(cq_streams, cq_queries) and from /proc for the gateway's and the back end's processes. Off by
-default and on loopback by default; the console, and the metrics from another host, need the
-token printed on the ready line (``Authorization: Bearer …``, or ``?token=…``)."""
+live console (``/``, reading ``/api/state``, with every query's EXPLAIN ANALYZE), from the same
+counters as the system views (cq_streams, cq_queries), the back end's own, the archive's folders,
+Spark's status tracker and /proc for the gateway's and the back end's processes. Off by default
+and on loopback by default; the console, and the metrics from another host, need the token
+printed on the ready line (``Authorization: Bearer …``, or ``?token=…``) or a login of a role
+with pg_read_all_stats's privileges (HTTP Basic, checked against the role's SCRAM verifier)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import datetime as dt
 import hmac
 import json
@@ -13,6 +17,9 @@ import logging
 import os
 import time
 
+from gateway.pgwire.scram import check_password
+from gateway.security.roles import READ_ALL_STATS
+from gateway.streams.explain_analyze import every_plan
 from gateway.tables import system_views
 
 log = logging.getLogger("cqgate")
@@ -64,10 +71,15 @@ def _seconds(value) -> float | None:
     return None if value is None else value.total_seconds()
 
 
-async def snapshot(services) -> dict:
+async def snapshot(services, connections: int = 0, plans: bool = False) -> dict:
     """What the metrics and the console show, read at once: streams, queries (with their
-    SQL), sessions, and the two processes' memory and CPU."""
-    views = await system_views.gather(services, services.roles.bootstrap)
+    SQL; ``plans``: and their EXPLAIN ANALYZE), sessions and ``connections``, the back end's
+    work, the archive, Spark's jobs, and the two processes' memory and CPU."""
+    stats = await services.backend.stats()
+    views = await system_views.gather(services, services.roles.bootstrap, stats)
+    backend = stats["backend"]
+    archive = await asyncio.to_thread(services.archive.usage)
+    spark_jobs = await asyncio.to_thread(services.spark.active_jobs)
     now = time.time()
     streams = []
     for s in views["cq_streams"].to_pylist():
@@ -80,19 +92,27 @@ async def snapshot(services) -> dict:
     queries = [{**q, "started": None if q["started"] is None else q["started"].timestamp(),
                 "last_emit": None if q["last_emit"] is None else q["last_emit"].timestamp()}
                for q in views["cq_queries"].to_pylist()]
+    if plans:
+        trees = await every_plan(services)
+        for q in queries:
+            q["plan"] = trees.get((q["pid"], q["name"]))
     processes = []
     for process, pid in (("gateway", os.getpid()), ("backend", services.backend.pid())):
         got = _proc(pid) if pid else None
         if got is not None:
             processes.append({"process": process, "resident_bytes": got[0],
                               "cpu_seconds": got[1]})
+    spark = services.spark_streams
     return {"streams": streams, "queries": queries, "sessions": len(services.sessions),
-            "processes": processes}
+            "connections": connections, "processes": processes, "backend": backend,
+            "archive": [{"stream": k, "fragments": n, "bytes": b} for k, n, b in archive],
+            "spark": {"active_jobs": spark_jobs,
+                      "streaming_queries": len(spark.running()) + len(spark.derived())}}
 
 
-async def render(services) -> str:
+async def render(services, connections: int = 0) -> str:
     """Every metric, as Prometheus' text format."""
-    state = await snapshot(services)
+    state = await snapshot(services, connections)
     f = {name: Family(name, kind, help_) for name, kind, help_ in _FAMILIES}
     for s in state["streams"]:
         name = s["stream"]
@@ -105,6 +125,14 @@ async def render(services) -> str:
             f[metric].add(q[key], **labels)
         f["cqgate_query_failed"].add(1 if q["error"] else 0, **labels)
     f["cqgate_sessions"].add(state["sessions"])
+    f["cqgate_connections"].add(state["connections"])
+    for metric, key in _BACKEND_SAMPLES:
+        f[metric].add(state["backend"].get(key))
+    for a in state["archive"]:
+        f["cqgate_archive_fragments"].add(a["fragments"], stream=a["stream"])
+        f["cqgate_archive_bytes"].add(a["bytes"], stream=a["stream"])
+    f["cqgate_spark_active_jobs"].add(state["spark"]["active_jobs"])
+    f["cqgate_spark_streaming_queries"].add(state["spark"]["streaming_queries"])
     for p in state["processes"]:
         f["cqgate_process_resident_memory_bytes"].add(p["resident_bytes"], process=p["process"])
         f["cqgate_process_cpu_seconds_total"].add(p["cpu_seconds"], process=p["process"])
@@ -129,6 +157,16 @@ _FAMILIES = [
     ("cqgate_query_last_emit_timestamp_seconds", "gauge", "When a row last came out"),
     ("cqgate_query_failed", "gauge", "1 when the query ended with an error"),
     ("cqgate_sessions", "gauge", "Client sessions"),
+    ("cqgate_connections", "gauge", "Client connections, sessions and ones still starting"),
+    ("cqgate_backend_batches_total", "counter",
+     "Batches of stream tuples the back end took (queued ones joined)"),
+    ("cqgate_backend_batch_rows_total", "counter", "Tuples in those batches"),
+    ("cqgate_backend_busy_seconds_total", "counter",
+     "Time the back end spent working, not waiting for input"),
+    ("cqgate_archive_fragments", "gauge", "Time fragments of an archived stream"),
+    ("cqgate_archive_bytes", "gauge", "Parquet bytes of an archived stream"),
+    ("cqgate_spark_active_jobs", "gauge", "Spark jobs running (once Spark has started)"),
+    ("cqgate_spark_streaming_queries", "gauge", "Continuous queries running on Spark"),
     ("cqgate_process_resident_memory_bytes", "gauge", "Resident memory of a process"),
     ("cqgate_process_cpu_seconds_total", "counter", "CPU time of a process"),
 ]
@@ -145,14 +183,19 @@ _QUERY_SAMPLES = [
     ("cqgate_query_result_queue_bytes", "memory_bytes"),
     ("cqgate_query_result_spill_bytes", "spill_bytes"),
     ("cqgate_query_last_emit_timestamp_seconds", "last_emit")]
+_BACKEND_SAMPLES = [
+    ("cqgate_backend_batches_total", "batches"),
+    ("cqgate_backend_batch_rows_total", "batch_rows"),
+    ("cqgate_backend_busy_seconds_total", "busy_seconds")]
 CONSOLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "console", "index.html")
 
 
 class MetricsServer:
     """The HTTP listener: GET /metrics; anything else 404 (405 for other methods)."""
 
-    def __init__(self, services, token: str):
+    def __init__(self, services, token: str, connections=lambda: 0):
         self.services, self.token = services, token
+        self.connections = connections        # () -> client connections open now
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -170,9 +213,16 @@ class MetricsServer:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
                 ConnectionError, UnicodeDecodeError, ValueError):
             status, body, kind = "400 Bad Request", "bad request\n", "text/plain"
+        except Exception:  # noqa: BLE001 - a page that cannot be made is a 500, never a hang
+            log.exception("the metrics listener could not answer")
+            status, body, kind = "500 Internal Server Error", "see the server's log\n", \
+                "text/plain"
         try:
             data = body.encode()
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
+            # a browser asks for a role's login when the token is missing
+            login = 'WWW-Authenticate: Basic realm="cqgate", charset="UTF-8"\r\n' \
+                if status.startswith("401") else ""
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n{login}"
                          f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
                          .encode() + data)
             await writer.drain()
@@ -189,13 +239,12 @@ class MetricsServer:
         headers = {k.strip().lower(): v.strip() for k, _, v in
                    (line.partition(":") for line in lines[1:] if line)}
         path, _, query = target.partition("?")
-        given = headers.get("authorization", "").removeprefix("Bearer ")
-        given = given or dict(p.partition("=")[::2] for p in query.split("&")).get("token", "")
-        # the console shows every session's SQL: it always needs the token (pg_stat_activity
-        # hides other roles' SQL); the metrics name no SQL, and loopback may read them freely
+        # the console shows every session's SQL: it needs the token or a role that may see
+        # it (pg_stat_activity's rule); the metrics name no SQL, and loopback reads them freely
         free = path == "/metrics" and peer and peer[0] in _LOOPBACK
-        if not free and not hmac.compare_digest(given, self.token):
-            return "401 Unauthorized", "the token printed at start is needed\n", "text/plain"
+        if not free and not await self._allowed(headers.get("authorization", ""), query):
+            return "401 Unauthorized", ("the token printed at start, or the login of a role "
+                                        "with pg_read_all_stats, is needed\n"), "text/plain"
         if method != "GET":
             return "405 Method Not Allowed", "GET only\n", "text/plain"
         route = self.ROUTES.get(path)
@@ -203,15 +252,42 @@ class MetricsServer:
             return "404 Not Found", "see /metrics or /\n", "text/plain"
         return await route(self)
 
+    async def _allowed(self, authorization: str, query: str) -> bool:
+        """The token (a Bearer header or ``?token=``), or HTTP Basic with the password of a
+        LOGIN role that has pg_read_all_stats's privileges (a superuser has)."""
+        scheme, _, credentials = authorization.partition(" ")
+        given = dict(p.partition("=")[::2] for p in query.split("&")).get("token", "")
+        if scheme.lower() == "bearer":
+            given = credentials or given
+        if hmac.compare_digest(given.encode(), self.token.encode()):
+            return True
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, _, password = base64.b64decode(credentials, validate=True) \
+                .decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            return False
+        roles = self.services.roles
+        role = roles.get(user)
+        # the verifier's PBKDF2 takes milliseconds: off the server's loop
+        ok = role is not None and role.login and role.verifier is not None and \
+            await asyncio.to_thread(check_password, role.verifier, password) and \
+            roles.has_privs_of(user, READ_ALL_STATS)
+        if not ok:
+            log.warning("console login refused for role %r", user)
+        return ok
+
     async def _metrics(self):
-        return "200 OK", await render(self.services), "text/plain; version=0.0.4; charset=utf-8"
+        return "200 OK", await render(self.services, self.connections()), \
+            "text/plain; version=0.0.4; charset=utf-8"
 
     async def _console(self):
         with open(CONSOLE, encoding="utf-8") as f:
             return "200 OK", f.read(), "text/html; charset=utf-8"
 
     async def _state(self):
-        return "200 OK", json.dumps(await snapshot(self.services), default=str), \
-            "application/json"
+        state = await snapshot(self.services, self.connections(), plans=True)
+        return "200 OK", json.dumps(state, default=str), "application/json"
 
     ROUTES = {"/metrics": _metrics, "/": _console, "/api/state": _state}

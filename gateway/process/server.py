@@ -110,7 +110,8 @@ class Server:
         self._sources: asyncio.base_events.Server | None = None
         self.ingest_port = 0
         # /metrics over HTTP (--http-port); the token lets another host in
-        self.metrics = MetricsServer(self.services, secrets.token_urlsafe(24))
+        self.metrics = MetricsServer(self.services, secrets.token_urlsafe(24),
+                                     lambda: len(self._connections))
         self.http_port: int | None = None
 
     def _keep_relations(self) -> None:

@@ -17,7 +17,9 @@ BOOTSTRAP_OID = 10                 # the superuser initdb makes
 FIRST_NORMAL_OID = 16384           # PostgreSQL's FirstNormalObjectId
 READ_SERVER_FILES, WRITE_SERVER_FILES = "pg_read_server_files", "pg_write_server_files"
 SIGNAL_BACKEND = "pg_signal_backend"
-PREDEFINED = {SIGNAL_BACKEND: 4200, READ_SERVER_FILES: 4569, WRITE_SERVER_FILES: 4570}
+READ_ALL_STATS = "pg_read_all_stats"   # every session's SQL, the console and EXPLAIN ANALYZE
+PREDEFINED = {READ_ALL_STATS: 3375, SIGNAL_BACKEND: 4200, READ_SERVER_FILES: 4569,
+              WRITE_SERVER_FILES: 4570}
 PUBLIC = "public"
 # names the grammar takes for something else (RoleSpec's PUBLIC and NONE)
 _GRAMMAR_RESERVED = (PUBLIC, "none")
@@ -135,6 +137,11 @@ class Roles:
             if role is not None and role.superuser:
                 return True
             return group in self._reachable(member, inherit_only=True)
+
+    def sees_activity_of(self, viewer: str, owner: str) -> bool:
+        """Whether ``viewer`` may see what ``owner``'s sessions run (their SQL, their query's
+        plan and counters): with ``owner``'s privileges, or pg_read_all_stats's."""
+        return self.has_privs_of(viewer, owner) or self.has_privs_of(viewer, READ_ALL_STATS)
 
     def is_member_of(self, member: str, group: str) -> bool:
         """Whether ``member`` is ``group`` or a member of it, directly or not (whatever INHERIT

@@ -348,6 +348,20 @@ class SparkStreams:
         sq = self.queries.get(qid)
         return {} if sq is None else {"rows_out": sq.rows_out, "batches": sq.batches}
 
+    def _by_qid(self, qid: int) -> SparkQuery | None:
+        return self.queries.get(qid) or next(
+            (sq for sq in list(self.kept.values()) if sq.qid == qid), None)
+
+    def plan_of(self, qid: int) -> P.Plan | None:
+        sq = self._by_qid(qid)
+        return None if sq is None else sq.plan
+
+    def progress(self, qid: int) -> dict | None:
+        """Spark's progress of the query's last micro-batch (``StreamingQuery.lastProgress``:
+        input rows, rate, durations, state operators), None before its first."""
+        sq = self._by_qid(qid)
+        return None if sq is None or sq.query is None else sq.query.lastProgress
+
     def reading(self, names) -> list:
         names = set(names)
         return [live for live in self.running() if live.streams & names and not live.ended]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 import sqlglot
+from sqlglot import exp
 
 from dialect import expressions as X
 from dialect.errors import PlanError
@@ -24,6 +25,7 @@ from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows
 from gateway.security import access
 from gateway.spark_engine import translate as spark_plans
+from gateway.streams.explain_analyze import explain_running
 from gateway.streams.registry import SessionCatalog
 from gateway.tables import translate as TR
 from gateway.tables.store import pg_error
@@ -81,15 +83,26 @@ def _has_fixed_window(node) -> bool:
 
 
 QUERY_PLAN = [Field("QUERY PLAN", 25)]
+# what makes a statement change something, wherever it sits in it
+CHANGES = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Into, exp.Drop,
+           exp.Alter, exp.Command)
 
 
 def explain_statement(session, tree: X.Explain, params) -> Rows:
     inner = tree.this
+    options = tree.args.get("options") or ()
+    if isinstance(inner, X.RunningQueryName):
+        return explain_running(session, inner, QUERY_PLAN, "TIMING OFF" not in options)
     if isinstance(inner, X.Recompute):
         lines = explain(plan_query(session, inner.this))
         lines[0] = "recompute (back end, over the archive) →" + lines[0].split("→", 1)[1]
     elif X.is_stream_syntax(inner) or is_continuous(inner, SessionCatalog(
             session.services.streams, session.columns)):
+        if "ANALYZE" in options:
+            raise E.FeatureNotSupported(
+                "EXPLAIN ANALYZE of a query over streams names the running query",
+                hint="Declare a cursor for it (DECLARE c CURSOR FOR …), then EXPLAIN ANALYZE "
+                     "c; or EXPLAIN ANALYZE a named window or derived stream.")
         p = plan_query(session, inner)
         lines = explain(p)
         shape = spark_shape_for(session, inner, p) if p.mode == "continuous" else None
@@ -101,8 +114,15 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
     else:
         access.check_reads(session, inner)
         tr = TR.translate(inner.sql("cql"))
+        # ANALYZE runs the statement, as in PostgreSQL: only a query, never a change (nor a
+        # query that changes something: a DML CTE, SELECT … INTO)
+        analyze = "ANALYZE " if "ANALYZE" in options else ""
+        if analyze and (not isinstance(tr.ast, exp.Query) or tr.ast.find(*CHANGES)):
+            raise E.FeatureNotSupported("EXPLAIN ANALYZE runs only a query that changes "
+                                        "nothing here",
+                                        hint="EXPLAIN the statement without ANALYZE.")
         try:
-            rows = session.con.execute("EXPLAIN " + session.bind_session_values(tr.ast),
+            rows = session.con.execute(f"EXPLAIN {analyze}" + session.bind_session_values(tr.ast),
                                        params or None).fetchall()
         except duckdb.Error as e:
             raise pg_error(e) from None

@@ -25,14 +25,15 @@ HIDDEN = "<insufficient privilege>"
 
 def tables(services, viewer: str) -> dict:
     """The rows as role ``viewer`` may see them: what other roles' sessions run (their
-    statements, addresses and times) only with those roles' privileges, as PostgreSQL."""
+    statements, addresses and times) only with those roles' privileges or
+    pg_read_all_stats's, as PostgreSQL."""
     rows = []
     for s in list(services.sessions.values()):
         a = s.activity
         role = services.roles.get(s.user)
         head = (16384, s.database, s.pid, None, role.oid if role else None, s.user,
                 s.settings.get("application_name", ""))
-        if not services.roles.has_privs_of(viewer, s.user):
+        if not services.roles.sees_activity_of(viewer, s.user):
             rows.append(head + (None,) * 13 + (HIDDEN, "client backend"))
             continue
         addr, port = (s.peer + (None, None))[:2] if s.peer else (None, -1)

@@ -31,12 +31,12 @@ def _follows(p) -> str:
     return "wall clock" if p.wall_clock and p.follows_wall else "data"
 
 
-async def gather(services, viewer: str) -> dict:
-    """The views' new contents, from the back end's counters and the clearinghouse's logs; a
-    cursor's query text only for roles with its session's role's privileges
-    (``pg_stat_activity``'s rule)."""
+async def gather(services, viewer: str, stats: dict | None = None) -> dict:
+    """The views' new contents, from the back end's counters (``stats``, if just read) and the
+    clearinghouse's logs; a cursor's query text only for roles with its session's role's
+    privileges or pg_read_all_stats's (``pg_stat_activity``'s rule)."""
     link = services.backend
-    stats = await link.stats()
+    stats = stats or await link.stats()
     counters = {q["qid"]: q for q in stats["queries"]}
     rows, listed = [], []                  # listed: each row's back end counters
     spark = services.spark_streams
@@ -46,8 +46,8 @@ async def gather(services, viewer: str) -> dict:
         listed.append(c)
         state = "failed" if live.failure else "waiting" if live.n_pending == 0 else "ready"
         session = services.sessions.get(live.owner)
-        sql = live.sql if session is None or services.roles.has_privs_of(viewer, session.user) \
-            else HIDDEN
+        sql = live.sql if session is None or \
+            services.roles.sees_activity_of(viewer, session.user) else HIDDEN
         rows.append((live.owner, live.name, "cursor", sql, state, _when(live.started),
                      c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
                      _when(c.get("last_emit")), live.failure, live.n_pending,
