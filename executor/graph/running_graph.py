@@ -40,7 +40,7 @@ class _Vertex:
 
     def counted(self, started: int, taken, given) -> list:
         """Account for one call of the operator: begun at ``started`` (perf_counter_ns),
-        ``taken`` the messages it was given, ``given`` those it returned (returned)."""
+        ``taken`` the messages it was given, ``given`` those it returned (passed on)."""
         self.ns += perf_counter_ns() - started
         for m in taken:
             if not isinstance(m, Watermark) and m.num_rows:
