@@ -7,6 +7,7 @@ Rows in a batch are in (ts, te) order, and batches of one input follow each othe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -19,8 +20,10 @@ INF = 1 << 62          # "valid forever": far beyond any real timestamp in µs
 
 @dataclass(frozen=True)
 class Watermark:
-    """BOUNDARY: nothing earlier than ``ts`` will follow on this input."""
+    """BOUNDARY: nothing earlier than ``ts`` will follow on this input. It holds no rows
+    (``num_rows``, so that counting a mix of batches and watermarks needs no type test)."""
     ts: int
+    num_rows: ClassVar[int] = 0
 
 
 def micros(col) -> pa.Array:

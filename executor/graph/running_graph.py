@@ -42,13 +42,12 @@ class _Vertex:
         """Account for one call of the operator: begun at ``started`` (perf_counter_ns),
         ``taken`` the messages it was given, ``given`` those it returned (passed on)."""
         self.ns += perf_counter_ns() - started
-        for m in taken:
-            if not isinstance(m, Watermark) and m.num_rows:
-                self.rows_in += m.num_rows
+        for m in taken:                 # a watermark or an empty batch: no rows, no batch
+            if n := m.num_rows:
+                self.rows_in += n
                 self.batches += 1
         for m in given:
-            if not isinstance(m, Watermark):
-                self.rows_out += m.num_rows
+            self.rows_out += m.num_rows
         return given
 
     def counters(self) -> tuple:
