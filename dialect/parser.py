@@ -22,7 +22,12 @@ EXPLAIN_SWITCHES = ("ANALYZE", "VERBOSE", "COSTS", "SETTINGS", "GENERIC_PLAN", "
                     "TIMING", "SUMMARY", "MEMORY")
 BOOLEAN_WORDS = {None: True, "TRUE": True, "ON": True, "YES": True, "1": True,
                  "FALSE": False, "OFF": False, "NO": False, "0": False}
-NAME_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")    # an unquoted name (or a keyword)
+NAME_WORD = re.compile(r"[^\W\d][\w$]*")       # an unquoted name (or a keyword), any script
+# tokens whose text is a value, never a name, whatever it spells
+LITERAL_TOKENS = frozenset({
+    TokenType.STRING, TokenType.NUMBER, TokenType.HEREDOC_STRING, TokenType.NATIONAL_STRING,
+    TokenType.RAW_STRING, TokenType.BIT_STRING, TokenType.HEX_STRING, TokenType.BYTE_STRING,
+    TokenType.UNICODE_STRING, TokenType.PARAMETER, TokenType.PLACEHOLDER})
 OVERLOAD_POLICIES = ("BLOCK", "DROP", "KEEP COUNTS", "KEEP SAMPLE")
 # a pattern's selection strategies (SASE+), as written after USING -> the plan's name
 STRATEGIES = {"SKIP TILL ANY MATCH": "any", "SKIP TILL NEXT MATCH": "next",
@@ -432,8 +437,9 @@ class CQLParser(PostgresParser):
         if name is not None:
             return self.expression(X.Explain(this=name, options=options))
         statement = self._parse_statement()
-        if statement is None:
-            self.raise_error("Expected a statement after EXPLAIN")
+        if statement is None or isinstance(statement, exp.Condition):     # a value, a name
+            self.raise_error("Expected a statement after EXPLAIN, or after EXPLAIN ANALYZE "
+                             "the name of a running query")
         return self.expression(X.Explain(this=statement, options=options or None))
 
     def _ends_at(self, index: int) -> bool:
@@ -443,8 +449,10 @@ class CQLParser(PostgresParser):
 
     def _is_name_at(self, index: int) -> bool:
         token = self._tokens[index] if index < len(self._tokens) else None
-        return token is not None and (token.token_type == TokenType.IDENTIFIER
-                                      or NAME_WORD.fullmatch(token.text) is not None)
+        return token is not None and (
+            token.token_type == TokenType.IDENTIFIER
+            or (token.token_type not in LITERAL_TOKENS
+                and NAME_WORD.fullmatch(token.text) is not None))
 
     def _running_query_name(self) -> X.RunningQueryName | None:
         """``name`` or ``schema.name`` as the whole rest of ``EXPLAIN ANALYZE``: the running

@@ -20,6 +20,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from bench.nexmark.run import _children
 from continuous import unique
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +34,14 @@ def _scrape(server) -> dict:
         text = r.read().decode()
     return {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:               # gone meanwhile
+        return ""
 
 
 def _push(server, stream: str, seconds) -> None:
@@ -89,7 +98,9 @@ def test_metrics_move_with_the_data(start_server):
                                                               f"public.{stream}"))
                       for f in files if f.endswith(".parquet") and not f.startswith("."))
         assert after[("cqgate_archive_bytes", archived)] == on_disk > 0
-        assert after[("cqgate_spark_active_jobs", frozenset())] == 0     # Spark not started
+        assert after[("cqgate_spark_active_jobs", frozenset())] == 0
+        # and asking did not start Spark: no JVM under the server
+        assert not [p for p in _children(s.proc.pid) if _command(p) == "java"]
         assert after[("cqgate_spark_streaming_queries", frozenset())] == 0
         for process in ("gateway", "backend"):
             labels = frozenset({("process", process)})

@@ -590,7 +590,8 @@ def test_the_security_page_runs_as_it_says(tmp_path):
 def test_what_a_statement_reads_cannot_hide(shared, tmp_path):
     """Each spelling here once read or changed what the role may not: a session value that
     closed a quoted name, a CTE named like the table, INSERT … SELECT into a stream, dynamic
-    SQL in a table function, UPDATE … RETURNING, an upsert, COMMENT ON COLUMN, EXPLAIN."""
+    SQL in a table function (also behind LATERAL), UPDATE … RETURNING, an upsert, COMMENT ON
+    COLUMN, EXPLAIN."""
     with connect(shared, *SUPER) as su:
         su.execute("CREATE TABLE hid_secret (a INT, b TEXT)")
         su.execute("INSERT INTO hid_secret VALUES (42, 'topsecret')")
@@ -620,6 +621,13 @@ def test_what_a_statement_reads_cannot_hide(shared, tmp_path):
                 "INSERT INTO hid_secret VALUES (42, 'x') ON CONFLICT DO NOTHING RETURNING *",
                 "COMMENT ON COLUMN hid_secret.a IS 'pwned'",
                 "EXPLAIN SELECT * FROM hid_secret",
+                # a table function behind LATERAL, and EXPLAIN ANALYZE running one
+                "SELECT * FROM (SELECT 1) s, LATERAL query('SELECT * FROM hid_secret')",
+                "SELECT * FROM (SELECT 1) s JOIN LATERAL query('SELECT * FROM hid_secret') q "
+                "ON true",
+                "SELECT * FROM LATERAL query('SELECT * FROM hid_secret')",
+                "EXPLAIN ANALYZE SELECT * FROM (SELECT 1) s, "
+                "LATERAL query('SELECT * FROM hid_secret WHERE b LIKE ''top%''')",
                 "CREATE SEQUENCE IF NOT EXISTS hid_seq",
                 "DROP SEQUENCE hid_seq",
             ]

@@ -271,7 +271,6 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
             metrics = {s.name: s.value for f in text_string_to_metric_families(
                 page.read().decode()) for s in f.samples if not s.labels}
         assert metrics["cqgate_spark_streaming_queries"] >= 1
-        assert "cqgate_spark_active_jobs" in metrics       # Spark has started: it is asked
         c.execute("CLOSE r")
         deadline = time.monotonic() + 20
         while os.path.isdir(folder) and time.monotonic() < deadline:
@@ -310,6 +309,13 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
         while len(_kept_rows(data)) < 100 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(_kept_rows(data)) == 100
+        # EXPLAIN ANALYZE of the derived stream: Spark's counters, its 100 rows kept
+        lines = [r[0] for r in c.execute(f"EXPLAIN ANALYZE {out}").fetchall()]
+        assert lines[0].startswith("continuous query (Spark Structured Streaming)"), lines
+        assert f"Query: derived stream {out}, spark" in lines, lines
+        assert "Rows out: 100" in lines, lines
+        assert int(next(ln for ln in lines if ln.startswith("Spark micro-batches: "))
+                   .split(": ")[1]) >= 1
         _insert(c, {base: rows[100:200]})
     doomed = _children(srv.proc.pid)                 # the back end and Spark's JVM too
     srv.proc.kill()

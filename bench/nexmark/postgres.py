@@ -122,15 +122,15 @@ class Postgres:
             shutil.rmtree(self.folder, ignore_errors=True)
 
     def _stop(self) -> None:
-        """A fast shutdown (SIGINT to the postmaster: clients are disconnected), then a kill;
-        the postmaster itself is signalled, as runuser does not pass a SIGKILL on."""
-        postmaster = self._postmaster()
+        """A fast shutdown (SIGINT to the postmaster: clients are disconnected), then a kill.
+        The postmaster itself is signalled (runuser, signalled, would follow up with a kill
+        of its own, and cannot pass a SIGKILL on); runuser only when its pid is unknown."""
+        target = self._postmaster() or self.proc.pid
         for sig, wait_s in ((signal.SIGINT, 60), (signal.SIGKILL, 10)):
-            for pid in {postmaster, self.proc.pid} - {None}:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+            try:
+                os.kill(target, sig)
+            except ProcessLookupError:
+                pass
             try:
                 self.proc.wait(wait_s)
                 return

@@ -15,9 +15,10 @@ import hmac
 import json
 import logging
 import os
+import secrets
 import time
 
-from gateway.pgwire.scram import check_password
+from gateway.pgwire.scram import check_password, make_verifier
 from gateway.security.roles import READ_ALL_STATS
 from gateway.streams.explain_analyze import every_plan
 from gateway.tables import system_views
@@ -93,7 +94,7 @@ async def snapshot(services, connections: int = 0, plans: bool = False) -> dict:
                 "last_emit": None if q["last_emit"] is None else q["last_emit"].timestamp()}
                for q in views["cq_queries"].to_pylist()]
     if plans:
-        trees = await every_plan(services)
+        trees = await every_plan(services, stats)
         for q in queries:
             q["plan"] = trees.get((q["pid"], q["name"]))
     processes = []
@@ -190,12 +191,26 @@ _BACKEND_SAMPLES = [
 CONSOLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "console", "index.html")
 
 
+def _parse(head: bytes) -> tuple[str, str, str, dict]:
+    """(method, path, query string, headers by lower-case name) of a request's head;
+    ValueError for one that is not HTTP or too long."""
+    if len(head) > REQUEST_LIMIT:
+        raise ValueError("request too long")
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _version = lines[0].split(" ", 2)
+    headers = {k.strip().lower(): v.strip() for k, _, v in
+               (line.partition(":") for line in lines[1:] if line)}
+    path, _, query = target.partition("?")
+    return method, path, query, headers
+
+
 class MetricsServer:
     """The HTTP listener: GET /metrics; anything else 404 (405 for other methods)."""
 
     def __init__(self, services, token: str, connections=lambda: 0):
         self.services, self.token = services, token
         self.connections = connections        # () -> client connections open now
+        self._decoy = make_verifier(secrets.token_urlsafe(16))   # see _allowed
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> int:
@@ -209,14 +224,18 @@ class MetricsServer:
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
-            status, body, kind = await self._answer(head, writer.get_extra_info("peername"))
+            request = _parse(head)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
                 ConnectionError, UnicodeDecodeError, ValueError):
             status, body, kind = "400 Bad Request", "bad request\n", "text/plain"
-        except Exception:  # noqa: BLE001 - a page that cannot be made is a 500, never a hang
-            log.exception("the metrics listener could not answer")
-            status, body, kind = "500 Internal Server Error", "see the server's log\n", \
-                "text/plain"
+        else:
+            try:
+                status, body, kind = await self._answer(*request,
+                                                        writer.get_extra_info("peername"))
+            except Exception:  # noqa: BLE001 - a page that cannot be made: 500, never a hang
+                log.exception("the metrics listener could not answer")
+                status, body, kind = "500 Internal Server Error", "see the server's log\n", \
+                    "text/plain"
         try:
             data = body.encode()
             # a browser asks for a role's login when the token is missing
@@ -231,14 +250,8 @@ class MetricsServer:
         finally:
             writer.close()
 
-    async def _answer(self, head: bytes, peer) -> tuple[str, str, str]:
-        if len(head) > REQUEST_LIMIT:
-            raise ValueError("request too long")
-        lines = head.decode("latin-1").split("\r\n")
-        method, target, _version = lines[0].split(" ", 2)
-        headers = {k.strip().lower(): v.strip() for k, _, v in
-                   (line.partition(":") for line in lines[1:] if line)}
-        path, _, query = target.partition("?")
+    async def _answer(self, method: str, path: str, query: str, headers: dict,
+                      peer) -> tuple[str, str, str]:
         # the console shows every session's SQL: it needs the token or a role that may see
         # it (pg_stat_activity's rule); the metrics name no SQL, and loopback reads them freely
         free = path == "/metrics" and peer and peer[0] in _LOOPBACK
@@ -270,10 +283,12 @@ class MetricsServer:
             return False
         roles = self.services.roles
         role = roles.get(user)
-        # the verifier's PBKDF2 takes milliseconds: off the server's loop
-        ok = role is not None and role.login and role.verifier is not None and \
-            await asyncio.to_thread(check_password, role.verifier, password) and \
-            roles.has_privs_of(user, READ_ALL_STATS)
+        real = role is not None and role.login and role.verifier is not None
+        # the verifier's PBKDF2 takes milliseconds: off the server's loop, and run on a decoy
+        # for a role that cannot log in, so that the time taken names no role
+        matches = await asyncio.to_thread(
+            check_password, role.verifier if real else self._decoy, password)
+        ok = real and matches and roles.has_privs_of(user, READ_ALL_STATS)
         if not ok:
             log.warning("console login refused for role %r", user)
         return ok

@@ -134,6 +134,12 @@ def relations(tree: exp.Expression):
             yield t, None
     for node in tree.find_all(exp.Unnest):
         yield node, "unnest"
+    # ``LATERAL fn(…)`` holds its function in a Lateral, not a Table: it is a table function
+    # all the same (``LATERAL query('SELECT * FROM t')`` reads t)
+    for node in tree.find_all(exp.Lateral):
+        name = func_name(node.this)
+        if name is not None:
+            yield node, name
 
 
 def _target(node: exp.Expression) -> exp.Table | None:

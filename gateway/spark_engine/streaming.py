@@ -345,8 +345,13 @@ class SparkStreams:
                  sq.failure) for sq in list(self.kept.values())]
 
     def counters(self, qid: int) -> dict:
-        sq = self.queries.get(qid)
+        """Rows out and micro-batches of a cursor's or a derived stream's query."""
+        sq = self._by_qid(qid)
         return {} if sq is None else {"rows_out": sq.rows_out, "batches": sq.batches}
+
+    def kept_queries(self) -> list:
+        """(qid, derived stream's name) of each derived stream's query."""
+        return [(sq.qid, sq.feed) for sq in list(self.kept.values())]
 
     def _by_qid(self, qid: int) -> SparkQuery | None:
         return self.queries.get(qid) or next(

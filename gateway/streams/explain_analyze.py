@@ -31,6 +31,9 @@ class Running:
     timing: bool = True           # EXPLAIN (ANALYZE, TIMING OFF): no times, as PostgreSQL
 
 
+_KINDS = {"window": "window", "derived": "derived stream"}     # how the lines name them
+
+
 def _number(ms: float) -> str:
     return f"{ms:.3f}"
 
@@ -99,31 +102,38 @@ def spark_lines(services, running: Running) -> list[str]:
     return lines + summary_lines(running, running.live, counters, time.time())
 
 
-async def _backend_plans(services, found: list) -> list:
+async def _backend_plans(services, found: list, stats: dict | None = None) -> list:
     """(key, lines) of each query of ``found`` ((key, Running) pairs) still running in the
-    back end: one request for all their trees, then one for the counters."""
+    back end: one request for all their trees, then one for the counters (``stats``: just
+    read ones)."""
     link = services.backend
     trees = await link.analyze([running.qid for _, running in found])
-    stats = await link.stats()
+    stats = stats or await link.stats()
     return [(key, backend_lines(running, trees[running.qid], stats))
             for key, running in found if running.qid in trees]
 
 
-async def every_plan(services) -> dict:
+async def every_plan(services, stats: dict | None = None) -> dict:
     """EXPLAIN ANALYZE's lines of every running query, by (pid, name) as cq_queries lists
-    them (pid None for a window or derived stream): what the console shows."""
+    them (pid None for a window or derived stream): what the console shows (``stats``: the
+    back end's counters, just read)."""
     link, spark = services.backend, services.spark_streams
     kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
     found = [((live.owner, live.name), Running(live.qid, f"cursor {live.name}", live))
              for live in link.running() if not live.ended and live.failure is None]
-    found += [((None, feeds), Running(qid, f"{kinds.get(feeds.lower(), 'window')} {feeds}",
-                                      None, plan))
+    found += [((None, feeds), Running(qid, f"{_KINDS[kinds.get(feeds.lower(), 'window')]} "
+                                           f"{feeds}", None, plan))
               for qid, (plan, feeds) in list(link.persistent.items())]
-    out = dict(await _backend_plans(services, found))
-    for live in spark.running():
+    out = dict(await _backend_plans(services, found, stats))
+    on_spark = [((live.owner, live.name), Running(live.qid, f"cursor {live.name}", live,
+                                                  spark.plan_of(live.qid), "spark"))
+                for live in spark.running()]
+    on_spark += [((None, name), Running(qid, f"derived stream {name}", None,
+                                        spark.plan_of(qid), "spark"))
+                 for qid, name in spark.kept_queries()]
+    for key, running in on_spark:
         # Spark's progress is a call into its JVM: off the server's loop
-        out[(live.owner, live.name)] = await asyncio.to_thread(spark_lines, services, Running(
-            live.qid, f"cursor {live.name}", live, spark.plan_of(live.qid), "spark"))
+        out[key] = await asyncio.to_thread(spark_lines, services, running)
     return out
 
 
@@ -153,7 +163,7 @@ def find(session, ref: X.RunningQueryName) -> Running:
         relation = obj.relation().name.lower()
         for qid, (plan, feeds) in list(svc.backend.persistent.items()):
             if feeds.lower() == relation:
-                return Running(qid, f"{obj.kind} {obj.name}", None, plan)
+                return Running(qid, f"{_KINDS[obj.kind]} {obj.name}", None, plan)
         kept = svc.spark_streams.kept.get(obj.oid)
         if kept is not None:
             return Running(kept.qid, f"derived stream {obj.name}", None, kept.plan, "spark")

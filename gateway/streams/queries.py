@@ -94,6 +94,9 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
     if isinstance(inner, X.RunningQueryName):
         return explain_running(session, inner, QUERY_PLAN, "TIMING OFF" not in options)
     if isinstance(inner, X.Recompute):
+        if "ANALYZE" in options:
+            raise E.FeatureNotSupported("EXPLAIN ANALYZE of RECOMPUTE is not supported",
+                                        hint="Run the RECOMPUTE, or EXPLAIN it.")
         lines = explain(plan_query(session, inner.this))
         lines[0] = "recompute (back end, over the archive) →" + lines[0].split("→", 1)[1]
     elif X.is_stream_syntax(inner) or is_continuous(inner, SessionCatalog(
@@ -115,12 +118,15 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
         access.check_reads(session, inner)
         tr = TR.translate(inner.sql("cql"))
         # ANALYZE runs the statement, as in PostgreSQL: only a query, never a change (nor a
-        # query that changes something: a DML CTE, SELECT … INTO)
+        # query that changes something: a DML CTE, SELECT … INTO), checked as running it is
         analyze = "ANALYZE " if "ANALYZE" in options else ""
-        if analyze and (not isinstance(tr.ast, exp.Query) or tr.ast.find(*CHANGES)):
+        if analyze and (not isinstance(tr.ast, (exp.Query, exp.Values))
+                        or tr.ast.find(*CHANGES)):
             raise E.FeatureNotSupported("EXPLAIN ANALYZE runs only a query that changes "
                                         "nothing here",
                                         hint="EXPLAIN the statement without ANALYZE.")
+        if analyze:
+            access.check(session, access.needs(tr.ast))
         try:
             rows = session.con.execute(f"EXPLAIN {analyze}" + session.bind_session_values(tr.ast),
                                        params or None).fetchall()
