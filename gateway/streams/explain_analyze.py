@@ -31,7 +31,9 @@ class Running:
     timing: bool = True           # EXPLAIN (ANALYZE, TIMING OFF): no times, as PostgreSQL
 
 
-_KINDS = {"window": "window", "derived": "derived stream"}     # how the lines name them
+def _kind(kind: str) -> str:
+    """How the lines name a relation's kind (``derived``: a derived stream)."""
+    return "derived stream" if kind == "derived" else kind
 
 
 def _number(ms: float) -> str:
@@ -121,7 +123,7 @@ async def every_plan(services, stats: dict | None = None) -> dict:
     kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
     found = [((live.owner, live.name), Running(live.qid, f"cursor {live.name}", live))
              for live in link.running() if not live.ended and live.failure is None]
-    found += [((None, feeds), Running(qid, f"{_KINDS[kinds.get(feeds.lower(), 'window')]} "
+    found += [((None, feeds), Running(qid, f"{_kind(kinds.get(feeds.lower(), 'window'))} "
                                            f"{feeds}", None, plan))
               for qid, (plan, feeds) in list(link.persistent.items())]
     out = dict(await _backend_plans(services, found, stats))
@@ -163,7 +165,7 @@ def find(session, ref: X.RunningQueryName) -> Running:
         relation = obj.relation().name.lower()
         for qid, (plan, feeds) in list(svc.backend.persistent.items()):
             if feeds.lower() == relation:
-                return Running(qid, f"{_KINDS[obj.kind]} {obj.name}", None, plan)
+                return Running(qid, f"{_kind(obj.kind)} {obj.name}", None, plan)
         kept = svc.spark_streams.kept.get(obj.oid)
         if kept is not None:
             return Running(kept.qid, f"derived stream {obj.name}", None, kept.plan, "spark")
