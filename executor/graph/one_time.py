@@ -27,8 +27,7 @@ def prime(graph: RunningGraph, qid, history: dict, seam: int) -> dict:
     for v in vertices:
         if v.op.source is not None and P.stream_of(v.op.source) in history:
             for batch in history[P.stream_of(v.op.source)].to_batches():
-                started = perf_counter_ns()
-                for first in v.counted(started, (batch,), v.op.on_batch(batch)):
+                for first in v.counted(perf_counter_ns(), (batch,), v.op.on_batch(batch)):
                     graph.announce_start(v, pc.min(first.column(TS)).as_py())
                     graph.deliver(v, [first], out)
     # a loop says which stretch of time it answers for; other windows answer from now

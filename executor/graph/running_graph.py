@@ -39,8 +39,9 @@ class _Vertex:
         self.rows_in = self.rows_out = self.batches = self.ns = 0
 
     def counted(self, started: int, taken, given) -> list:
-        """Account for one call of the operator: begun at ``started`` (perf_counter_ns),
-        ``taken`` the messages it was given, ``given`` those it returned (passed on)."""
+        """Account for one call of the operator: begun at ``started`` (perf_counter_ns,
+        read as the argument list is, before the call that makes ``given``), ``taken`` the
+        messages it was given, ``given`` those it returned (passed on)."""
         self.ns += perf_counter_ns() - started
         for m in taken:                 # a watermark or an empty batch: no rows, no batch
             if n := m.num_rows:
@@ -269,8 +270,7 @@ class RunningGraph:
             out.setdefault(qid, []).extend(m for m in messages if not isinstance(m, Watermark))
             feeds = self.queries[qid].feeds if qid in self.queries else None
             for scan in self.scans.get(feeds, ()) if feeds else ():
-                started = perf_counter_ns()
-                self.deliver(scan, scan.counted(started, messages, [
+                self.deliver(scan, scan.counted(perf_counter_ns(), messages, [
                     x for m in messages for x in _step(scan.op, m, 0)]), out)
         started = perf_counter_ns()
         masks = self._grouped_masks(v, messages)
@@ -353,15 +353,13 @@ class RunningGraph:
         """The input has ended: every operator below ``sink`` gives up what it holds."""
         for v in below(sink):
             if v.op is not None:
-                started = perf_counter_ns()
-                self.deliver(v, v.counted(started, (), v.op.on_end()), out)
+                self.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_end()), out)
 
     def feed(self, stream: str, batch: pa.RecordBatch, out: dict) -> int | None:
         """A stream's batch into every scan of it; returns its latest ts (µs), if any."""
         latest = None
         for v in list(self.scans.get(stream.lower(), ())):
-            started = perf_counter_ns()
-            for first in v.counted(started, (batch,), v.op.on_batch(batch)):
+            for first in v.counted(perf_counter_ns(), (batch,), v.op.on_batch(batch)):
                 lo, hi = pc.min_max(first.column(TS)).values()
                 self.announce_start(v, lo.as_py())
                 latest = hi.as_py() if latest is None else max(latest, hi.as_py())
@@ -386,8 +384,7 @@ class RunningGraph:
         out: dict = {}
         for feed in (stream.lower(), stream.lower() + P.ARRIVAL):
             for v in list(self.scans.get(feed, ())):
-                started = perf_counter_ns()
-                self.deliver(v, v.counted(started, (), v.op.on_watermark(ts)), out)
+                self.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_watermark(ts)), out)
         return self.client(out)
 
     def end(self, qid) -> list:

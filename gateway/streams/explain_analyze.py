@@ -12,6 +12,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dialect import expressions as X
+from dialect.names import folded
 from executor import plan as P
 
 from gateway.pgwire import errors as E
@@ -54,9 +55,10 @@ def operator_lines(tree: dict, timing: bool = True) -> list[str]:
     return P.tree_lines(tree, lambda node: node["inputs"], label)
 
 
-def summary_lines(running: Running, live, counters: dict, now: float) -> list[str]:
+def summary_lines(running: Running, counters: dict, now: float) -> list[str]:
     """The lines under the tree: what the query is, how long it has run, and where its rows
     went (for a cursor: read by the client, or waiting in its queue)."""
+    live = running.live
     lines = [f"Query: {running.what}, {running.engine}"]
     started = counters.get("started") or (live.started if live is not None else None)
     if started is not None and running.timing:
@@ -80,7 +82,7 @@ def backend_lines(running: Running, operators: dict, stats: dict) -> list[str]:
             else "continuous query (back end) → "
             + ", ".join(f.name for f in running.live.fields))
     return [head] + operator_lines(operators, running.timing) + \
-        summary_lines(running, running.live, counters, time.time())
+        summary_lines(running, counters, time.time())
 
 
 def spark_lines(services, running: Running) -> list[str]:
@@ -101,7 +103,7 @@ def spark_lines(services, running: Running) -> list[str]:
             lines.append(f"  state operator {i} ({op.get('operatorName', '?')}): "
                          f"{op.get('numRowsTotal', 0)} rows, "
                          f"{op.get('memoryUsedBytes', 0)} bytes")
-    return lines + summary_lines(running, running.live, counters, time.time())
+    return lines + summary_lines(running, counters, time.time())
 
 
 async def _backend_plans(services, found: list, stats: dict | None = None) -> list:
@@ -139,37 +141,30 @@ async def every_plan(services, stats: dict | None = None) -> dict:
     return out
 
 
-def _folded(ident: exp.Identifier | None) -> str | None:
-    """An identifier as PostgreSQL reads it: unquoted ones in lower case."""
-    if ident is None:
-        return None
-    return ident.this if ident.args.get("quoted") else ident.this.lower()
-
-
 def find(session, ref: X.RunningQueryName) -> Running:
     """The running query ``ref`` names: a cursor of this session first, then a named window
     or derived stream the role may read. 34000 if none runs under that name."""
     svc = session.services
     name, schema = ref.this, ref.args.get("db")
-    text = _folded(name)
+    text = folded(name)
     for live, engine in [(live, "backend") for live in svc.backend.running()] + \
             [(live, "spark") for live in svc.spark_streams.running()]:
         if schema is None and live.owner == session.pid and live.name == text \
                 and not live.ended:
             plan = svc.spark_streams.plan_of(live.qid) if engine == "spark" else None
             return Running(live.qid, f"cursor {text}", live, plan, engine)
-    obj = svc.streams.get(_folded(schema), text, ("window", "derived"))
+    obj = svc.streams.get(folded(schema) or None, text, ("window", "derived"))
     if obj is not None:
         access.check_reads(session, exp.select("*").from_(exp.Table(
             this=name.copy(), db=schema.copy() if schema is not None else None)))
-        relation = obj.relation().name.lower()
-        for qid, (plan, feeds) in list(svc.backend.persistent.items()):
-            if feeds.lower() == relation:
-                return Running(qid, f"{_kind(obj.kind)} {obj.name}", None, plan)
+        # a window's or derived stream's query runs as query -oid (streams/ddl.py)
+        in_backend = svc.backend.persistent.get(-obj.oid)
+        if in_backend is not None:
+            return Running(-obj.oid, f"{_kind(obj.kind)} {obj.name}", None, in_backend[0])
         kept = svc.spark_streams.kept.get(obj.oid)
         if kept is not None:
             return Running(kept.qid, f"derived stream {obj.name}", None, kept.plan, "spark")
-    shown = f"{_folded(schema)}.{text}" if schema is not None else text
+    shown = f"{folded(schema)}.{text}" if schema is not None else text
     raise E.PgError(f'no continuous query named "{shown}" is running', sqlstate="34000",
                     hint="EXPLAIN ANALYZE names a cursor of this session that runs a "
                          "continuous query, or a named window or derived stream.",
