@@ -120,6 +120,16 @@ def test_sql_errors_have_sqlstate_and_position(server):
         assert c.execute("SELECT 'still here'").fetchone() == ("still here",)
 
 
+def test_a_value_that_is_not_utf8_in_duckdbs_message_is_a_user_error(server):
+    """A bytea parameter cast to uuid: DuckDB's error quotes its bytes, which are not UTF-8,
+    and its Python binding cannot decode its own message. Found by the protocol fuzzer."""
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.Error) as e:
+            c.execute("SELECT %b::uuid", [b"\x80"])
+        assert e.value.sqlstate == "22021"
+        assert c.execute("SELECT 'still here'").fetchone() == ("still here",)
+
+
 # malformed window clauses: each a 42601 (syntax) or 22023 (a value) pointing into the
 # statement, never an internal error; the text before it shifts every position
 MALFORMED_WINDOWS = [

@@ -521,8 +521,11 @@ class Session:
                 return Rows(self.columns.fields(tr, names, types), table, tr.tag)
             cur = self.con.execute(sql, args) if args else self.con.execute(sql)
             return Done(self._dml_tag(tr, cur))
-        except duckdb.Error as e:
-            err = pg_error(e)
+        except (duckdb.Error, UnicodeDecodeError) as e:
+            # DuckDB's message may quote a value's bytes that are not UTF-8 (a bytea cast to
+            # uuid): its Python binding then fails to decode the message itself
+            err = pg_error(e) if isinstance(e, duckdb.Error) else E.PgError(
+                'invalid byte sequence for encoding "UTF8"', sqlstate="22021")
             if self.timed_out:
                 err = E.QueryCanceled("canceling statement due to statement timeout")
             elif self.canceled:
