@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from dialect.intervals import interval_us
 from executor import wire
-from gateway.durable import fsync_dir
+from gateway.durable import fsync_dir, make_dirs, write_text
 
 DEFAULT_FRAGMENT = "1 hour"
 COMPACT_AT = 8                 # parts in a fragment before they are merged into one
@@ -59,7 +59,7 @@ def _hidden(path: str) -> str:
 
 def _write_hidden(table: pa.Table, path: str) -> None:
     """``table`` as Parquet under ``path``'s temporary name, on disk, not yet visible."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    make_dirs(os.path.dirname(path))
     tmp = _hidden(path)
     pq.write_table(table, tmp)
     with open(tmp, "rb+") as f:
@@ -84,13 +84,7 @@ def _commit_together(base: str, paths: list) -> None:
     after it is finished at the next start (``_finish_append``), and one before it leaves
     only temporary files, which that start removes."""
     journal = os.path.join(base, f"{APPENDING}{time.time_ns()}-{threading.get_ident()}.json")
-    tmp = journal + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump([os.path.relpath(p, base) for p in paths], f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, journal)
-    fsync_dir(base)
+    write_text(journal, json.dumps([os.path.relpath(p, base) for p in paths]))
     _finish_append(base, journal)
 
 
@@ -298,12 +292,11 @@ class Archive:
                 merged = pa.concat_tables([pq.read_table(os.path.join(folder, p))
                                            for p in parts], promote_options="default")
                 name = f"part-{time.time_ns()}-{os.getpid()}-c.parquet"
-                # a journal first: a crash part-way is finished (or undone) at the next start
-                journal = os.path.join(folder, JOURNAL)
-                with open(journal, "w") as f:
-                    json.dump({"merged": name, "parts": parts}, f)
-                    f.flush()
-                    os.fsync(f.fileno())
+                # a journal first, whole and named on disk before the merged file is: a crash
+                # part-way is finished (or undone) at the next start
+                write_text(os.path.join(folder, JOURNAL),
+                           json.dumps({"merged": name, "parts": parts}),
+                           tmp=_hidden(os.path.join(folder, JOURNAL.lstrip("."))))
                 write_durably(merged, os.path.join(folder, name))
                 _finish_compaction(folder)
                 with self._guard:

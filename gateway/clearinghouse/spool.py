@@ -20,7 +20,7 @@ import threading
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from gateway.durable import fsync_dir
+from gateway.durable import fsync_dir, write_text
 
 FOLDER = "spool"          # the spools' folder, under the data directory
 WATERMARK_KEY = b"cqgate.watermark"
@@ -130,12 +130,8 @@ def commit(path: str, reader: str, seq: int) -> None:
     """Reader ``reader`` has what came up to file ``seq`` (written atomically)."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", reader):
         raise ValueError(f"bad spool reader name {reader!r}")
-    hidden = os.path.join(path, f".committed.{reader}.tmp")
-    with open(hidden, "w") as out:
-        out.write(str(seq))
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(hidden, os.path.join(path, f"committed.{reader}"))
+    write_text(os.path.join(path, f"committed.{reader}"), str(seq),
+               tmp=os.path.join(path, f".committed.{reader}.tmp"))
 
 
 def forget(path: str, reader: str) -> None:
