@@ -66,9 +66,30 @@ class ServerProcess:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
+    """The server most tests share. The run fails if it logged a traceback: an internal
+    error somewhere, whatever the test that caused it saw."""
     s = ServerProcess(str(tmp_path_factory.mktemp("cqgate-data")), "--http-port", "0")
     yield s
     s.stop()
+    tracebacks = logged_tracebacks(s.lines)
+    if tracebacks:
+        pytest.fail("the shared server logged a traceback:\n" + tracebacks[0], pytrace=False)
+
+
+def logged_tracebacks(lines: list) -> list:
+    """The tracebacks in a server's log, each with the line before it (what it logged); not
+    those of Spark's own Python workers (a worker that timed out reaching its JVM under
+    load), which pass through no code of the server's and whose query reports the error."""
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback"):
+            end = next((j for j in range(i + 1, len(lines))
+                        if not lines[j].startswith((" ", "Traceback"))), len(lines) - 1)
+            frames = [x for x in lines[i:end + 1] if x.lstrip().startswith('File "')]
+            if any("pyspark" in f for f in frames) and not any(ROOT in f for f in frames):
+                continue
+            out.append("".join(lines[max(0, i - 1):end + 1]))
+    return out
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Helpers for tests of continuous queries through a real server: unique stream names, seed
-time units as timestamps, waiting until a query runs in the back end, and feeding a stream
-from another connection once it does."""
+time units as timestamps, waiting until a query runs in the back end (or, generally, until a
+condition holds), and feeding a stream from another connection once it does."""
 from __future__ import annotations
 
 import contextlib
@@ -46,6 +46,19 @@ def wait_running(dsn: str, fragment: str, count: int = 1, timeout: float = 20) -
             raise AssertionError(f"{count} quer(ies) with {fragment!r} not running after "
                                  f"{timeout}s (found {running(dsn, fragment)})")
         time.sleep(0.05)
+
+
+def wait_for(condition, timeout: float = 60, what: str = "the condition"):
+    """Poll ``condition()`` every 0.05 s until it returns something true, and return that;
+    an AssertionError naming ``what`` after ``timeout`` seconds. The timeout is generous: a
+    wait for something to happen on a busy machine, not a bound on how soon (bench/ measures
+    that)."""
+    deadline = time.monotonic() + timeout
+    while not (got := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: still not so after {timeout}s")
+        time.sleep(0.05)
+    return got
 
 
 class Feeder(threading.Thread):

@@ -1,7 +1,9 @@
 """Answers that are current, through the real server: a continuous query shows what is true
-now within a heartbeat, though no row of it closes (the latest reading of each key, a steady
-aggregate); a replay of last year's data, fed slowly, loses nothing as late and still answers
-every instant its data have passed; ``heartbeat = 'none'`` and what ``cq_streams`` says."""
+now, brought by the heartbeat, though no row of it closes (the latest reading of each key, a
+steady aggregate); a replay of last year's data, fed slowly, loses nothing as late and still
+answers every instant its data have passed; ``heartbeat = 'none'`` and what ``cq_streams``
+says. How soon an answer is current is bench/current_answers.py's measure: the waits here are
+generous, for a busy machine."""
 from __future__ import annotations
 
 import datetime as dt
@@ -19,9 +21,9 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
 
 
-def _collect(cur, cursor: str, want, seconds: float) -> tuple[list, float]:
-    """FETCH from ``cursor`` until ``want(rows)`` holds or ``seconds`` pass; the rows and when
-    they were complete (seconds after the call)."""
+def _collect(cur, cursor: str, want, seconds: float = 60) -> list:
+    """FETCH from ``cursor`` until ``want(rows)`` holds; the rows. An AssertionError if it
+    does not within ``seconds`` (generous: a wait, not a bound on how soon)."""
     start = time.monotonic()
     rows: list = []
     while not want(rows):
@@ -29,7 +31,7 @@ def _collect(cur, cursor: str, want, seconds: float) -> tuple[list, float]:
         assert left > 0, f"not current after {seconds}s: {rows}"
         cur.execute(f"FETCH ALL FROM {cursor} WITH (timeout = '{max(left, 0.01):.3f}s')")
         rows += cur.fetchall()
-    return rows, time.monotonic() - start
+    return rows
 
 
 def _current(rows: list) -> dict:
@@ -40,13 +42,13 @@ def _current(rows: list) -> dict:
     return latest
 
 
-def test_the_latest_reading_of_every_key_arrives_within_two_seconds(server):
+def test_the_latest_reading_of_every_key_arrives_with_the_heartbeat(server):
     with _follow(server, "latest") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT k, v, valid_from, valid_to "
                     f"FROM {s} [PARTITION BY k ROWS 1]")
         for k, v in ((1, 10), (2, 20), (3, 30), (1, 11)):
             admin.execute(f"INSERT INTO {s} VALUES (%s, %s, now())", [k, v])
-        rows, took = _collect(cur, "c", lambda r: _current(r) == {1: 11, 2: 20, 3: 30}, 2.0)
+        rows = _collect(cur, "c", lambda r: _current(r) == {1: 11, 2: 20, 3: 30})
         # key 1's first reading is closed by its second; each key is there from its reading
         assert (1, 10) in [(k, v) for k, v, *_ in rows]
         for k, v, valid_from, valid_to in rows:
@@ -56,19 +58,22 @@ def test_the_latest_reading_of_every_key_arrives_within_two_seconds(server):
         assert streams == (dt.timedelta(seconds=1), "wall clock")
 
 
-def test_a_steady_unbounded_sum_is_current_within_a_heartbeat(server):
+def test_a_steady_unbounded_sum_is_current_and_costs_a_row_a_heartbeat(server):
     with _follow(server, "steady") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT k, SUM(v), valid_from, valid_to "
                     f"FROM {s} [UNBOUNDED] GROUP BY k")
         admin.execute(f"INSERT INTO {s} VALUES (1, 5, now()), (2, 7, now())")
         admin.execute(f"INSERT INTO {s} VALUES (1, 6, now())")
-        rows, took = _collect(cur, "c", lambda r: _current(r) == {1: 11, 2: 7}, 2.0)
-        # a group that does not change costs at most one row a heartbeat: over three more
-        # seconds of quiet, a few rows, not one per check of the heartbeat loop
+        _collect(cur, "c", lambda r: _current(r) == {1: 11, 2: 7})
+        # a group that does not change costs at most one row a heartbeat (1 s): over three
+        # more seconds of quiet, a few rows, not one per check of the heartbeat loop. The
+        # sleep is not a wait for anything: it lets wall-clock time, which heartbeats follow,
+        # pass; the bound counts the heartbeats that fit in the time that really passed
+        quiet_from = time.monotonic()
         time.sleep(3)
-        cur.execute("FETCH ALL FROM c WITH (timeout = '10ms')")
-        later = cur.fetchall()
-        assert 2 <= len(later) <= 2 * 4, later
+        later = _collect(cur, "c", lambda r: len(r) >= 2)     # a heartbeat's, at least
+        quiet = time.monotonic() - quiet_from
+        assert len(later) <= 2 * (quiet + 1), (quiet, later)
         assert {(k, v) for k, v, *_ in later} == {(1, 11), (2, 7)}
 
 
@@ -81,10 +86,12 @@ def test_a_slow_replay_of_last_year_loses_nothing_and_answers_what_it_has_passed
         for i, (k, v) in enumerate(readings):
             admin.execute(f"INSERT INTO {s} VALUES (%s, %s, %s)",
                           [k, v, year_ago + dt.timedelta(seconds=i)])
-            time.sleep(1.5)              # in order, seconds apart in wall-clock time
+            # not a wait for anything: in order, seconds apart in wall-clock time, so
+            # heartbeats come between them (a replay fed slowly)
+            time.sleep(1.5)
         # every instant up to the last reading's (the stream's watermark) is answered:
         # the rows valid at i + 0.5 s are the readings current then
-        rows, _ = _collect(cur, "c", lambda r: len(r) >= 4, 3.0)
+        rows = _collect(cur, "c", lambda r: len(r) >= 4)
         for i in range(len(readings) - 1):
             t = year_ago + dt.timedelta(seconds=i + 0.5)
             valid = {(k, v) for k, v, f, to in rows if f <= t and (to is None or t < to)}
@@ -103,6 +110,8 @@ def test_heartbeat_none_keeps_the_wall_clock_out(server):
         admin.execute("CREATE STREAM hb_none (k INT, t TIMESTAMP TIMESTAMPCOLUMN) "
                       "WITH (heartbeat = 'none')")
         admin.execute("INSERT INTO hb_none VALUES (1, now())")
+        # not a wait for anything: more than a heartbeat period of wall-clock time passes,
+        # which must not move the stream on
         time.sleep(1.5)
         admin.execute("INSERT INTO hb_none VALUES (2, now())")    # never late
         row = admin.execute("SELECT late, heartbeat, watermark_follows FROM cq_streams "
@@ -123,8 +132,8 @@ def test_named_windows_and_derived_streams_are_current_too(server):
                     f"FROM {d}")
         admin.execute(f"INSERT INTO {s} VALUES (1, 2, now()), (2, 3, now())")
         admin.execute(f"INSERT INTO {s} VALUES (1, 4, now())")
-        _collect(cur, "cw", lambda r: _current(r) == {1: 6, 2: 3}, 2.0)
-        _collect(cur, "cd", lambda r: _current(r) == {1: 40, 2: 30}, 2.0)
+        _collect(cur, "cw", lambda r: _current(r) == {1: 6, 2: 3})
+        _collect(cur, "cd", lambda r: _current(r) == {1: 40, 2: 30})
 
 
 def test_the_docs_way_to_coalesce_rows_gives_one_row_per_value(server):
@@ -138,9 +147,10 @@ def test_the_docs_way_to_coalesce_rows_gives_one_row_per_value(server):
         cur.execute(f"DECLARE c CURSOR FOR SELECT k, v, valid_from, valid_to "
                     f"FROM {s} [PARTITION BY k ROWS 1]")
         admin.execute(f"INSERT INTO {s} VALUES (1, 10, now())")
-        time.sleep(2.5)                  # split at two or three heartbeats meanwhile
+        # heartbeats split the row of 10 meanwhile: until two pieces of it have come
+        rows = _collect(cur, "c", lambda r: sum(v == 10 for _, v, *_ in r) >= 2)
         admin.execute(f"INSERT INTO {s} VALUES (1, 11, now())")
-        rows, _ = _collect(cur, "c", lambda r: any(v == 11 for _, v, *_ in r), 3.0)
+        rows += _collect(cur, "c", lambda r: any(v == 11 for _, v, *_ in r))
     assert len([r for r in rows if r[1] == 10]) >= 2          # 10 came in pieces
     con = duckdb.connect()
     con.execute("CREATE TABLE fetched (k INT, v INT, valid_from TIMESTAMP, valid_to TIMESTAMP)")

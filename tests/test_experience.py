@@ -47,7 +47,9 @@ def _lines_after(server, mark: int, pattern: str, timeout: float = 30) -> list[s
     while time.monotonic() < deadline:
         hits = [ln for ln in server.lines[mark:] if re.search(pattern, ln)]
         if hits:
-            time.sleep(0.3)                        # a second line would show up by now
+            # not a wait for anything: a moment in which a second line of the same event
+            # (which must not come) could show up; a slow machine can only hide one
+            time.sleep(0.3)
             return [ln for ln in server.lines[mark:] if re.search(pattern, ln)]
         time.sleep(0.05)
     raise AssertionError(f"no log line matching {pattern!r} in:\n" + "".join(server.lines[mark:]))

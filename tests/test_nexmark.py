@@ -57,7 +57,8 @@ def test_query_matches_duckdb(server, events, name, engine):
     assert want, "the oracle must have rows to compare"
     drive.declare(server.dsn, slack="3 seconds")
     dsn = server.dsn + f" options='-c cq.engine={engine}'"
-    reader = drive.Reader(dsn, q.cqgate).start(expect=len(want))
+    # the reader stops early only after this long without a row; the wait below bounds it
+    reader = drive.Reader(dsn, q.cqgate, quiet="120s").start(expect=len(want))
     try:
         drive.feed(server.ingest_port, {s: csv[s] for s in q.reads})
         drive.advance(server.dsn, q.reads, AFTER)
@@ -83,7 +84,7 @@ def test_q5_over_a_burst_matches_duckdb(server, tmp_path):
     q = QUERIES["q5"]
     want = oracle(q, files)
     drive.declare(server.dsn)
-    reader = drive.Reader(server.dsn, q.cqgate).start(expect=len(want))
+    reader = drive.Reader(server.dsn, q.cqgate, quiet="120s").start(expect=len(want))
     try:
         drive.feed(server.ingest_port, {"bids": csv["bids"]})
         drive.advance(server.dsn, q.reads, AFTER)
@@ -115,5 +116,5 @@ def test_the_cpu_meter_counts_what_the_server_spent():
         child.kill()
         child.wait(timeout=30)
     assert set(cpu.spent) == {"gateway", "client_and_source"}    # it has no back end
-    assert 0.25 <= cpu.spent["gateway"] < 5
+    assert 0.25 <= cpu.spent["gateway"] < 5       # CPU seconds: a busy machine adds none
     assert cpu.per_event_us(1_000_000)["gateway"] == round(cpu.spent["gateway"], 2)

@@ -89,15 +89,20 @@ def test_a_cursor_that_stops_reading_spills_then_ends_alone(start_server):
     fast = Reader(s.dsn, stream, ROWS)
     before = rss_bytes(s.proc.pid)
 
-    # a first part that fits the spill bound: the queue holds up to 1MB in memory (a batch
-    # larger than that goes to disk whole), the rest on disk
-    push(s, stream, 0, FIRST)
+    # a first part that fits the spill bound: the queue holds up to 1MB in memory, the rest
+    # on disk (a batch larger than the memory bound goes to disk whole, so a small batch
+    # comes first: it is what memory holds)
+    small = 500                                   # ~130kB of rows
+    push(s, stream, 0, small)
     deadline = time.monotonic() + 30
+    while queue_of(admin, "lagging")[1] < small and time.monotonic() < deadline:
+        time.sleep(0.1)
+    push(s, stream, small, FIRST - small)
     while (q := queue_of(admin, "lagging"))[1] < FIRST and time.monotonic() < deadline:
         time.sleep(0.1)
     state, unread, memory, spilled, error = q
     assert (state, unread, error) == ("ready", FIRST, None)
-    assert memory <= 1 << 20 and 0 < spilled <= 4 << 20, (memory, spilled)
+    assert 0 < memory <= 1 << 20 and 0 < spilled <= 4 << 20, (memory, spilled)
     assert spill_files(s)
 
     # the rest overflows it: that query ends (54000); the stream and the fast cursor go on

@@ -92,10 +92,9 @@ def test_an_ordinary_role_needs_privileges_that_grant_gives_and_revoke_takes(sha
             with b.transaction():
                 assert sqlstate(b, "DECLARE c CURSOR FOR SELECT * FROM priv_s") == "42501"
             assert sqlstate(b, "SELECT k FROM priv_s [RANGE '1 minute']") == "42501"
-            try:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as denied:
                 b.execute("SELECT * FROM priv_t")
-            except psycopg.Error as e:
-                assert str(e).startswith("permission denied for table priv_t")
+            assert str(denied.value).startswith("permission denied for table priv_t")
 
             su.execute("GRANT SELECT ON priv_t, priv_s TO bob_p")
             assert b.execute("SELECT a FROM priv_t ORDER BY a").fetchall() == [(1,), (2,)]

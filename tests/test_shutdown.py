@@ -1,7 +1,9 @@
 """Statements that stop when asked: statement_timeout ends a long DuckDB statement with 57014,
 and SIGTERM is a fast shutdown (running statements interrupted, clients told 57P01, the
-process gone within seconds, a clean start after); DuckDB's memory is bounded."""
+process gone with no worker left behind, a clean start after); DuckDB's memory is bounded.
+Waits here are generous, for a busy machine: how fast is a benchmark's question."""
 import asyncio
+import select
 import signal
 import subprocess
 import sys
@@ -11,34 +13,44 @@ import time
 import psycopg
 
 from conftest import ServerProcess
+from continuous import wait_for
 from gateway.process import server as srv_mod
 
 LONG = "SELECT count(*) FROM range(100000000) a, range(100000) b"    # minutes of DuckDB work
+TIMEOUT = "canceling statement due to statement timeout"
 
 
 def _run(conn, sql: str, out: dict, key: str) -> threading.Thread:
+    """Run ``sql`` on ``conn`` in a thread; ``out[key]``: the error it ended with, or None."""
     def run():
         try:
             conn.execute(sql).fetchall()
             out[key] = None
         except psycopg.Error as e:
-            out[key] = e.sqlstate
+            out[key] = e
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
 
 
+def _ended(conn, sql: str, timeout: float = 60) -> psycopg.Error | None:
+    """Run ``sql`` on ``conn``; the error it ended with (None: none). LONG runs for minutes,
+    so ending within ``timeout`` shows that DuckDB was interrupted."""
+    out: dict = {}
+    t = _run(conn, sql, out, "error")
+    t.join(timeout)
+    if t.is_alive():
+        conn.cancel()                    # free the session for the test's cleanup
+        t.join(30)
+        raise AssertionError(f"the statement was not interrupted within {timeout}s")
+    return out["error"]
+
+
 def test_statement_timeout_ends_a_long_duckdb_statement(server):
     with psycopg.connect(server.dsn, autocommit=True) as c:
         c.execute("SET statement_timeout = '500ms'")
-        started = time.monotonic()
-        try:
-            c.execute(LONG).fetchall()
-            raised = None
-        except psycopg.errors.QueryCanceled as e:
-            raised = str(e)
-        assert raised == "canceling statement due to statement timeout"
-        assert time.monotonic() - started < 5
+        e = _ended(c, LONG)
+        assert isinstance(e, psycopg.errors.QueryCanceled) and str(e) == TIMEOUT, e
         assert c.execute("SELECT 1").fetchone() == (1,)          # the session goes on
         c.execute("SET statement_timeout = 0")
         assert c.execute("SELECT count(*) FROM range(1000)").fetchone() == (1000,)
@@ -50,20 +62,14 @@ def test_an_interrupt_that_comes_before_duckdb_starts_is_not_lost(server):
     server repeats it until the statement ends (a CancelRequest and SIGTERM alike)."""
     with psycopg.connect(server.dsn, autocommit=True) as c:
         c.execute("SET statement_timeout = '1ms'")
-        for _ in range(5):
-            started = time.monotonic()
-            try:                  # the catalog's views are registered before the query runs
-                c.execute(LONG + ", (SELECT 1 FROM pg_class LIMIT 1) c").fetchall()
-                raised = None
-            except psycopg.errors.QueryCanceled as e:
-                raised = str(e)
-            assert raised == "canceling statement due to statement timeout"
-            assert time.monotonic() - started < 5
+        for _ in range(5):        # the catalog's views are registered before the query runs
+            e = _ended(c, LONG + ", (SELECT 1 FROM pg_class LIMIT 1) c")
+            assert isinstance(e, psycopg.errors.QueryCanceled) and str(e) == TIMEOUT, e
         c.execute("SET statement_timeout = 0")
         assert c.execute("SELECT 1").fetchone() == (1,)          # the session goes on
 
 
-def test_sigterm_interrupts_statements_and_exits_within_seconds(tmp_path):
+def test_sigterm_interrupts_statements_and_exits(tmp_path):
     data = str(tmp_path / "data")
     s = ServerProcess(data)
     try:
@@ -72,17 +78,25 @@ def test_sigterm_interrupts_statements_and_exits_within_seconds(tmp_path):
         c2.execute("CREATE STREAM shut_s (a INT, t TIMESTAMP TIMESTAMPCOLUMN)")
         c2.execute("BEGIN")
         c2.execute("DECLARE w CURSOR FOR SELECT a FROM shut_s")
+        pids = [c1.info.backend_pid, c2.info.backend_pid]
         out = {}
         threads = [_run(c1, LONG, out, "long"),
                    _run(c2, "FETCH 1 FROM w WITH (timeout = '60s')", out, "fetch")]
-        time.sleep(1.5)                          # both running
-        started = time.monotonic()
+        with psycopg.connect(s.dsn, autocommit=True) as watch:    # both running
+            wait_for(lambda: watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE (pid = %s AND state = 'active') "
+                "OR (pid = %s AND wait_event IS NOT NULL)", pids).fetchone()[0] == 2,
+                60, "the DuckDB statement and the FETCH running")
         s.proc.send_signal(signal.SIGTERM)
-        assert s.proc.wait(30) == 0
-        assert time.monotonic() - started < 5
+        assert s.proc.wait(60) == 0
         for t in threads:
-            t.join(10)
-        assert out == {"long": "57P01", "fetch": "57P01"}
+            t.join(30)
+        assert {key: None if e is None else e.sqlstate for key, e in out.items()} == \
+            {"long": "57P01", "fetch": "57P01"}
+        # interrupted, not left behind: every worker thread ended within the shutdown
+        wait_for(lambda: any("shutdown: worker threads and DuckDB closed" in ln
+                             for ln in s.lines), 30, "the shutdown's last log line")
+        assert not any("worker threads still busy" in ln for ln in s.lines), "".join(s.lines)
     finally:
         s.stop()
     again = ServerProcess(data)
@@ -115,11 +129,14 @@ def test_a_session_idle_in_a_transaction_too_long_ends_with_25P03(server):
     with psycopg.connect(server.dsn, autocommit=True) as other, \
             psycopg.connect(server.dsn, autocommit=True) as c:
         c.execute("SET idle_in_transaction_session_timeout = 300")     # milliseconds
-        time.sleep(0.6)                    # idle outside a transaction: nothing happens
+        # not a wait for anything: twice the timeout of idling outside a transaction, which
+        # must not end the session
+        time.sleep(0.6)
         assert c.execute("SELECT 1").fetchone() == (1,)
         c.execute("BEGIN")
         c.execute("SELECT 1")
-        time.sleep(1.0)
+        # idle in the transaction until the server says something: it ends the session
+        assert select.select([c], [], [], 60)[0], "the session was not ended within 60 s"
         try:
             c.execute("SELECT 2")
             ended = None
@@ -132,20 +149,23 @@ def test_a_session_idle_in_a_transaction_too_long_ends_with_25P03(server):
 
 def test_a_worker_that_ignores_its_interrupt_does_not_hold_the_shutdown(tmp_path, caplog):
     """A call in a worker thread that no interrupt reaches (here one waiting on an event) is
-    given WORKERS_WAIT_S, then left behind with a warning; the shutdown ends on time."""
-    stuck = threading.Event()
+    given WORKERS_WAIT_S, then left behind with a warning; the shutdown ends without it."""
+    stuck, returned = threading.Event(), threading.Event()
+
+    def ignores_interrupts():
+        stuck.wait(60)                  # far longer than a shutdown takes, even a slow one
+        returned.set()
 
     async def main():
         server = srv_mod.Server(srv_mod.Config(data_dir=str(tmp_path / "data")))
         await server.start()
-        server.services.pool.submit(stuck.wait, 60)
-        began = time.monotonic()
+        server.services.pool.submit(ignores_interrupts)
         await server.stop()
-        return server.abandoned, time.monotonic() - began
+        return server.abandoned, returned.is_set()
     try:
         with caplog.at_level("INFO", logger="cqgate"):
-            abandoned, took = asyncio.run(main())
+            abandoned, waited_for_it = asyncio.run(main())
     finally:
         stuck.set()
-    assert abandoned and took < srv_mod.WORKERS_WAIT_S + 2, took
+    assert abandoned and not waited_for_it         # the call was still running at the end
     assert "worker threads still busy" in caplog.text

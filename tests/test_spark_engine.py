@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.nexmark.run import _children
-from continuous import at, lit, unique, wait_running
+from continuous import at, lit, unique, wait_for, wait_running
 
 # (name, query over {s} and {s2}, the column holding valid_from): the shapes Spark runs
 SHAPES = [
@@ -66,7 +66,7 @@ def _insert(c, streams: dict, chunk: int = 25, pause: float = 0.0) -> None:
             if rows[i:i + chunk]:
                 c.execute(f"INSERT INTO {stream} VALUES " + ", ".join(
                     f"({k}, {v}, {lit(t)})" for k, v, t in rows[i:i + chunk]))
-        time.sleep(pause)
+        time.sleep(pause)       # spacing, not a wait: the rows are the same however batched
 
 
 def _drain(cur, name: str, want, deadline: float, quiet: str) -> list:
@@ -114,7 +114,10 @@ def test_both_engines_give_the_same_rows(server):
         for stream in (s, s2):
             admin.execute(f"ALTER STREAM {stream} ADVANCE TO {lit(end)}")
 
-        time.sleep(1)           # the back end has answered up to the end by now
+        # the back end takes what the gateway sends it in order, one frame at a time, and
+        # answers a read of cq_queries after the frames before it, its rows ahead of the
+        # answer: once the read returns, it has answered up to the end
+        admin.execute("SELECT count(*) FROM cq_queries").fetchone()
         deadline = time.monotonic() + 90
         for name, _, at_column in SHAPES:
             expected = _drain(back.cursor(), name, None, deadline, quiet="0.2s")
@@ -272,10 +275,7 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
                 page.read().decode()) for s in f.samples if not s.labels}
         assert metrics["cqgate_spark_streaming_queries"] >= 1
         c.execute("CLOSE r")
-        deadline = time.monotonic() + 20
-        while os.path.isdir(folder) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not os.path.isdir(folder)
+        wait_for(lambda: not os.path.isdir(folder), 60, f"the spool {folder} gone")
         c.rollback()
         admin.execute(f"DROP STREAM {s}")
 
@@ -287,6 +287,15 @@ def _kept_rows(data_dir: str) -> list:
     if not files:
         return []
     return duckdb.sql(f"SELECT k, w, valid_from FROM read_parquet({files!r})").fetchall()
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie that nobody has reaped yet has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
@@ -305,9 +314,7 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
         assert c.execute("SELECT kind, engine FROM cq_queries WHERE name = %s",
                          [out]).fetchall() == [("derived", "spark")]
         _insert(c, {base: rows[:100]})
-        deadline = time.monotonic() + 60
-        while len(_kept_rows(data)) < 100 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: len(_kept_rows(data)) >= 100, 60, "100 rows kept")
         assert len(_kept_rows(data)) == 100
         # EXPLAIN ANALYZE of the derived stream: Spark's counters, its 100 rows kept
         lines = [r[0] for r in c.execute(f"EXPLAIN ANALYZE {out}").fetchall()]
@@ -321,9 +328,7 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
     srv.proc.kill()
     srv.proc.wait(10)
     for pid in doomed:                               # a JVM ends when its server's pipe does
-        deadline = time.monotonic() + 30
-        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: _gone(pid), 60, f"process {pid} of the killed server ended")
 
     again = start_server(data_dir=data)
     with psycopg.connect(again.dsn, autocommit=True) as c, \
@@ -331,13 +336,12 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
         reader.execute(f"DECLARE live CURSOR FOR SELECT k, w FROM {out}")
         _insert(c, {base: rows[200:]})
         c.execute(f"ALTER STREAM {base} ADVANCE TO {lit(40)}")
-        deadline = time.monotonic() + 60
-        while len(_kept_rows(data)) < len(want) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: len(_kept_rows(data)) >= len(want), 60, f"{len(want)} rows kept")
         assert sorted(_kept_rows(data)) == want          # every tuple, once
         # the cursor follows what the derived stream gave since it began: the tuples sent
         # after the restart, and those sent before the kill that Spark had not read yet
-        followed = _drain(reader.cursor(), "live", None, time.monotonic() + 30, quiet="1s")
         after = [(k, v * 10) for k, v, _ in rows[200:]]
+        followed = _drain(reader.cursor(), "live", lambda got: set(after) <= set(got),
+                          time.monotonic() + 60, quiet="1s")
         assert len(set(followed)) == len(followed) >= len(after)
         assert set(after) <= set(followed) <= {(k, v * 10) for k, v, _ in rows[100:]}

@@ -2,6 +2,7 @@
 DML with RETURNING, views, SQL cursors (DECLARE / FETCH / MOVE / CLOSE [ALL], WITH HOLD),
 transactions and savepoints, SET / SHOW / RESET, DEALLOCATE and DISCARD ALL."""
 import psycopg
+from psycopg import pq
 import pytest
 from psycopg import sql
 
@@ -106,9 +107,17 @@ def test_set_show_reset_discard(conn):
 
 
 def test_deallocate(server):
-    with psycopg.connect(server.dsn, autocommit=True, prepare_threshold=0) as c:
-        c.execute("SELECT %s::int", (1,))
-        c.execute("SELECT %s::int", (2,))        # now a named server-side statement
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        # statements prepared by name in the protocol (libpq's PQprepare), then DEALLOCATE
+        assert c.pgconn.prepare(b"kept", b"SELECT 1").status == pq.ExecStatus.COMMAND_OK
+        assert c.pgconn.prepare(b"dropped", b"SELECT 2").status == pq.ExecStatus.COMMAND_OK
+        c.execute("DEALLOCATE dropped")
+        r = c.pgconn.exec_prepared(b"kept", [])
+        assert (r.status, r.get_value(0, 0)) == (pq.ExecStatus.TUPLES_OK, b"1")
+        r = c.pgconn.exec_prepared(b"dropped", [])
+        assert r.error_field(pq.DiagnosticField.SQLSTATE) == b"26000"
         c.execute("DEALLOCATE ALL")
+        r = c.pgconn.exec_prepared(b"kept", [])
+        assert r.error_field(pq.DiagnosticField.SQLSTATE) == b"26000"
         with pytest.raises(psycopg.errors.InvalidSqlStatementName):
             c.execute("DEALLOCATE nope")
