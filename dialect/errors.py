@@ -34,6 +34,14 @@ class DatatypeMismatch(PlanError):
     sqlstate = "42804"
 
 
+class UndefinedFunction(PlanError):
+    sqlstate = "42883"
+
+
+class InvalidTextRepresentation(PlanError):
+    sqlstate = "22P02"
+
+
 class GroupingError(PlanError):
     sqlstate = "42803"
 

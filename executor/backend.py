@@ -25,6 +25,7 @@ import pyarrow as pa
 from . import plan as P
 from . import allocator, udf, wire
 from .graph import Graph, NotRunnable
+from .operators.base import QueryError
 
 log = logging.getLogger("cqgate.backend")
 
@@ -106,6 +107,10 @@ class Backend:
             self.graph.add(msg.qid, plan, feeds=msg.feeds, private=history is not None)
         except NotRunnable as e:
             self._answer(msg.req, ok=False, error=str(e), sqlstate="0A000")
+            return
+        except Exception as e:  # noqa: BLE001 - a plan the back end cannot start fails alone
+            log.exception("query %s could not start", msg.qid)
+            self._answer(msg.req, ok=False, error=f"{type(e).__name__}: {e}", sqlstate="XX000")
             return
         self.queries[msg.qid] = QueryStats(time.time())
         self._answer(msg.req, ok=True)
@@ -210,7 +215,7 @@ class Backend:
                        for name in reads if name in self.retained or name in history}
             at = [self.streams[n].watermark for n in reads
                   if n in self.streams and self.streams[n].watermark is not None]
-            return graph.snapshot("q", batches, max(at) if at else None)
+            return _settled(graph, graph.snapshot("q", batches, max(at) if at else None))
 
         self._one_time(msg, run)
 
@@ -225,7 +230,8 @@ class Backend:
                 batches = {name: [b for t in tables for b in t.to_batches()]
                            for name, tables in history.items()}
                 spans = np.array(msg.spans, dtype=np.int64).reshape(-1, 2)
-                return graph.replay("q", batches, msg.seam, spans, msg.by_start)
+                return _settled(graph, graph.replay("q", batches, msg.seam, spans,
+                                                    msg.by_start))
 
         self._one_time(msg, run)
 
@@ -247,6 +253,9 @@ class Backend:
             table = run()
         except NotRunnable as e:
             self._answer(msg.req, ok=False, error=str(e), sqlstate="0A000")
+            return
+        except QueryError as e:          # the query's own error: its SQLSTATE
+            self._answer(msg.req, ok=False, error=str(e), sqlstate=e.sqlstate)
             return
         except Exception as e:  # noqa: BLE001 - a failing one-time query ends only itself
             self._answer(msg.req, ok=False, error=f"{type(e).__name__}: {e}", sqlstate="XX000")
@@ -279,6 +288,16 @@ class Backend:
         self.graph.remove(qid)
         self.queries.pop(qid, None)
         self.send(wire.encode(wire.Ended(qid, error, sqlstate)))
+
+
+def _settled(graph: Graph, table):
+    """A one-time query's rows, or the error an operator of its graph ended it with (never
+    a partial answer)."""
+    failures = graph.take_failures()
+    if failures:
+        error, sqlstate = next(iter(failures.values()))
+        raise QueryError(error, sqlstate)
+    return table
 
 
 COALESCE_ROWS = 8192      # queued batches are joined while they hold fewer rows than this

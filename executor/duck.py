@@ -3,6 +3,9 @@ cursor factory), each operator a cursor of it set to PostgreSQL's integer divisi
 it runs its SQL on registered batches (``run``). ``quote`` spells every identifier of that SQL."""
 from __future__ import annotations
 
+import functools
+import threading
+
 import duckdb
 import pyarrow as pa
 
@@ -66,4 +69,92 @@ def typed_empty(con: duckdb.DuckDBPyConnection, columns, extra: str = "") -> pa.
     cols = [f"CAST(NULL AS {c.type or 'VARCHAR'}) AS {quote(c.name)}" for c in columns]
     if extra:
         cols.append(extra)
+    if not cols:                    # every column a NULL of no type (SELECT NULL … UNION …)
+        return pa.table({})
     return con.sql(f"SELECT {', '.join(cols)} LIMIT 0").to_arrow_table()
+
+
+# ---------------------------------------------------------------------- before a plan runs
+# One database binds the planner's expressions, configured as the back end's. It runs no
+# worker thread of its own (threads = 1): the gateway forks (Spark's JVM is started from it),
+# and a thread caught in a lock at the fork can crash the child.
+_typing: list = []
+_typing_lock = threading.Lock()
+
+
+def _typing_database() -> duckdb.DuckDBPyConnection:
+    """The typing database (made on first use); the caller holds ``_typing_lock``."""
+    if not _typing:
+        _typing.append(configured(duckdb.connect(config={**LOCKED, "threads": 1})))
+    return _typing[0]
+
+
+def _typed(sql: str) -> list:
+    """``sql``'s result types, bound (not run) in the typing database."""
+    with _typing_lock:
+        return [str(t) for t in _typing_database().sql(sql).types]
+
+
+def _names_where(condition: str) -> frozenset:
+    """The names of DuckDB's functions that meet ``condition``."""
+    with _typing_lock:
+        return frozenset(r[0] for r in _typing_database().sql(
+            f"SELECT DISTINCT function_name FROM duckdb_functions() WHERE {condition}"
+        ).fetchall())
+
+
+@functools.lru_cache(maxsize=4096)
+def expression_type(sql: str, columns: tuple) -> str:
+    """DuckDB's result type of ``sql`` over input columns ((name, DuckDB type), …; UNKNOWN:
+    a NULL of no type), bound as the back end binds it; raises ``duckdb.Error`` where it
+    cannot be bound (a function it does not have, arguments no overload takes).
+
+    >>> expression_type('greatest("a", 2)', (("a", "INTEGER"),))
+    'INTEGER'
+    """
+    cols = ", ".join((f"CAST(NULL AS {t})" if t not in ("", "UNKNOWN") else "NULL")
+                     + f" AS {quote(n)}" for n, t in columns) or "1 AS _"
+    return _typed(f"SELECT {sql} FROM (SELECT {cols}) AS b")[0]
+
+
+@functools.lru_cache(maxsize=1)
+def aggregate_names() -> frozenset:
+    """The names of DuckDB's aggregate functions."""
+    return _names_where("function_type = 'aggregate'")
+
+
+@functools.lru_cache(maxsize=1)
+def volatile_names() -> frozenset:
+    """The names of DuckDB's functions whose value changes from call to call (random())."""
+    return _names_where("stability = 'VOLATILE'")
+
+
+@functools.lru_cache(maxsize=1024)
+def union_type(a: str, b: str) -> str:
+    """The type DuckDB gives a column of UNION ALL whose inputs are typed ``a`` and ``b``.
+
+    >>> union_type("INTEGER", "BIGINT"), union_type("INTEGER", "DOUBLE")
+    ('BIGINT', 'DOUBLE')
+    """
+    return _typed(f"SELECT CAST(NULL AS {a}) UNION ALL SELECT CAST(NULL AS {b})")[0]
+
+
+# errors DuckDB raises over a query's values (a cast that cannot convert one, an overflow):
+# the user's, with PostgreSQL's SQLSTATE, not the system's
+_DATA_ERRORS = ((duckdb.ConversionException, "22P02"), (duckdb.OutOfRangeException, "22003"),
+                (duckdb.DataError, "22000"), (duckdb.InvalidInputException, "22023"))
+
+
+def data_error(e: duckdb.Error) -> tuple[str, str] | None:
+    """(message, SQLSTATE) of an error over a query's values, or None for another kind.
+
+    >>> data_error(duckdb.ConversionException("Conversion Error: 'x' is not INT32\\nLINE 1"))
+    ("Conversion Error: 'x' is not INT32", '22P02')
+    """
+    message = str(e).split("\n", 1)[0]
+    if "Division by zero" in message:
+        return "division by zero", "22012"
+    for cls, state in _DATA_ERRORS:
+        if isinstance(e, cls):
+            return message, state
+    return None

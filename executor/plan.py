@@ -2,7 +2,8 @@
 
 Frozen, serialisable data classes with no sqlglot inside. Every tuple carries a validity
 interval [valid_from, valid_to) in event-time microseconds; operators are σ filter, μ map,
-ω window, ⋈ join, ∪ union, α aggregation, δ duplicate elimination, − difference, and limit.
+ω window, ⋈ join, ∪ union, α aggregation, δ duplicate elimination, − difference, ∩
+intersection, and limit.
 
 Expressions are ``Expr``: DuckDB SQL text over the operator's input columns (quoted names),
 the columns it reads and its DuckDB result type, so the back end evaluates them on whole Arrow
@@ -165,7 +166,7 @@ class Union_:                                              # ∪ (UNION ALL)
 @dataclass(frozen=True)
 class Partial:
     """Phase one of an aggregate: ``func`` is sum, count, count_star, min, max,
-    count_distinct or a user aggregate's registered name."""
+    count_distinct, sum_distinct or a user aggregate's registered name."""
     name: str
     func: str
     arg: Expr | None = None
@@ -189,9 +190,31 @@ class Distinct:                                            # δ
 
 
 @dataclass(frozen=True)
-class Difference:                                          # −
+class Difference:                                          # − (EXCEPT [ALL])
+    """The left input's rows the right one lacks at each instant; ``all``: as multisets
+    (a row the left holds three times and the right once is there twice)."""
     left: "Node"
     right: "Node"
+    schema: tuple
+    all: bool = False
+
+
+@dataclass(frozen=True)
+class Intersection:                                        # ∩ (INTERSECT [ALL])
+    """The rows both inputs hold at each instant; ``all``: as many copies as the input
+    with fewer has."""
+    left: "Node"
+    right: "Node"
+    schema: tuple
+    all: bool = False
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Each row as many times as its integer column ``count`` says (what the rewrites of
+    EXCEPT ALL and INTERSECT ALL end with)."""
+    input: "Node"
+    count: str
     schema: tuple
 
 
@@ -260,7 +283,7 @@ class Pattern:                                             # SEQ (seed 004, SASE
 
 
 Node = Union[StreamScan, TableScan, WindowRelationScan, Window, Filter, Map, Join, Union_,
-             Aggregate, Distinct, Difference, Limit, Pattern, QualityJoin]
+             Aggregate, Distinct, Difference, Intersection, Repeat, Limit, Pattern, QualityJoin]
 
 PSEUDO_COLUMNS = ("valid_from", "valid_to", "wtime")
 
@@ -280,8 +303,8 @@ class Plan:
 _TYPES = {cls.__name__: cls for cls in (
     Column, Expr, NamedExpr, RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
     FixedWindow, IntervalWindow, LoopWindow, StreamScan, TableScan, WindowRelationScan, Window,
-    Filter, Map, Join, Union_, Partial, Aggregate, Distinct, Difference, Limit, Plan,
-    PatternComponent, Pattern, RowMeasure, QualityJoin)}
+    Filter, Map, Join, Union_, Partial, Aggregate, Distinct, Difference, Intersection, Repeat,
+    Limit, Plan, PatternComponent, Pattern, RowMeasure, QualityJoin)}
 
 
 def to_dict(obj):
@@ -367,7 +390,9 @@ _LABELS = {
                               for p in n.partials)
     + " final " + _names(n.finals),
     Distinct: lambda n: "δ",
-    Difference: lambda n: "−",
+    Difference: lambda n: "− all" if n.all else "−",
+    Intersection: lambda n: "∩ all" if n.all else "∩",
+    Repeat: lambda n: f"repeat each row {n.count} times",
     Limit: lambda n: f"limit {n.count}",
     Pattern: lambda n: _pattern_text(n),
     QualityJoin: lambda n: f"⋈q arrival order, recall {n.recall:g} over "
@@ -508,7 +533,7 @@ def _names_read(node, name_of) -> set:
 
 
 def children(node) -> tuple:
-    if isinstance(node, (Join, Difference, QualityJoin)):
+    if isinstance(node, (Join, Difference, Intersection, QualityJoin)):
         return (node.left, node.right)
     if isinstance(node, (Union_, Pattern)):
         return node.inputs

@@ -25,6 +25,8 @@ from executor.graph import RunningQuery
 from executor.graph.running_graph import below
 from executor.operators.base import QueryError
 
+from continuous import unique
+
 CATALOG = MemoryCatalog().add(Relation("ev", "stream", (
     ("k", "INT"), ("kind", "TEXT"), ("v", "INT"), ("ts", "TIMESTAMP")), "ts"))
 KINDS = "abc"
@@ -193,6 +195,32 @@ def test_match_recognize_through_a_server(server):
                 break
             got.update(batch)
         assert got == want and sum(want.values()) > 5
+
+
+def test_a_finished_match_is_not_held_back_by_another_partitions_attempt(server):
+    """k=0 begins A B+ C and waits for its C (no WITHIN); k=1 finishes A B C meanwhile.
+    No row k=0 has can end a match (only a C can), so k=1's match goes out once the
+    watermark passes its C (the code before waited for k=0's C, for ever)."""
+    s = unique("mr_parts")
+    with psycopg.connect(server.dsn, autocommit=True) as feed, \
+            psycopg.connect(server.dsn) as reader:
+        feed.execute(f"CREATE STREAM {s} (k INT, kind TEXT, ts TIMESTAMP TIMESTAMPCOLUMN)")
+        try:
+            cur = reader.cursor()
+            cur.execute(f"DECLARE mp CURSOR FOR SELECT * FROM {s} MATCH_RECOGNIZE ("
+                        "PARTITION BY k ORDER BY ts MEASURES FIRST(A.ts) AS a_at, C.ts AS c_at "
+                        "PATTERN (A B+ C) DEFINE A AS kind = 'a', B AS kind = 'b', "
+                        "C AS kind = 'c') AS m")
+            feed.execute(f"INSERT INTO {s} VALUES (0, 'a', '2026-11-01 00:00:01'), "
+                         "(0, 'b', '2026-11-01 00:00:02'), (1, 'a', '2026-11-01 00:00:03'), "
+                         "(1, 'b', '2026-11-01 00:00:04'), (1, 'c', '2026-11-01 00:00:05')")
+            feed.execute(f"ALTER STREAM {s} ADVANCE TO '2026-11-01 00:00:06'")
+            cur.execute("FETCH ALL FROM mp WITH (timeout = '10s')")
+            assert cur.fetchall() == [(1, dt.datetime(2026, 11, 1, 0, 0, 3),
+                                       dt.datetime(2026, 11, 1, 0, 0, 5))]
+            reader.rollback()
+        finally:
+            feed.execute(f"DROP STREAM {s} CASCADE")
 
 
 # ---------------------------------------------------------------------- quantifiers

@@ -1,8 +1,13 @@
 """Stream DDL, EXPLAIN and planning errors through the real server: streams, windows and
 derived streams are kept across a restart, listed in the catalog with their columns, and
 every planning error reaches the client with its SQLSTATE."""
+import threading
+
 import psycopg
 import pytest
+
+from gateway import catalog_files
+from gateway.streams import registry
 
 from conftest import psql
 
@@ -128,3 +133,20 @@ def test_syntax_error_position(server):
             c.execute("SELECT * FROM s\n  [ROWS 10 WHERE]")
         assert e.value.diag.statement_position is not None
         assert int(e.value.diag.statement_position) > 16     # on the second line
+
+
+def test_two_objects_made_at_once_never_share_an_oid(tmp_path):
+    """A session takes an OID, starts its object's query under it (-oid), then saves it:
+    another session between the two took the same OID before, and the back end ran two
+    relations as one query (a derived stream read the other's rows; found by two
+    differential runs on one server)."""
+    catalog_files.save(str(tmp_path), registry.DOCUMENT, [])
+    reg = registry.StreamRegistry(None, str(tmp_path))
+    taken: list = []
+    threads = [threading.Thread(target=lambda: taken.extend(reg.next_oid() for _ in range(50)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(taken) == len(set(taken)) == 200

@@ -12,21 +12,24 @@ import datetime as dt
 from sqlglot import exp
 
 from executor import plan as P
+from executor.duck import quote, union_type
 
 from .. import expressions as X
-from ..errors import (AmbiguousColumn, GroupingError, InvalidColumnReference, InvalidWindow,
-                      UndefinedColumn, UndefinedRelation, Unsupported)
+from ..errors import (AmbiguousColumn, DatatypeMismatch, GroupingError, InvalidColumnReference,
+                      InvalidWindow, UndefinedColumn, UndefinedRelation, Unsupported)
 from ..names import pg_column_name
 from . import quality_join
-from .apply_default_windows import apply_default_windows, window_of
+from .apply_default_windows import apply_default_windows, window_of, written_at
 from .catalog import Catalog, Relation
 from .check_bounded_state import check_bounded_state
+from .check_expressions import (bound_type, checked, inlined, is_aggregate_call,
+                                refuse_unsupported)
 from .kernel_trees import kernel_tree
 from .patterns import match_recognize_source, pattern_source
 from .push_down_filters import Conjunct, conjunction, push_down_filters
-from .scope import Scope, Source
+from .scope import PLAN_NAME, Scope, Source
 from .split_aggregates import is_aggregate, split_aggregates
-from .types import UNKNOWN, check_boolean, infer, normalize
+from .types import INTEGERS, UNKNOWN, check_boolean, family, infer, normalize
 
 _RELATION_TO_STREAM = ("istream", "rstream", "dstream")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -58,10 +61,12 @@ def _unstream_dots(e: exp.Expression) -> exp.Expression:
 def _group_item(g, real: list, scope: Scope):
     """A GROUP BY item as PostgreSQL reads it: ``GROUP BY 1`` is the first output column's
     expression; a bare name that no input column has is an output column's alias."""
-    if isinstance(g, exp.Literal) and g.is_int:
-        k = int(g.name)
+    negative = isinstance(g, exp.Neg) and isinstance(g.this, exp.Literal) and g.this.is_int
+    if negative or (isinstance(g, exp.Literal) and g.is_int):
+        k = -int(g.this.name) if negative else int(g.name)   # -1 is a constant, as in PG
         if not 1 <= k <= len(real):
-            raise InvalidColumnReference(f"GROUP BY position {k} is not in select list")
+            raise InvalidColumnReference(f"GROUP BY position {k} is not in select list",
+                                         position=written_at(g))
         return real[k - 1][1].copy()
     if isinstance(g, exp.Column) and not g.table:
         try:
@@ -84,24 +89,32 @@ class Builder:
         self.joins_in_order = joins_in_order  # … whose rows a stored relation holds
 
     # ------------------------------------------------------------------ expressions
-    def expr(self, e: exp.Expression, resolve) -> P.Expr:
-        """An algebra expression: columns renamed to internal names, as DuckDB SQL."""
-        e = _unstream_dots(e.copy())
-        columns: list = []
-        types: dict = {}
+    def expr(self, e: exp.Expression, resolve, clause: str | None = None) -> P.Expr:
+        """An algebra expression: columns renamed to internal names, as DuckDB SQL, checked
+        (``check_expressions``; ``clause``: where SQL allows no aggregate) and bound by
+        DuckDB, which types what ``infer``'s rules do not know."""
+        e = checked(self.normalized(e, resolve), self.now_us, clause=clause,
+                    user_aggregate=self.catalog.is_aggregate)
+        column_type = lambda c: resolve(c)[1] if isinstance(c, exp.Column) else UNKNOWN  # noqa: E731
+        renamed, columns, types = _renamed(e, resolve)
+        typ = infer(e, column_type)
+        sql = renamed.sql("duckdb")
+        # a statement described before its parameters are bound ($1): a NULL of no type,
+        # as DuckDB binds the value's type later
+        unbound = renamed.transform(lambda n: exp.null() if isinstance(
+            n, (exp.Parameter, exp.Placeholder)) else n)
+        bound = bound_type(unbound.sql("duckdb"), types, e, self.catalog.function_exists)
+        if typ == UNKNOWN and bound != '"NULL"':
+            typ = bound
+        return P.Expr(sql, columns, typ, kernel_tree(renamed))
 
-        def rename(node):
-            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
-                internal, typ = resolve(node)
-                if internal not in columns:
-                    columns.append(internal)
-                types[internal] = typ
-                return exp.column(internal, quoted=True)
-            return node
-
-        renamed = e.copy().transform(rename)
-        typ = infer(e, lambda c: resolve(c)[1] if isinstance(c, exp.Column) else UNKNOWN)
-        return P.Expr(renamed.sql("duckdb"), tuple(columns), typ, kernel_tree(renamed))
+    def normalized(self, e: exp.Expression, resolve) -> exp.Expression:
+        """``e`` as the algebra computes it (before its columns are renamed): ``Stream(R).c``
+        read as R.c, SQL functions inlined, int / int an integer division. A GROUP BY key
+        and the select item that names it compare equal this way."""
+        column_type = lambda c: resolve(c)[1] if isinstance(c, exp.Column) else UNKNOWN  # noqa: E731
+        return _integer_division(inlined(_unstream_dots(e.copy()), self.catalog.sql_function),
+                                 column_type)
 
     # ------------------------------------------------------------------ sources
     def source(self, node: exp.Expression, clause_windows: dict) -> tuple[Source, object]:
@@ -159,10 +172,14 @@ class Builder:
         if pseudo:
             raise Unsupported("valid_from, valid_to and wtime(*) belong to the outer query")
         alias = node.alias
-        outputs = tuple(P.NamedExpr(f"{alias}.{c.name}", P.Expr(f'"{c.name}"', (c.name,),
-                                                                 c.type)) for c in output)
+        # the query's columns by position: their names in the plan are unique (k, k_2) where
+        # its select list repeats one (SELECT a.k, b.k)
+        outputs = tuple(P.NamedExpr(f"{alias}.{rc.name}", P.Expr(quote(rc.name), (rc.name,),
+                                                                  c.type))
+                        for rc, c in zip(root.schema, output))
         mapped = P.Map(root, outputs, tuple(P.Column(n.name, n.expr.type) for n in outputs))
-        rel = Relation(alias, "subquery", tuple((c.name, c.type) for c in output))
+        rel = Relation(alias, "subquery", tuple((c.name, c.type) for c in output),
+                       names=tuple(rc.name for rc in root.schema))
         return Source(alias, rel, mapped, True)
 
     def statement(self, tree):
@@ -181,16 +198,21 @@ class Builder:
         if len(left_out) != len(right_out):
             raise Unsupported(f"each {tree.key.upper()} query must have the same number of "
                               "columns")
-        if isinstance(tree, exp.Intersect):
-            raise Unsupported("INTERSECT is not supported in continuous queries",
-                              hint="Join the two inputs on all their columns instead.")
-        schema = left.schema
-        # the right input's columns take the left's names, by position
-        right = P.Map(right, tuple(P.NamedExpr(lc.name, P.Expr(f'"{rc.name}"', (rc.name,),
-                                                                rc.type))
-                                   for lc, rc in zip(schema, right.schema)), schema)
+        # both inputs' columns take a type that holds either's (PostgreSQL's UNION typing)
+        # and the right input's columns take the left's names, by position
+        types = [common_type(lc.type, rc.type, tree.key.upper())
+                 for lc, rc in zip(left.schema, right.schema)]
+        schema = tuple(P.Column(lc.name, t) for lc, t in zip(left.schema, types))
+        if schema != left.schema:
+            left = P.Map(left, _cast_to(left.schema, schema), schema)
+        if right.schema != schema:
+            right = P.Map(right, _cast_to(right.schema, schema), schema)
+        left_out = _retyped(left_out, left_pseudo, types)
+        every = not tree.args.get("distinct")
         if isinstance(tree, exp.Except):
-            return P.Difference(left, right, schema), left_out, left_pseudo
+            return P.Difference(left, right, schema, every), left_out, left_pseudo
+        if isinstance(tree, exp.Intersect):
+            return P.Intersection(left, right, schema, every), left_out, left_pseudo
         node = P.Union_((left, right), schema)
         if tree.args.get("distinct"):
             node = P.Distinct(node, schema)
@@ -225,6 +247,14 @@ class Builder:
                               "in valid_from order",
                               hint="Drop ORDER BY, or SET cq.mode = snapshot for a finite "
                                    "answer.")
+        for part in _clauses(sel):
+            refuse_unsupported(part)
+        distinct = sel.args.get("distinct")
+        if distinct is not None and distinct.args.get("on") is not None:
+            raise Unsupported("DISTINCT ON is not supported in continuous queries yet",
+                              position=written_at(distinct),
+                              hint="For one row per key, GROUP BY the key and aggregate the "
+                                   "other columns, e.g. MAX(price).")
         from_ = sel.args.get("from_")
         if from_ is None:
             raise Unsupported("a continuous query needs a FROM clause")
@@ -235,6 +265,10 @@ class Builder:
             if j.side or (j.kind and j.kind.upper() not in ("INNER", "CROSS")):
                 raise Unsupported(f"{(j.side or j.kind).upper()} JOIN is not supported in "
                                   "continuous queries yet", hint="Use an inner join.")
+            if j.args.get("method"):
+                raise Unsupported(f"{j.args['method'].upper()} JOIN is not supported in "
+                                  "continuous queries yet",
+                                  hint="Name the columns: JOIN … USING (k), or ON a.k = b.k.")
         clause_windows = {w.this.name.lower(): w.args["window"]
                           for w in sel.args.get("windows") or []
                           if isinstance(w, X.StreamWindowClause)}
@@ -249,16 +283,18 @@ class Builder:
         scope = Scope(sources)
         loop_windows = self.loop(sel.args.get("streaquel"), scope)
 
-        # conjuncts of WHERE and every ON, placed by push_down_filters
-        conjuncts = []
+        # conjuncts of WHERE and every ON (and USING), placed by push_down_filters
+        conjuncts = [self.conjunct(eq, scope, "JOIN conditions")
+                     for eq in _using(sel.args.get("joins") or [], sources, scope)]
         for cond in [sel.args.get("where")] + [j.args.get("on") for j in
                                                  sel.args.get("joins") or []]:
             if cond is None:
                 continue
+            clause = "WHERE" if isinstance(cond, exp.Where) else "JOIN conditions"
             cond = cond.this if isinstance(cond, exp.Where) else cond
             check_boolean(cond, lambda c: scope.resolve(c)[1], "WHERE")
             for part in _conjuncts(cond):
-                conjuncts.append(self.conjunct(part, scope))
+                conjuncts.append(self.conjunct(part, scope, clause))
 
         # streams first, then named windows, then tables (each table joins a stream)
         order = sorted(range(len(sources)), key=lambda i: (
@@ -318,8 +354,8 @@ class Builder:
         finally:
             self.join_quality = saved
 
-    def conjunct(self, part: exp.Expression, scope: Scope) -> Conjunct:
-        e = self.expr(part, scope.resolve)
+    def conjunct(self, part: exp.Expression, scope: Scope, clause: str = "WHERE") -> Conjunct:
+        e = self.expr(part, scope.resolve, clause)
         aliases = frozenset(c.split(".", 1)[0] for c in e.columns)
         if isinstance(part, exp.EQ):
             left, right = (self.expr(x, scope.resolve) for x in (part.this, part.expression))
@@ -399,12 +435,7 @@ class Builder:
             inner = e.this if isinstance(e, exp.Alias) else e
             if isinstance(inner, exp.Star) or (isinstance(inner, exp.Column)
                                                and isinstance(inner.this, exp.Star)):
-                for src in scope.sources:
-                    if isinstance(inner, exp.Column) and inner.table and \
-                            src.alias.lower() != inner.table.lower():
-                        continue
-                    for col, _ in src.relation.columns:
-                        items.append((col, exp.column(col, table=src.alias)))
+                items += _star(inner, scope)
                 continue
             name = e.alias if isinstance(e, exp.Alias) else pg_column_name(e)
             kind = _pseudo(inner, scope)
@@ -420,8 +451,9 @@ class Builder:
             items.append((name, inner))
         real = [it for it in items if len(it) == 2]
         aggregate = bool(sel.args.get("group")) or any(
-            is_aggregate(x, self.catalog.is_aggregate) for _, e in real
-            for x in e.find_all(exp.Func))
+            is_aggregate_call(x, self.catalog.is_aggregate) for _, e in real
+            for x in e.find_all(exp.Func)) or (
+            sel.args.get("having") is not None)
         having = sel.args.get("having")
         having = having.this if having is not None else None
         # PostgreSQL allows repeated output names (two ?column?); inside the plan they are
@@ -431,8 +463,6 @@ class Builder:
         if aggregate:
             node, named = self.aggregate(sel, node, scope, real, having)
         else:
-            if having is not None:
-                raise GroupingError("HAVING needs GROUP BY or an aggregate")
             named = [P.NamedExpr(n, self.expr(e, scope.resolve)) for n, e in real]
         out_cols = tuple(P.Column(n.name, n.expr.type) for n in named)
         node = P.Map(node, tuple(named), out_cols)
@@ -456,7 +486,8 @@ class Builder:
     def aggregate(self, sel, node, scope: Scope, real: list, having):
         group = [_group_item(g, real, scope) for g in
                  (sel.args.get("group").expressions if sel.args.get("group") else [])]
-        keys = [P.NamedExpr(f"k{i}", self.expr(g, scope.resolve)) for i, g in enumerate(group)]
+        keys = [P.NamedExpr(f"k{i}", self.expr(g, scope.resolve, "GROUP BY"))
+                for i, g in enumerate(group)]
         exprs = [e for _, e in real] + ([having] if having is not None else [])
         for e in exprs:     # type-check the aggregates before they are cut into phases
             infer(_unstream_dots(e.copy()), lambda c: scope.resolve(c)[1])
@@ -468,10 +499,14 @@ class Builder:
                     e.name[1:].isdigit() and not e.table:
                 return e
             try:
-                sql = self.expr(e, scope.resolve).sql
+                renamed, columns, _ = _renamed(self.normalized(e, scope.resolve),
+                                               scope.resolve)
             except (UndefinedColumn, UndefinedRelation, AmbiguousColumn):
                 return e
-            return exp.column(key_sql[sql]) if sql in key_sql else e
+            # a constant is the same with or without its key (and NULL in x IS NULL is no
+            # key); an expression over columns becomes the key it groups by
+            sql = renamed.sql("duckdb")
+            return exp.column(key_sql[sql]) if columns and sql in key_sql else e
 
         partial_nodes = tuple(P.Partial(p.name, p.func, self.expr(p.arg, scope.resolve)
                                         if p.arg is not None else None) for p in partials)
@@ -494,8 +529,15 @@ class Builder:
         if having is not None:
             hv = finals[-1].transform(to_key)
             hexpr = self.expr(hv, resolve_final)
+            # a select item is computed only for the groups HAVING keeps, as in SQL (a cast
+            # that fails for a group HAVING drops is no error)
+            kept = tuple(n if n.expr.tree is not None and n.expr.tree[0] == "col" else
+                         P.NamedExpr(n.name, P.Expr(
+                             f"CASE WHEN {hexpr.sql} THEN {n.expr.sql} END",
+                             tuple(dict.fromkeys(hexpr.columns + n.expr.columns)), n.expr.type))
+                         for n in named)
             node = P.Aggregate(node, tuple(keys), partial_nodes,
-                               tuple(named) + (P.NamedExpr("__having", hexpr),),
+                               kept + (P.NamedExpr("__having", hexpr),),
                                schema + (P.Column("__having", "BOOLEAN"),))
             node = P.Filter(node, P.Expr('"__having"', ("__having",), "BOOLEAN",
                                          ("col", "__having")), node.schema)
@@ -504,6 +546,152 @@ class Builder:
         # the final phase already computed the select list; the Map just names it
         return node, [P.NamedExpr(n.name, P.Expr(f'"{n.name}"', (n.name,), n.expr.type))
                       for n in named]
+
+
+def _star(star: exp.Expression, scope: Scope) -> list:
+    """(name, column) of each column ``*`` or ``alias.*`` stands for; a bare ``*`` shows the
+    columns JOIN … USING merged once, first."""
+    def each(src):          # (name, reference) of its columns; a query's by their plan names
+        names = src.relation.names or [c for c, _ in src.relation.columns]
+        out = []
+        for (c, _), n in zip(src.relation.columns, names):
+            ref = exp.column(n, table=src.alias)
+            ref.meta[PLAN_NAME] = True
+            out.append((c, ref))
+        return out
+
+    if isinstance(star, exp.Column) and star.table:
+        src = scope.find(star.table)
+        if src is None:
+            raise UndefinedRelation(f'missing FROM-clause entry for table "{star.table}"')
+        return each(src)
+    merged = [(srcs[0].relation.columns, srcs[0], name) for name, srcs in scope.merged.items()]
+    out = [(next(c for c, _ in cols if c.lower() == name), exp.column(name, table=src.alias))
+           for cols, src, name in merged]
+    for src in scope.sources:
+        out += [(c, ref) for c, ref in each(src)
+                if not any(src is x for x in scope.merged.get(c.lower(), ()))]
+    return out
+
+
+def common_type(a: str, b: str, what: str) -> str:
+    """The type a set operation's column takes from its two inputs' (42804 when one is a
+    number and the other text, say)."""
+    if UNKNOWN in (a, b):
+        return b if a == UNKNOWN else a
+    fa, fb = _shape(a), _shape(b)
+    if fa != fb and UNKNOWN not in (fa, fb):
+        raise DatatypeMismatch(f"{what} types {a} and {b} cannot be matched",
+                               hint="Cast one side, e.g. CAST(x AS TEXT).")
+    return a if a == b else union_type(a, b)
+
+
+def _shape(t: str) -> str:
+    """What must be alike for two types to meet in a set operation, as PostgreSQL matches
+    them: the family, but a time of day is not a date, a list not a struct, a uuid not a
+    blob (DuckDB would cast one to the other and fail at the first row)."""
+    base = t.split("(")[0].strip().upper()
+    if t.rstrip().endswith("]"):
+        return "list"
+    if base in ("TIME", "TIMETZ", "TIME WITH TIME ZONE"):
+        return "time of day"
+    f = family(t)
+    return base if f == "other" else f
+
+
+def _retyped(output: tuple, pseudo: tuple, types: list) -> tuple:
+    """The client's columns (pseudo-columns among them) with the real ones typed ``types``."""
+    out, real, seen = [], iter(types), set()
+    for c in output:
+        if c.name in pseudo and c.name not in seen:
+            seen.add(c.name)
+            out.append(c)
+        else:
+            out.append(P.Column(c.name, next(real)))
+    return tuple(out)
+
+
+def _cast_to(have: tuple, want: tuple) -> tuple:
+    """Named expressions giving the columns ``have`` the names and types of ``want``."""
+    return tuple(P.NamedExpr(w.name, P.Expr(quote(h.name) if h.type == w.type or
+                                            w.type == UNKNOWN
+                                            else f"CAST({quote(h.name)} AS {w.type})",
+                                            (h.name,), w.type))
+                 for h, w in zip(have, want))
+
+
+def _clauses(sel: exp.Select) -> list:
+    """The expressions of a SELECT's own clauses (not of the queries in its FROM)."""
+    out = list(sel.expressions)
+    for key in ("where", "having"):
+        if sel.args.get(key) is not None:
+            out.append(sel.args[key].this)
+    if sel.args.get("group") is not None:
+        out += sel.args["group"].expressions
+    out += [j.args["on"] for j in sel.args.get("joins") or [] if j.args.get("on") is not None]
+    return out
+
+
+def _using(joins: list, sources: list, scope: Scope) -> list:
+    """``JOIN b USING (k)``: the equality of b.k with the k of the one relation before b
+    that has it; an unqualified k then names that one (``Scope.merged``) and ``*`` shows it
+    once, first, as PostgreSQL does."""
+    out, group = [], 0
+    for n, j in enumerate(joins, start=1):
+        if not any(j.args.get(k) for k in ("kind", "side", "on", "using", "method")):
+            group = n                    # a comma: JOIN binds tighter (a, b JOIN c USING …)
+        right = sources[n]
+        for ident in j.args.get("using") or []:
+            name = ident.name
+            # relations an earlier USING merged into one column are that one (a JOIN b
+            # USING (k) JOIN c USING (k)): the first stands for them
+            merged = scope.merged.get(name.lower(), ())
+            left = [s for s in sources[group:n] if s.relation.column_type(name) is not None
+                    and not any(s is m for m in merged[1:])]
+            where = written_at(ident)
+            if right.relation.column_type(name) is None or not left:
+                side = "left" if right.relation.column_type(name) is not None else "right"
+                raise UndefinedColumn(f'column "{name}" specified in USING clause does not '
+                                      f"exist in {side} table", position=where,
+                                      hint="Join ON the columns by name instead.")
+            if len(left) > 1:
+                raise AmbiguousColumn(f'common column name "{name}" appears more than once in '
+                                      "left table", position=where,
+                                      hint="Join ON the columns by name instead.")
+            out.append(exp.EQ(this=exp.column(name, table=left[0].alias),
+                              expression=exp.column(name, table=right.alias)))
+            if not merged or merged[0] is left[0]:
+                scope.merged[name.lower()] = (merged or (left[0],)) + (right,)
+    return out
+
+
+def _integer_division(e: exp.Expression, column_type) -> exp.Expression:
+    """int / int spelled as the integer division it is in PostgreSQL (``//`` in DuckDB, DIV
+    in Spark), so the engine that runs it does not depend on a setting to truncate."""
+    def whole(node):
+        return infer(node, column_type).split("(")[0] in INTEGERS
+
+    return e.transform(lambda n: exp.IntDiv(this=n.this, expression=n.expression)
+                       if isinstance(n, exp.Div) and whole(n.this) and whole(n.expression)
+                       else n)
+
+
+def _renamed(e: exp.Expression, resolve) -> tuple:
+    """(``e`` with its columns renamed to internal names, those names in order, their
+    types)."""
+    columns: list = []
+    types: dict = {}
+
+    def rename(node):
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            internal, typ = resolve(node)
+            if internal not in columns:
+                columns.append(internal)
+            types[internal] = typ
+            return exp.column(internal, quoted=True)
+        return node
+
+    return e.copy().transform(rename), tuple(columns), types
 
 
 def _unique(names: list) -> list:
@@ -522,8 +710,10 @@ def _partial_type(p: P.Partial, catalog) -> str:
         return catalog.aggregate_type(p.func)
     if p.arg is None:
         return "BIGINT"
-    if p.func == "sum":
+    if p.func in ("sum", "sum_distinct"):
         base = p.arg.type.split("(")[0]      # PostgreSQL: sum(int4) is int8, sum(int8) numeric
+        if base == UNKNOWN:
+            return "HUGEINT"                 # a sum of NULLs, as DuckDB types it
         if base in ("TINYINT", "SMALLINT", "INT", "INTEGER"):
             return "BIGINT"
         return "HUGEINT" if base in ("BIGINT", "HUGEINT") else p.arg.type

@@ -16,6 +16,9 @@ class Relation:
     columns: tuple                # tuple[(name, DuckDB type)]
     timestamp_column: str | None = None
     end_column: str | None = None
+    # a query in FROM: its columns' names inside the plan, unique where the query's own
+    # repeat (SELECT a.k, b.k gives k and k_2)
+    names: tuple = ()
 
     def column_type(self, name: str) -> str | None:
         for col, typ in self.columns:
@@ -33,11 +36,22 @@ class Catalog(Protocol):
         """A user-defined aggregate's result type (DuckDB spelling)."""
         ...
 
+    def function_exists(self, name: str) -> bool:
+        """Whether a table query could call a function of this name (one the back end's
+        DuckDB lacks: a user's SQL function, the catalog's own)."""
+        ...
+
+    def sql_function(self, name: str, schema: str | None = None) -> tuple | None:
+        """A user's SQL function (in ``schema``, or the first of the search path that has
+        one): (parameter names, its body as DuckDB SQL), or None."""
+        ...
+
 
 @dataclass
 class MemoryCatalog:
     relations: dict = field(default_factory=dict)      # lower-case qualified name -> Relation
     aggregates: set = field(default_factory=set)       # user-defined aggregate names
+    functions: dict = field(default_factory=dict)      # name -> (parameters, DuckDB body)
 
     def add(self, rel: Relation) -> "MemoryCatalog":
         self.relations[rel.name.lower()] = rel
@@ -55,3 +69,9 @@ class MemoryCatalog:
 
     def aggregate_type(self, name: str) -> str:
         return "DOUBLE"
+
+    def function_exists(self, name: str) -> bool:
+        return name.lower() in self.functions
+
+    def sql_function(self, name: str, schema: str | None = None) -> tuple | None:
+        return self.functions.get(f"{schema}.{name}".lower() if schema else name.lower())

@@ -1,5 +1,6 @@
-"""Refuse plans whose state can grow without bound: a stream-stream join or a difference with
-an input that keeps every tuple forever (an unbounded stream) can never purge its state.
+"""Refuse plans whose state can grow without bound: a stream-stream join, a difference or an
+intersection with an input that keeps every tuple forever (an unbounded stream) can never
+purge its state.
 (A table is bounded by its size, and ``Stream(t)`` without a window reads as the table t.)
 
 >>> from executor import plan as P
@@ -34,20 +35,24 @@ def _stream_name(node) -> str:
     return _stream_name(kids[0]) if kids else "s"
 
 
+_WHAT = {P.Join: "a join", P.Difference: "a difference", P.Intersection: "an intersection"}
+
+
 def check_bounded_state(node) -> None:
-    """A stream-stream join or a difference must purge its state: an input that keeps its
-    tuples forever forces the other side's partner state (and its own) to grow forever."""
+    """A stream-stream join, a difference or an intersection must purge its state: an input
+    that keeps its tuples forever forces the other side's partner state (and its own) to grow
+    forever."""
     if (isinstance(node, P.Join) and node.kind == "stream-stream") or \
-            isinstance(node, P.Difference):
-        what = "join" if isinstance(node, P.Join) else "difference"
+            isinstance(node, (P.Difference, P.Intersection)):
+        what = _WHAT[type(node)]
         endless = [side for side in (node.left, node.right) if unbounded(side)]
         names = [_stream_name(side) for side in endless]
         if len(endless) == 2:
-            raise Unsupported(f"a {what} of two unbounded streams ({names[0]}, {names[1]}) "
+            raise Unsupported(f"{what} of two unbounded streams ({names[0]}, {names[1]}) "
                               "would keep every tuple forever",
                               hint=_HINT.format(name=names[1]))
         if endless:
-            raise Unsupported(f"a {what} with the unbounded stream {names[0]} would keep all "
+            raise Unsupported(f"{what} with the unbounded stream {names[0]} would keep all "
                               "of its tuples forever", hint=_HINT.format(name=names[0]))
     for child in P.children(node):
         check_bounded_state(child)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-_BINARY = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div", exp.Mod: "mod",
+_BINARY = {exp.Add: "add", exp.Sub: "sub", exp.Mul: "mul", exp.Div: "div", exp.IntDiv: "div",
+           exp.Mod: "mod",
            exp.EQ: "eq", exp.NEQ: "ne", exp.LT: "lt", exp.LTE: "le", exp.GT: "gt",
            exp.GTE: "ge", exp.And: "and", exp.Or: "or"}
 _UNARY = {exp.Neg: "neg", exp.Not: "not"}

@@ -25,6 +25,9 @@ class Scope:
 
     def __init__(self, sources: list):
         self.sources = sources
+        # JOIN … USING (k): k unqualified names the first relation's (name -> (first, the
+        # relations joined to it USING k …))
+        self.merged: dict = {}
 
     def find(self, alias: str) -> Source | None:
         for s in self.sources:
@@ -41,26 +44,44 @@ class Scope:
                 raise UndefinedRelation(
                     f'missing FROM-clause entry for table "{col.table}"',
                     hint="Qualify columns with a relation or alias named in FROM.")
-            typ = src.relation.column_type(name)
-            if typ is None:
+            found = _lookup(src, name, col.meta.get(PLAN_NAME, False))
+            if not found:
                 raise UndefinedColumn(f'column {col.table}.{name} does not exist',
                                       hint=columns_hint(src))
-            return f"{src.alias}.{_canonical(src.relation, name)}", normalize(typ)
-        hits = [s for s in self.sources if s.relation.column_type(name) is not None]
+            if len(found) > 1:
+                raise AmbiguousColumn(f'column reference "{col.table}.{name}" is ambiguous',
+                                      hint=f"{col.table} has more than one column {name}; "
+                                           "name them apart in its select list (AS).")
+            return found[0]
+        hits = [(s, f) for s in self.sources if (f := _lookup(s, name))]
+        if name.lower() in self.merged:
+            merged = self.merged[name.lower()]
+            hits = [(merged[0], _lookup(merged[0], name))] + [
+                (s, f) for s, f in hits if not any(s is m for m in merged)]
         if not hits:
             raise UndefinedColumn(f'column "{name}" does not exist',
                                   hint=" ".join(columns_hint(s) for s in self.sources))
-        if len(hits) > 1:
+        if len(hits) > 1 or len(hits[0][1]) > 1:
             raise AmbiguousColumn(f'column reference "{name}" is ambiguous',
                                   hint="Qualify it: " + " or ".join(
-                                      f"{s.alias}.{name}" for s in hits))
-        src = hits[0]
-        return (f"{src.alias}.{_canonical(src.relation, name)}",
-                normalize(src.relation.column_type(name)))
+                                      f"{s.alias}.{name}" for s, _ in hits))
+        return hits[0][1][0]
 
 
-def _canonical(rel: Relation, name: str) -> str:
-    return next(c for c, _ in rel.columns if c.lower() == name.lower())
+# marks a column reference that names a query's column by its plan name (what ``*`` expands
+# to: the query's own names may repeat)
+PLAN_NAME = "plan_name"
+
+
+def _lookup(src: Source, name: str, by_plan_name: bool = False) -> list:
+    """(internal name, type) of each column of ``src`` called ``name`` (a query in FROM may
+    have several)."""
+    rel = src.relation
+    if by_plan_name and rel.names:
+        return [(f"{src.alias}.{n}", normalize(t)) for n, (_, t) in zip(rel.names, rel.columns)
+                if n == name]
+    return [(f"{src.alias}.{rel.names[i] if rel.names else c}", normalize(t))
+            for i, (c, t) in enumerate(rel.columns) if c.lower() == name.lower()]
 
 
 def columns_hint(src: Source) -> str:

@@ -1,7 +1,10 @@
 """Two-phase aggregation (seed 000 §3.3): cut each select expression through its aggregate
 calls; phase one computes the partial aggregates, phase two the expression over them.
 AVG(x) becomes sum(x) / count(x); (MIN(v) + MAX(v)) / 2 uses partials min and max; equal
-partials are computed once.
+partials are computed once. ``DISTINCT`` inside COUNT, SUM and AVG counts each value once
+(``count_distinct``, ``sum_distinct``); ``FILTER (WHERE p)`` feeds the partial only the rows
+where p holds (its argument becomes ``CASE WHEN p THEN x END``, which every partial skips
+where NULL). An aggregate the back end does not compute is 0A000, naming it.
 
 >>> import sqlglot, dialect
 >>> e = sqlglot.parse_one("(MIN(v) + MAX(v)) / 2 + AVG(v)", read="cql")
@@ -10,6 +13,9 @@ partials are computed once.
 [('p0', 'min', 'v'), ('p1', 'max', 'v'), ('p2', 'sum', 'v'), ('p3', 'count', 'v')]
 >>> final[0].sql("cql")
 '(p0 + p1) / 2 + CAST(p2 AS DOUBLE PRECISION) / p3'
+>>> e = sqlglot.parse_one("COUNT(*) FILTER (WHERE v > 0)", read="cql")
+>>> [(p.func, p.arg.sql("cql")) for p in split_aggregates([e], lambda n: False)[1]]
+[('count', 'CASE WHEN v > 0 THEN 1 END')]
 """
 from __future__ import annotations
 
@@ -17,7 +23,11 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..errors import Unsupported
+from ..errors import GroupingError, Unsupported
+from .apply_default_windows import written_at
+from .check_expressions import is_aggregate_call, shown_name
+
+SUPPORTED = "COUNT, SUM, AVG, MIN and MAX (with DISTINCT and FILTER)"
 
 
 @dataclass(frozen=True)
@@ -40,33 +50,65 @@ def is_user_aggregate(e: exp.Expression, user_aggregate) -> bool:
 
 
 def is_aggregate(e: exp.Expression, user_aggregate) -> bool:
+    """Whether ``e`` is an aggregate the back end computes."""
     return isinstance(e, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)) or \
         is_user_aggregate(e, user_aggregate)
 
 
-def _phase_one(e: exp.Expression, user_aggregate) -> list:
-    """[(func, arg)] the call needs, and how to combine them (a function of partial names)."""
+def _distinct_arg(e: exp.Expression) -> exp.Expression | None:
+    """x of ``F(DISTINCT x)``; None when the call is not DISTINCT."""
+    if not isinstance(e.this, exp.Distinct):
+        return None
+    inner = e.this.expressions
+    if len(inner) != 1:
+        raise Unsupported(f"{shown_name(e).upper()}(DISTINCT ...) of several columns is not "
+                          "supported", position=written_at(e),
+                          hint="Aggregate one expression, e.g. COUNT(DISTINCT (a || b)).")
+    return inner[0]
+
+
+def _filtered(arg, cond):
+    if cond is None or arg is None:
+        return arg
+    return exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())])
+
+
+def _phase_one(e: exp.Expression, user_aggregate, cond) -> tuple:
+    """[(func, arg)] the call needs, and how to combine them (a function of partial names);
+    ``cond``: its FILTER's condition, or None."""
     if is_user_aggregate(e, user_aggregate):
         args = e.expressions if isinstance(e, exp.Anonymous) else [e.this]
-        return [(func_name(e), args[0] if args else None)], lambda n: exp.column(n[0])
-    arg = e.this
-    if isinstance(e, exp.Count):
-        if isinstance(e.this, exp.Star):
+        return [(func_name(e), _filtered(args[0], cond) if args else None)], \
+            lambda n: exp.column(n[0])
+    distinct = _distinct_arg(e)
+    if distinct is not None:
+        arg = _filtered(distinct, cond)
+        return _DISTINCT[type(e)](arg)
+    if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
+        if cond is None:
             return [("count_star", None)], lambda n: exp.column(n[0])
-        if isinstance(e.this, exp.Distinct):
-            inner = e.this.expressions
-            if len(inner) != 1:
-                raise Unsupported("COUNT(DISTINCT ...) of several columns is not supported",
-                                  hint="Count one expression, e.g. COUNT(DISTINCT (a || b)).")
-            return [("count_distinct", inner[0])], lambda n: exp.column(n[0])
+        return [("count", _filtered(exp.Literal.number(1), cond))], lambda n: exp.column(n[0])
+    arg = _filtered(e.this, cond)
+    if isinstance(e, exp.Count):
         return [("count", arg)], lambda n: exp.column(n[0])
     if isinstance(e, exp.Avg):
-        return [("sum", arg), ("count", arg)], lambda n: exp.Div(
-            this=exp.Cast(this=exp.column(n[0]), to=exp.DataType.build("DOUBLE")),
-            expression=exp.column(n[1]))
-    if isinstance(e, (exp.Sum, exp.Min, exp.Max)):
-        return [(type(e).__name__.lower(), arg)], lambda n: exp.column(n[0])
-    raise Unsupported(f"aggregate {e.sql('cql')} is not supported")
+        return [("sum", arg), ("count", arg)], _average
+    return [(type(e).__name__.lower(), arg)], lambda n: exp.column(n[0])
+
+
+def _average(names):
+    return exp.Div(this=exp.Cast(this=exp.column(names[0]), to=exp.DataType.build("DOUBLE")),
+                   expression=exp.column(names[1]))
+
+
+# F(DISTINCT x): each value once
+_DISTINCT = {
+    exp.Count: lambda a: ([("count_distinct", a)], lambda n: exp.column(n[0])),
+    exp.Sum: lambda a: ([("sum_distinct", a)], lambda n: exp.column(n[0])),
+    exp.Avg: lambda a: ([("sum_distinct", a), ("count_distinct", a)], _average),
+    exp.Min: lambda a: ([("min", a)], lambda n: exp.column(n[0])),
+    exp.Max: lambda a: ([("max", a)], lambda n: exp.column(n[0])),
+}
 
 
 def split_aggregates(expressions: list, user_aggregate) -> tuple[list, list]:
@@ -82,13 +124,27 @@ def split_aggregates(expressions: list, user_aggregate) -> tuple[list, list]:
         return index[key]
 
     def cut(node):
-        if is_aggregate(node, user_aggregate):
-            if any(is_aggregate(x, user_aggregate) for x in node.find_all(exp.Func)
-                   if x is not node):
-                raise Unsupported("aggregate calls cannot be nested")
-            needs, combine = _phase_one(node, user_aggregate)
-            return combine([partial_name(f, a) for f, a in needs])
-        return node
+        cond = None
+        call = node
+        if isinstance(node, exp.Filter) and is_aggregate_call(node.this, user_aggregate):
+            call, cond = node.this, node.expression.this
+        if not is_aggregate_call(call, user_aggregate):
+            return node
+        if not is_aggregate(call, user_aggregate):
+            raise Unsupported(f"aggregate function {shown_name(call)}() is not supported in "
+                              "continuous queries yet", position=written_at(call),
+                              hint=f"A continuous GROUP BY computes {SUPPORTED}, and "
+                                   "user-defined aggregates.")
+        nested = [y for y in call.walk() if y is not call] + \
+            (list(cond.walk()) if cond is not None else [])
+        if any(is_aggregate_call(y, user_aggregate) for y in nested):
+            raise GroupingError("aggregate function calls cannot be nested",
+                                position=written_at(call),
+                                hint="Aggregate the inner aggregate's rows in an outer query: "
+                                     "SELECT MAX(n) FROM (SELECT COUNT(*) AS n … GROUP BY …) "
+                                     "AS c.")
+        needs, combine = _phase_one(call, user_aggregate, cond)
+        return combine([partial_name(f, a) for f, a in needs])
 
     finals = [e.copy().transform(cut) for e in expressions]
     return finals, partials

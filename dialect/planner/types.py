@@ -16,6 +16,7 @@ from ..errors import DatatypeMismatch
 
 _SMALL_INTS = ["TINYINT", "SMALLINT", "INT", "INTEGER"]
 _INTS = _SMALL_INTS + ["BIGINT", "HUGEINT"]
+INTEGERS = frozenset(_INTS + ["UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"])
 _NUMERIC_ORDER = _INTS + ["DECIMAL", "FLOAT", "DOUBLE"]
 UNKNOWN = "UNKNOWN"
 
@@ -59,7 +60,8 @@ def _arith(e, column_type) -> str:
         return a
     if fa == "time" and fb == "time" and isinstance(e, exp.Sub):
         return "INTERVAL"
-    op = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%"}[type(e)]
+    op = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.IntDiv: "/",
+          exp.Mod: "%"}[type(e)]
     raise DatatypeMismatch(f"operator does not exist: {a} {op} {b}",
                            hint="Cast one side, e.g. CAST(x AS DOUBLE).")
 
@@ -124,7 +126,7 @@ _RULES = {
 for _cls in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not,
              exp.Like, exp.ILike, exp.In, exp.Between, exp.Is, exp.RegexpLike, exp.Exists):
     _RULES[_cls] = lambda e, ct: "BOOLEAN"
-for _cls in (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod):
+for _cls in (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod):
     _RULES[_cls] = _arith
 
 

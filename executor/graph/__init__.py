@@ -7,6 +7,7 @@ import pyarrow as pa
 
 from .. import plan as P
 from ..context import wall_clock
+from ..operators.base import QueryError
 from . import one_time
 from .lowering import NotRunnable  # noqa: F401 - re-exported
 from .running_graph import RunningGraph
@@ -41,13 +42,20 @@ class RunningQuery:
         self.graph.add(0, p)
 
     def push(self, stream: str, batch: pa.RecordBatch) -> list:
-        return self.graph.push(stream, batch).get(0, [])
+        return self._raised(self.graph.push(stream, batch).get(0, []))
 
     def watermark(self, stream: str, ts: int) -> list:
-        return self.graph.watermark(stream, ts).get(0, [])
+        return self._raised(self.graph.watermark(stream, ts).get(0, []))
 
     def end(self) -> list:
-        return self.graph.end(0)
+        return self._raised(self.graph.end(0))
+
+    def _raised(self, out: list) -> list:
+        # the graph ends a failed query and goes on with the others; alone, it is the caller's
+        failed = self.graph.take_failures().get(0)
+        if failed is not None:
+            raise QueryError(*failed)
+        return out
 
     def state_size(self) -> int:
         return self.graph.state_size(0)

@@ -1,4 +1,4 @@
-"""Lowering a plan into operators, one plan node at a time: δ and − are rewritten into other
+"""Lowering a plan into operators, one plan node at a time: δ, − and ∩ are rewritten into other
 algebra first, a time window under an aggregate is fused with it, and each node says whether
 identical copies of it may share one operator (``share_key``). ``NotRunnable``: a plan shape
 the back end cannot run yet."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 from .. import plan as P
 from ..duck import quote
 from ..operators import (aggregate, filter_map, join, loop_window, pattern, qjoin,
-                         range_aggregate, row_pattern, rows_window, slide_aggregate, union,
-                         window)
+                         range_aggregate, repeat, row_pattern, rows_window, slide_aggregate,
+                         union, window)
 from ..operators.limit import Limit
 from ..operators.scan import RelationScan, Scan
 
@@ -30,36 +30,48 @@ def distinct_as_aggregate(node: P.Distinct) -> P.Aggregate:
                        node.schema)
 
 
-def difference_as_aggregate(node: P.Difference):
-    """EXCEPT at each instant: the rows of the left input that the right one lacks, as a
-    GROUP BY of every column over both inputs, each row marked with its side."""
+# how many copies of a row each set operation keeps, from its count in the left input (l)
+# and in the right one (r), NULL where that input has none
+_COPIES = {
+    (P.Difference, False): 'CASE WHEN "__l" > 0 AND coalesce("__r", 0) = 0 THEN 1 ELSE 0 END',
+    (P.Difference, True): 'greatest(coalesce("__l", 0) - coalesce("__r", 0), 0)',
+    (P.Intersection, False): 'CASE WHEN "__l" > 0 AND "__r" > 0 THEN 1 ELSE 0 END',
+    (P.Intersection, True): 'least(coalesce("__l", 0), coalesce("__r", 0))',
+}
+
+
+def set_operation_as_aggregate(node):
+    """EXCEPT and INTERSECT [ALL] at each instant: every distinct row of either input counted
+    in each (a GROUP BY of every column over both inputs, each row marked with its side),
+    then kept as many times as the operation says."""
     names = [c.name for c in node.schema]
+    marks = (P.Column("__left", "INTEGER"), P.Column("__right", "INTEGER"))
 
     def marked(child, side: int):
         outs = tuple(P.NamedExpr(n, _col(rc.name, rc.type))
                      for n, rc in zip(names, child.schema))
         outs += (P.NamedExpr("__left", P.Expr(str(int(side == 0)), (), "INTEGER")),
                  P.NamedExpr("__right", P.Expr(str(int(side == 1)), (), "INTEGER")))
-        return P.Map(child, outs, node.schema + (P.Column("__left", "INTEGER"),
-                                                 P.Column("__right", "INTEGER")))
+        return P.Map(child, outs, node.schema + marks)
 
-    both = P.Union_((marked(node.left, 0), marked(node.right, 1)),
-                    node.schema + (P.Column("__left", "INTEGER"),
-                                   P.Column("__right", "INTEGER")))
+    both = P.Union_((marked(node.left, 0), marked(node.right, 1)), node.schema + marks)
     keys = tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
+    copies = P.Expr(_COPIES[type(node), node.all], ("__l", "__r"), "BIGINT")
+    counted = node.schema + (P.Column("__n", "BIGINT"),)
     agg = P.Aggregate(both, keys, (P.Partial("__l", "sum", _col("__left", "INTEGER")),
                                    P.Partial("__r", "sum", _col("__right", "INTEGER"))),
                       tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
-                      + (P.NamedExpr("__keep", P.Expr('"__l" > 0 AND coalesce("__r", 0) = 0',
-                                                      ("__l", "__r"), "BOOLEAN")),),
-                      node.schema + (P.Column("__keep", "BOOLEAN"),))
-    kept = P.Filter(agg, _col("__keep", "BOOLEAN"), agg.schema)
+                      + (P.NamedExpr("__n", copies),), counted)
+    kept = P.Filter(agg, P.Expr('"__n" > 0', ("__n",), "BOOLEAN"), counted)
+    if node.all:
+        kept = P.Repeat(kept, "__n", counted)
     return P.Map(kept, tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema),
                  node.schema)
 
 
 # Algebra that runs as a combination of other operators.
-_REWRITES = {P.Distinct: distinct_as_aggregate, P.Difference: difference_as_aggregate}
+_REWRITES = {P.Distinct: distinct_as_aggregate, P.Difference: set_operation_as_aggregate,
+             P.Intersection: set_operation_as_aggregate}
 
 
 def rewritten(node):
@@ -162,6 +174,7 @@ _BUILDERS = {
     P.Union_: _each(union.Union),
     P.Aggregate: _each(_aggregate),
     P.Limit: _each(Limit),
+    P.Repeat: _each(repeat.Repeat),
     P.Join: _join,
     P.QualityJoin: _each(qjoin.QJoin),
     P.Pattern: _each(lambda n: (row_pattern.RowPattern if n.regex is not None

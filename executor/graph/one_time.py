@@ -43,19 +43,28 @@ def snapshot(graph: RunningGraph, qid, batches: dict, at: int | None) -> pa.Tabl
     latest = [graph.feed_every(name, b, out) for name, group in batches.items() for b in group]
     latest = [t for t in latest if t is not None]
     last = at if at is not None else (max(latest) if latest else None)
+    if last is not None:
+        # nothing earlier than the instant will come: every stream read is there (an
+        # aggregate without GROUP BY answers COUNT(*) = 0 over a stream with no tuple yet)
+        relations = {q.feeds for q in graph.queries.values()}
+        for name in {P.stream_of(feed) for q in graph.queries.values() for feed in q.streams}:
+            if name not in relations:        # a named window's rows follow its streams'
+                graph.mark(name, last, out)
     for other in list(graph.queries.values()):     # relations first: they were added first
         graph.flush(other.sink, out)
     q = graph.queries[qid]
     rows = [b for b in out.get(qid, []) if b.num_rows]
     if not rows or last is None:
         return None
-    table = pa.Table.from_batches(rows)
+    # an aggregate's rows from before its first tuple may have NULL-typed columns
+    table = pa.concat_tables([pa.Table.from_batches([b]) for b in rows],
+                             promote_options="permissive")
     table = table.filter(pc.and_(pc.less_equal(table.column(TS), last),
                                  pc.greater(table.column(TE), last)))
     if not table.num_rows:          # rows there were, none valid at that instant
         return None
     return pa.Table.from_batches([client_batch(q.plan, q.out_names, b)
-                                  for b in table.to_batches()])
+                                  for b in table.combine_chunks().to_batches()])
 
 
 def replay(graph: RunningGraph, qid, batches: dict, seam: int, spans: np.ndarray,

@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 from time import perf_counter_ns
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import plan as P
 from ..batches import TS, Watermark
 from ..context import OperatorContext, wall_clock
-from ..duck import Database
+from ..duck import Database, data_error
 from ..operators.base import QueryError
 from ..operators.filter_map import GroupedFilter
 from . import lowering
@@ -162,8 +163,13 @@ class RunningGraph:
         if private:
             q.unopened = self._new
         else:
-            for v in self._new:
-                self._open(v, self.context)
+            try:
+                for v in self._new:
+                    self._open(v, self.context)
+            except Exception:
+                self._new = []
+                self.remove(qid)        # its vertices go; the queries that share none stay
+                raise
         self._new = []
 
     def open_query(self, qid, st: int) -> None:
@@ -270,8 +276,11 @@ class RunningGraph:
             out.setdefault(qid, []).extend(m for m in messages if not isinstance(m, Watermark))
             feeds = self.queries[qid].feeds if qid in self.queries else None
             for scan in self.scans.get(feeds, ()) if feeds else ():
-                self.deliver(scan, scan.counted(perf_counter_ns(), messages, [
-                    x for m in messages for x in _step(scan.op, m, 0)]), out)
+                started = perf_counter_ns()
+                stepped = self._guarded(scan, lambda: [x for m in messages
+                                                       for x in _step(scan.op, m, 0)])
+                if stepped is not None:
+                    self.deliver(scan, scan.counted(started, messages, stepped), out)
         started = perf_counter_ns()
         masks = self._grouped_masks(v, messages)
         # the grouped pass's time, shared by the σ's it ran for
@@ -281,22 +290,27 @@ class RunningGraph:
             if op is None:
                 self.deliver(parent, messages, out)
                 continue
-            nxt, started = [], perf_counter_ns() - (share if op.predicate is not None else 0)
-            try:
-                for k, m in enumerate(messages):
-                    if isinstance(m, Watermark):
-                        nxt.extend(op.on_watermark(m.ts, port))
-                    elif masks is not None and op in masks[k]:
-                        nxt.extend(op.on_mask(m, masks[k][op]))
-                    else:
-                        nxt.extend(op.on_batch(m, port))
-            except QueryError as e:        # the query asked for too much: its SQLSTATE
-                self._fail(parent, str(e), e.sqlstate)
-                continue
-            except Exception as e:  # noqa: BLE001 - an operator's error ends its queries only
-                self._fail(parent, f"{type(e).__name__}: {e}")
-                continue
-            self.deliver(parent, parent.counted(started, messages, nxt), out)
+            started = perf_counter_ns() - (share if op.predicate is not None else 0)
+            nxt = self._guarded(parent, lambda: [
+                x for k, m in enumerate(messages)
+                for x in (op.on_watermark(m.ts, port) if isinstance(m, Watermark) else
+                          op.on_mask(m, masks[k][op]) if masks is not None and op in masks[k]
+                          else op.on_batch(m, port))])
+            if nxt is not None:
+                self.deliver(parent, parent.counted(started, messages, nxt), out)
+
+    def _guarded(self, v: _Vertex, call) -> list | None:
+        """``call()``'s messages from ``v``'s operator, or None when it failed: its queries end
+        with the error (the query's own SQLSTATE where it is the query's), the others go on."""
+        try:
+            return call()
+        except QueryError as e:            # the query asked for too much: its SQLSTATE
+            self._fail(v, str(e), e.sqlstate)
+        except duckdb.Error as e:          # over the query's values (a cast that fails) or not
+            self._fail(v, *(data_error(e) or (f"{type(e).__name__}: {e}",)))
+        except Exception as e:  # noqa: BLE001 - an operator's error ends its queries only
+            self._fail(v, f"{type(e).__name__}: {e}")
+        return None
 
     def _grouped_masks(self, v: _Vertex, messages: list) -> list | None:
         """For each message, {σ: its mask} when several σ's read ``v`` (one DuckDB pass for
@@ -350,10 +364,15 @@ class RunningGraph:
             self.announce_start(parent, ts)
 
     def flush(self, sink: _Vertex, out: dict) -> None:
-        """The input has ended: every operator below ``sink`` gives up what it holds."""
+        """The input has ended: every operator below ``sink`` gives up what it holds (one
+        that fails ends its queries, as in ``deliver``)."""
         for v in below(sink):
-            if v.op is not None:
-                self.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_end()), out)
+            if v.op is None:
+                continue
+            started = perf_counter_ns()
+            given = self._guarded(v, v.op.on_end)
+            if given is not None:
+                self.deliver(v, v.counted(started, (), given), out)
 
     def feed(self, stream: str, batch: pa.RecordBatch, out: dict) -> int | None:
         """A stream's batch into every scan of it; returns its latest ts (µs), if any."""
@@ -382,10 +401,14 @@ class RunningGraph:
         """A stream's BOUNDARY, to its ordered scans and to those reading its arrivals (a
         quiet stream's time still moves on for them)."""
         out: dict = {}
+        self.mark(stream, ts, out)
+        return self.client(out)
+
+    def mark(self, stream: str, ts: int, out: dict) -> None:
+        """``watermark``'s routing: what it releases stays in ``out`` as the sinks got it."""
         for feed in (stream.lower(), stream.lower() + P.ARRIVAL):
             for v in list(self.scans.get(feed, ())):
                 self.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_watermark(ts)), out)
-        return self.client(out)
 
     def end(self, qid) -> list:
         """Flush what query ``qid`` still holds (its input has ended)."""

@@ -31,8 +31,9 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import duck, udf
+from .. import plan as P
 from ..batches import INF, TE, TS, Watermark
-from .. import udf
 from ..udf import user_aggregate
 from .base import Operator
 from .filter_map import Projection
@@ -72,6 +73,7 @@ PARTIALS = {
     "min": PartialFn(lambda: None, _add_min, lambda s: s),
     "max": PartialFn(lambda: None, _add_max, lambda s: s),
     "count_distinct": PartialFn(lambda: {}, _add_distinct, lambda s: len(s)),
+    "sum_distinct": PartialFn(lambda: {}, _add_distinct, lambda s: sum(s) if s else None),
 }
 
 
@@ -114,9 +116,11 @@ def _partial_type(func: str, arg_type):
     fill an empty window keep the columns' types)."""
     if func in ("count", "count_star", "count_distinct"):
         return pa.int64()
-    if func == "sum" and pa.types.is_integer(arg_type):
+    if func in ("sum", "sum_distinct") and pa.types.is_integer(arg_type):
         return pa.int64()
-    if func in ("sum", "min", "max") and not pa.types.is_null(arg_type):
+    if func in ("sum", "sum_distinct") and pa.types.is_decimal(arg_type):
+        return pa.decimal128(38, arg_type.scale)       # a sum outgrows its terms' precision
+    if func in ("sum", "sum_distinct", "min", "max") and not pa.types.is_null(arg_type):
         return arg_type
     if func not in PARTIALS:
         return udf.arrow_type(udf.return_type(func))
@@ -217,6 +221,16 @@ class Aggregate(Operator):
                                 [(p.name, p.arg) for p in node.partials], [TS, TE], self.con)
         self.final = Projection([(f.name, f.expr) for f in node.finals], [TS, TE], self.con,
                                 name="r")
+        # the keys' and partials' Arrow types by the plan, for rows made before any tuple
+        # came (f(⊥) of an aggregate without GROUP BY): the first batch's win after it
+        planned = [P.Column(k.name, k.expr.type) for k in node.keys] + \
+            [P.Column(p.name, p.arg.type) for p in node.partials if p.arg is not None]
+        known = [c for c in planned if c.type not in ("", "UNKNOWN")]
+        arrow = {f.name: f.type for f in duck.typed_empty(self.con, known).schema} \
+            if known else {}
+        self.planned = {k.name: arrow.get(k.name) for k in node.keys}
+        self.planned.update({p.name: _partial_type(p.func, arrow.get(p.name, pa.null()))
+                             for p in node.partials})
 
     def follow_loop(self, loop):
         self.loop = loop            # one row per iteration of the StreaQueL loop
@@ -285,6 +299,9 @@ class Aggregate(Operator):
         return [fn.value(s) for fn, s in zip(self.fns, states)]
 
     def _split_slides(self, s: int, e: int):
+        if e >= INF:            # the input ended: what holds from s on holds in one row
+            yield s, e
+            return
         j, off = self.slide_us, self.slide_start
         cut = off + ((s - off) // j + 1) * j
         while cut < e:
@@ -357,15 +374,18 @@ class Aggregate(Operator):
             self._emit(key, elements)
             if not idx.elements:
                 del self.groups[key]
-        return self._release()
+        return self._release(now)
 
     def _frontier(self) -> int:
         starts = [i.first_start() for i in self.groups.values() if i.elements]
         return min(starts) if starts else INF
 
-    def _release(self) -> list:
-        """Rows leave in valid_from order: only those starting before anything still held."""
-        front = self._frontier()
+    def _release(self, now: int) -> list:
+        """Rows leave in valid_from order: only those starting before anything still held.
+        What follows them is a BOUNDARY at the earliest instant still open: ``now`` (the
+        input's time) when nothing is held, so an aggregate with no group left still tells
+        what reads it (a union, an outer aggregate) how far its answer is final."""
+        front = min(self._frontier(), now)
         if not self.ready:
             return [Watermark(front)] if front < INF else []
         self.ready.sort(key=lambda r: (r[0], r[1]))
@@ -373,10 +393,10 @@ class Aggregate(Operator):
         rows, self.ready = self.ready[:k], self.ready[k:]
         out = []
         if rows:
-            data = {name: pa.array([r[2][i] for r in rows], self.types.get(name))
+            data = {name: pa.array([r[2][i] for r in rows], self._type(name))
                     for i, name in enumerate(self.keys)}
             for i, name in enumerate(self.partials):
-                data[name] = pa.array([r[3][i] for r in rows], self.types.get(name))
+                data[name] = pa.array([r[3][i] for r in rows], self._type(name))
             data[TS] = pa.array([r[0] for r in rows], pa.int64())
             data[TE] = pa.array([r[1] for r in rows], pa.int64())
             table = pa.table(data)
@@ -386,6 +406,9 @@ class Aggregate(Operator):
         if out[-1].ts >= INF:
             out.pop()
         return out
+
+    def _type(self, name: str):
+        return self.types.get(name) or self.planned.get(name)
 
     def state_size(self) -> int:
         return sum(len(i.elements) for i in self.groups.values())

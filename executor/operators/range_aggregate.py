@@ -22,7 +22,12 @@ from ..duck import quote
 from .aggregate import Aggregate
 
 _WINDOWED = {"sum": "SUM({a})", "count": "COUNT({a})", "count_star": "COUNT(\"__arr\")",
-             "min": "MIN({a})", "max": "MAX({a})", "count_distinct": "COUNT(DISTINCT {a})"}
+             "min": "MIN({a})", "max": "MAX({a})", "count_distinct": "COUNT(DISTINCT {a})",
+             "sum_distinct": "SUM(DISTINCT {a})"}
+
+
+# each partial's value over an empty window
+_EMPTY = {"count": 0, "count_star": 0, "count_distinct": 0}
 
 
 def _group_bounds(table: pa.Table, keys: list) -> list:
@@ -57,22 +62,24 @@ class RangeAggregate(Aggregate):
         self.tuples: pa.Table | None = None     # keys, args, ts: tuples still in some frame
         self.current: dict = {}                 # key -> (start, values, count), still open
         self.last_now = -INF                    # every point before this was dealt with
-        keys = ", ".join(map(quote, self.keys))
-        part = f"PARTITION BY {keys} " if self.keys else ""
+        keys = [quote(k) for k in self.keys]
+        part = f"PARTITION BY {', '.join(keys)} " if self.keys else ""
         args = [quote(p) for p in self.partials]
-        aggs = ", ".join(_WINDOWED[p.func].format(a=a) + f" OVER w AS {quote(p.name)}"
-                         for p, a in zip(node.partials, args))
-        nulls = ", ".join(f"NULL AS {quote(p)}" for p in self.partials)
-        cols = ", ".join([quote(k) for k in self.keys] + args)
-        key_sel = (keys + ", ") if self.keys else ""
+        aggs = [_WINDOWED[p.func].format(a=a) + f" OVER w AS {quote(p.name)}"
+                for p, a in zip(node.partials, args)]
+        nulls = [f"NULL AS {quote(p)}" for p in self.partials]
+        key_sel = "".join(k + ", " for k in keys)
+        arrive = ", ".join(keys + args + ['1 AS "__arr"', f'{quote(TS)} AS "__t"'])
+        leave = ", ".join(keys + nulls
+                          + ['NULL AS "__arr"', f'{quote(TS)} + {self.size} AS "__t"'])
+        points = ", ".join(keys + ['"__t"'] + aggs + ['COUNT("__arr") OVER w AS "__n"'])
         self.points_sql = f"""
             WITH pts AS (
-                SELECT {cols}, 1 AS "__arr", {quote(TS)} AS "__t" FROM t
+                SELECT {arrive} FROM t
                 UNION ALL
-                SELECT DISTINCT {key_sel}{nulls}, NULL AS "__arr", {quote(TS)} + {self.size}
-                    AS "__t" FROM t)
+                SELECT DISTINCT {leave} FROM t)
             SELECT * FROM (
-                SELECT DISTINCT {key_sel}"__t", {aggs}, COUNT("__arr") OVER w AS "__n"
+                SELECT DISTINCT {points}
                 FROM pts
                 WINDOW w AS ({part}ORDER BY "__t" RANGE BETWEEN {self.size - 1} PRECEDING
                              AND CURRENT ROW))
@@ -90,6 +97,7 @@ class RangeAggregate(Aggregate):
         return [m for m in self._advance(now) if not isinstance(m, Watermark)]
 
     def on_watermark(self, ts, port=0):
+        self.on_start(ts)
         return self._advance(ts, boundary=True)
 
     def on_end(self):
@@ -97,8 +105,20 @@ class RangeAggregate(Aggregate):
 
     # ------------------------------------------------------------------ change points
     def _advance(self, now: int, boundary: bool = False) -> list:
+        if not self.keys and () not in self.current and self.filled_until is not None:
+            # without GROUP BY there is a row at every instant from the start, COUNT(*) = 0
+            # over an empty window
+            self.current[()] = (self.filled_until, [_EMPTY.get(p.func) for p in
+                                                    self.node.partials], 0)
         if self.tuples is None or self.tuples.num_rows == 0:
-            return self._release()
+            start = self.current.get(())
+            if boundary and start is not None and start[0] < now:
+                self._coalesce((), [(start[0], now, start[1])])
+                if now < INF:
+                    self.current[()] = (now, start[1], start[2])
+                else:                       # the input ended: that value holds for good
+                    del self.current[()]
+            return self._release(now)
         # points before every group's open element, and before the last call, were dealt
         # with already
         since = min([o[0] for o in self.current.values()] + [self.last_now])
@@ -120,7 +140,7 @@ class RangeAggregate(Aggregate):
                 keep_from[key] = start
         self._forget(keep_from)
         self.last_now = max(self.last_now, now)
-        return self._release()
+        return self._release(now)
 
     def _group(self, key, times, values, counts, i, j, now, boundary) -> int | None:
         """Close the group's elements that end by ``now`` and return the start of the one
@@ -143,9 +163,9 @@ class RangeAggregate(Aggregate):
             if prev is not None:
                 rows.append((prev[0], c, prev[1], prev[2]))
             prev = (c, [v[k] for v in values], counts[k])
-        if prev is not None and boundary and prev[0] < now < INF:
-            rows.append((prev[0], now, prev[1], prev[2]))   # a BOUNDARY splits it
-            prev = (now, prev[1], prev[2])
+        if prev is not None and boundary and prev[0] < now:
+            rows.append((prev[0], now, prev[1], prev[2]))   # a BOUNDARY splits it (or the
+            prev = (now, prev[1], prev[2]) if now < INF else None   # end: it holds for good)
         self._coalesce(key, [(s, e, vals) for s, e, vals, n in rows if n or not self.keys])
         if prev is not None and (prev[2] or not self.keys):
             self.current[key] = prev

@@ -101,6 +101,31 @@ def preferred(tree: tuple, bits: np.ndarray, var_bit: dict, start: int, end: int
     return _WAIT if ran_out[0] and not complete else None
 
 
+def ends(tree: tuple) -> tuple[set, bool]:
+    """(the variables a match's last row can be mapped to, whether ``tree`` can match no
+    row at all).
+
+    >>> sorted(ends(("seq", (("var", "A"), ("rep", ("var", "B"), 0, None, True))))[0])
+    ['A', 'B']
+    """
+    kind = tree[0]
+    if kind == "var":
+        return {tree[1]}, False
+    if kind == "alt":
+        parts = [ends(b) for b in tree[1]]
+        return set().union(*(p[0] for p in parts)), any(p[1] for p in parts)
+    if kind == "seq":
+        out = set()
+        for item in reversed(tree[1]):
+            last, empty = ends(item)
+            out |= last
+            if not empty:
+                return out, False
+        return out, True
+    last, empty = ends(tree[1])
+    return last, empty or tree[2] == 0
+
+
 def _labels(chain, length: int) -> list:
     out = [None] * length
     for k in range(length - 1, -1, -1):
@@ -128,6 +153,8 @@ class RowPattern(Merging):
         self.checks = {c.alias: c.checks for c in node.components if c.checks is not None}
         self.check_cols = sorted(set().union(*map(columns, self.checks.values())))
         self.margin = max(map(prev_reach, self.checks.values()), default=0)
+        # the variables a match can end on: a row mapped to none of them ends no match
+        self.final = sum(self.var_bit[v] for v in ends(self.tree)[0])
 
     def open(self, context):
         self.con = context.cursor()
@@ -144,7 +171,7 @@ class RowPattern(Merging):
         for key, run in list(self.runs.items()):
             self._match(key, run, limit, everything)
             if run.start < len(run.ts):
-                open_from = min(open_from, int(run.ts[run.start]))
+                open_from = min(open_from, self._earliest_end(run, limit))
             elif not len(run.ts):
                 del self.runs[key]
         out = self._release(open_from if not everything else INF)
@@ -210,6 +237,14 @@ class RowPattern(Merging):
         if found:
             self.decided.append(self._measures(key, run, found))
         run.drop_before_start(self.margin)
+
+    def _earliest_end(self, run: _Run, limit: int) -> int:
+        """The earliest time a match of the run's rows still open can be stamped with: the
+        first of them a match can end on, or ``limit`` when none before it can (an attempt
+        waiting for a row to come holds back no match another partition has finished)."""
+        avail = int(np.searchsorted(run.ts, limit, "left"))
+        hits = np.flatnonzero(run.bits[run.start:avail] & self.final)
+        return int(run.ts[run.start + hits[0]]) if len(hits) else limit
 
     def _checker(self, run: _Run):
         """The matcher's test of a row against the DEFINE terms that read other rows."""

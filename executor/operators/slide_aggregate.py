@@ -76,9 +76,7 @@ class SlideAggregate(Operator):
         first = self._grid_up(ts)                                   # first τ >= ts
         last = self.offset + ((ts + self.size - 1 - self.offset) // self.slide) * self.slide
         counts = np.maximum((last - first) // self.slide + 1, 0)
-        if self.started is None and not self.keys:
-            # the slide whose answer holds when the stream starts (τ <= ts0 < τ + j)
-            self.started = self.offset + ((int(ts[0]) - self.offset) // self.slide) * self.slide
+        self.on_start(int(ts[0]))
         # aggregate first per (group, first slide, last slide) — tuples there share their
         # slides — then spread those partials over their slides: far fewer rows to explode
         t = t.drop_columns([TS]).append_column("__first", pa.array(first)) \
@@ -114,7 +112,13 @@ class SlideAggregate(Operator):
         merged = merged.rename_columns([_strip(n, self.partials) for n in merged.column_names])
         return merged.select(self.keys + self.partials)
 
+    def on_start(self, ts: int) -> None:
+        if self.started is None and not self.keys:
+            # the slide whose answer holds when the stream starts (τ <= ts0 < τ + j)
+            self.started = self.offset + ((ts - self.offset) // self.slide) * self.slide
+
     def on_watermark(self, ts, port=0):
+        self.on_start(ts)
         out = self._emit(ts, inclusive=False)
         return out + [Watermark(ts)]
 
@@ -130,18 +134,21 @@ class SlideAggregate(Operator):
         for at in done:
             merged = self._merged(self.slides.pop(at))
             finals.append(merged.append_column(TAU, pa.array(np.full(merged.num_rows, at))))
-        ready = pa.concat_tables([self.empty, *finals], promote_options="permissive")
+        parts = ([self.empty] if self.empty is not None else []) + finals
+        ready = pa.concat_tables(parts, promote_options="permissive") if parts else None
         if not self.keys:
-            ready = self._fill_empty(ready, now).sort_by(TAU)
-        if ready.num_rows == 0:
+            ready = self._fill_empty(ready, now)
+            ready = ready.sort_by(TAU) if ready is not None else None
+        if ready is None or ready.num_rows == 0:
             return []
         return self.final.run(ready).to_batches()
 
-    def _fill_empty(self, ready: pa.Table, now: int | None) -> pa.Table:
-        """Without GROUP BY every slide has its row, COUNT(*) = 0 where the window was empty."""
+    def _fill_empty(self, ready: pa.Table | None, now: int | None) -> pa.Table | None:
+        """Without GROUP BY every slide has its row, COUNT(*) = 0 where the window was empty
+        (``ready`` None: no tuple has come yet)."""
         if self.started is None:
             return ready
-        have = set(ready.column(TAU).to_pylist())
+        have = set(ready.column(TAU).to_pylist()) if ready is not None else set()
         hi = max(have) if now is None and have else (
             int(self._grid_up(np.array([now]))[0]) - self.slide if now is not None else None)
         if hi is None:
@@ -155,11 +162,11 @@ class SlideAggregate(Operator):
         for p, f in zip(self.partials, self.funcs):
             zero = 0 if f in ("count", "count_star") else None
             empty[p] = pa.array([zero] * len(missing), ready.schema.field(p).type
-                                if p in ready.schema.names else None)
-        filler = pa.table(empty).select(ready.schema.names) if ready.num_rows else \
-            pa.table(empty)
-        return pa.concat_tables([ready, filler.cast(ready.schema)]) if ready.num_rows \
-            else filler
+                                if ready is not None and p in ready.schema.names else None)
+        if ready is None or not ready.num_rows:
+            return pa.table(empty)
+        filler = pa.table(empty).select(ready.schema.names)
+        return pa.concat_tables([ready, filler.cast(ready.schema)])
 
     def state_size(self) -> int:
         return sum(t.num_rows for parts in self.slides.values() for t in parts)

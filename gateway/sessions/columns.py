@@ -44,6 +44,24 @@ class ColumnInfo:
             self._cache[key] = rows
         return self._cache[key]
 
+    def sql_function(self, name: str, schema: str | None = None) -> tuple | None:
+        """A user's SQL function (a macro of the session's database; in ``schema``, or else
+        public's): (parameter names, its body as DuckDB SQL), or None."""
+        rows = self.con.execute(      # fetched to the end: DuckDB's connection is free then
+            "SELECT parameters, macro_definition FROM duckdb_functions() "
+            "WHERE database_name = ? AND function_type = 'macro' AND lower(function_name) = ? "
+            "AND lower(schema_name) IN (?, ?) ORDER BY schema_name <> 'public' LIMIT 1",
+            [self.store.name, name.lower(), *((schema.lower(),) * 2 if schema
+                                               else ("public", "main"))]).fetchall()
+        return (tuple(rows[0][0]), rows[0][1]) if rows else None
+
+    def function_exists(self, name: str) -> bool:
+        """Whether the session's DuckDB has a function of this name (a user's SQL function,
+        the catalog's own, or a built-in)."""
+        return bool(self.con.execute("SELECT count(*) FROM duckdb_functions() "
+                                     "WHERE lower(function_name) = ?", [name.lower()])
+                    .fetchall()[0][0])
+
     def type_oid(self, tables, alias, col) -> int:
         """The PostgreSQL type oid of column ``col`` (a name, or a position) of the table
         ``alias`` names among ``tables`` (any of them when None); 0: unknown."""

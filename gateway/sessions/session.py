@@ -157,7 +157,10 @@ class Session:
         self.inflight = self.services.pool.submit(fn, *args)
         if self.canceled or self.timed_out:   # asked to stop before the call was made
             self._interrupt(self.inflight, REINTERRUPTS)
-        return await asyncio.wrap_future(self.inflight)
+        try:
+            return await asyncio.wrap_future(self.inflight)
+        except duckdb.Error as e:       # one no step mapped (the catalog's refresh, cancelled)
+            raise pg_error(e) from None
 
     async def settled(self, timeout: float = 3) -> None:
         """Wait (a while) for the last worker call to end: its DuckDB connection must not be

@@ -193,6 +193,7 @@ _CHECKS = {
     P.QualityJoin: _refuse("a quality-driven join"),
     P.Distinct: _refuse("DISTINCT"),
     P.Difference: _refuse("EXCEPT"),
+    P.Intersection: _refuse("INTERSECT"),
     P.Limit: _refuse("LIMIT (fetch as many rows as you need instead)"),
     P.Pattern: _refuse("an event pattern (EVENT SEQ, MATCH_RECOGNIZE)"),
 }

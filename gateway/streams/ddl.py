@@ -207,6 +207,12 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
     except PlanError as e:
         raise plan_error(e) from None
     reads = sorted({f"{t.db or 'public'}.{t.name}".lower() for t in query.find_all(exp.Table)})
+    seen: set = set()
+    for c in p.output:          # its columns are read by name, as a view's are
+        if c.name.lower() in seen:
+            raise E.PgError(f'column "{c.name}" specified more than once', sqlstate="42701",
+                            hint="Name the columns apart in the select list (AS).")
+        seen.add(c.name.lower())
     cols = [[c.name, _duck_type(session, c.type) if c.type != "UNKNOWN" else "VARCHAR", False]
             for c in p.output]
     reg = session.services.streams

@@ -15,6 +15,7 @@ from sqlglot import exp
 from dialect import expressions as X
 from dialect.errors import PlanError
 from dialect.planner import explain, is_continuous, plan, query_engine
+from dialect.planner.check_expressions import has_now, inlined
 from dialect.planner.quality_join import session_options
 from executor import plan as P
 
@@ -55,7 +56,8 @@ def plan_query(session, tree) -> P.Plan:
     """The statement's plan, made once: a statement described and then executed (or a
     prepared one run again) reuses it while the catalog and the session's settings stay as
     they were. A plan with a fixed window is made anew each time, since whether that window
-    lies wholly in the past (archive) depends on the instant it is planned."""
+    lies wholly in the past (archive) depends on the instant it is planned; so is one that
+    reads now() (or calls a SQL function that does), which is that instant."""
     access.check_reads(session, tree)       # again each time: a REVOKE holds at once
     key = (tree.sql("cql"), session.services.store.catalog_version,
            tuple(sorted(session.settings.items())))
@@ -70,7 +72,7 @@ def plan_query(session, tree) -> P.Plan:
                  join_quality=quality)
     except PlanError as e:
         raise plan_error(e) from None
-    if not _has_fixed_window(p.root):
+    if not _has_fixed_window(p.root) and not has_now(inlined(tree, catalog.sql_function)):
         if len(session.plans) >= PLANS_KEPT:
             session.plans.pop(next(iter(session.plans)))
         session.plans[key] = p

@@ -72,6 +72,7 @@ class StreamRegistry:
         self.store = store
         self.data_dir = data_dir
         self._lock = threading.Lock()
+        self._last_oid = FIRST_OID - 1     # the last OID handed out
         saved = catalog_files.load(data_dir, DOCUMENT)
         if saved is None:
             saved = self._take_legacy()
@@ -117,7 +118,12 @@ class StreamRegistry:
         return self.get(schema or None, bare, kinds)
 
     def next_oid(self) -> int:
-        return max([FIRST_OID - 1] + [o.oid for o in self.objects.values()]) + 1
+        """A new object's OID, never handed out twice: sessions create objects at the same
+        time, and an object is saved only once its query runs (under ``-oid``)."""
+        with self._lock:
+            self._last_oid = max([FIRST_OID - 1, self._last_oid] +
+                                 [o.oid for o in self.objects.values()]) + 1
+            return self._last_oid
 
     def dependents(self, obj: StreamObject) -> list:
         return [o for o in self.objects.values() if obj.key in o.depends_on]
@@ -185,3 +191,9 @@ class SessionCatalog:
 
     def aggregate_type(self, name: str) -> str:
         return P.user_aggregate_type(name)
+
+    def function_exists(self, name: str) -> bool:
+        return self.columns.function_exists(name)
+
+    def sql_function(self, name: str, schema: str | None = None) -> tuple | None:
+        return self.columns.sql_function(name, schema)

@@ -59,6 +59,7 @@ EMPTY_TABLES = {
                   "tgconstraint UINTEGER, tableoid UINTEGER",
     "pg_rewrite": "oid UINTEGER, rulename VARCHAR, ev_class UINTEGER, ev_type VARCHAR, "
                   "ev_enabled VARCHAR, is_instead BOOLEAN, tableoid UINTEGER",
+    "pg_rules": "schemaname VARCHAR, tablename VARCHAR, rulename VARCHAR, definition VARCHAR",
     "pg_opclass": "oid UINTEGER, opcmethod UINTEGER, opcname VARCHAR, opcnamespace UINTEGER, "
                   "opcowner UINTEGER, opcfamily UINTEGER, opcintype UINTEGER, opcdefault BOOLEAN, "
                   "opckeytype UINTEGER, tableoid UINTEGER",

@@ -415,7 +415,22 @@ def _rewrite_regproc_zero(node: exp.Expression, state: dict) -> exp.Expression:
     return node
 
 
+def _rewrite_float(node: exp.DataType) -> exp.Expression:
+    """PostgreSQL's FLOAT(p) (as SQLAlchemy writes it): real for p up to 24 bits, double
+    precision up to 53."""
+    params = node.expressions
+    if node.this not in (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT) or \
+            len(params) != 1 or not isinstance(params[0].this, exp.Literal):
+        return node
+    p = int(params[0].this.name)
+    if not 1 <= p <= 53:
+        bound = "at least 1 bit" if p < 1 else "less than 54 bits"
+        raise PgError(f"precision for type float must be {bound}", sqlstate="22023")
+    return exp.DataType.build("REAL" if p <= 24 else "DOUBLE")
+
+
 _REWRITES = {
+    exp.DataType: lambda node, state: _rewrite_float(node),
     exp.Table: _rewrite_table,
     exp.EQ: _rewrite_regproc_zero,
     exp.Bracket: _rewrite_bracket,
@@ -606,6 +621,8 @@ def translate(sql: str) -> Translated:
     for node in ast.find_all(exp.Anonymous):
         if node.name.lower() == SIGNAL_FUNCTION:    # only the translator may call it
             raise UndefinedFunction(f"function {node.name}() does not exist")
+    if isinstance(ast, exp.Create) and (ast.args.get("kind") or "").upper() == "FUNCTION":
+        return _create_function(ast)
     state = {"catalog": False, "set_config": False, "tables": [],
              "catalog_aliases": _catalog_aliases(ast),
              "user_relations": any(isinstance(t.this, exp.Identifier) and not (
@@ -626,6 +643,73 @@ def translate(sql: str) -> Translated:
                       tuple(state["tables"]), _projections(ast), state["set_config"],
                       state["catalog"], False, new, ast,
                       frozenset(state["catalog_aliases"].values()))
+
+
+# --------------------------------------------------------------------------- SQL functions
+def _create_function(ast: exp.Create) -> Translated:
+    """``CREATE FUNCTION f(x int) RETURNS int AS 'SELECT x * 2' LANGUAGE SQL`` (or ``$$ … $$``,
+    or ``RETURN x * 2``) as the DuckDB macro that computes it: the body's one expression (a
+    query: its scalar subquery), ``$n`` read as the n-th parameter, each parameter cast to
+    its declared type and the result to the return type, as PostgreSQL coerces them."""
+    props = {type(p): p for p in (ast.args.get("properties") or exp.Properties()).expressions}
+    language = props.get(exp.LanguageProperty)
+    language = language.this.name.lower() if language is not None else "sql"
+    if language != "sql":
+        raise FeatureNotSupported(f"language {language} is not supported",
+                                  hint="Write the function in LANGUAGE SQL.")
+    returns = props.get(exp.ReturnsProperty)
+    if returns is not None and (returns.args.get("is_table") or
+                                not isinstance(returns.this, exp.DataType)):
+        raise FeatureNotSupported("a function returning a table or a set is not supported",
+                                  hint="Return one value, or define a view.")
+    udf = ast.this
+    # a parameter without a name parses as a name without a type: f(int, int)
+    params = [(p.name, p.args["kind"]) if p.args.get("kind") is not None else
+              (f"_p{i}", exp.DataType.build(p.name, dialect="postgres"))
+              for i, p in enumerate(udf.expressions, start=1)]
+    body = _function_body(ast.args.get("expression"))
+
+    def arg(node):
+        if isinstance(node, exp.Parameter) and node.this.is_int:
+            k = int(node.this.name)
+            if not 1 <= k <= len(params):
+                raise PgError(f"there is no parameter ${k}", sqlstate="42P02")
+            node = exp.column(params[k - 1][0])
+        if isinstance(node, exp.Column) and not node.table:
+            kind = next((t for n, t in params if n.lower() == node.name.lower()), None)
+            if kind is not None:
+                return exp.Paren(this=exp.Cast(this=node.copy(), to=kind.copy()))
+        return node
+
+    body = body.transform(arg)
+    if returns is not None:
+        body = exp.Cast(this=body, to=returns.this.copy())
+    name = udf.this.sql("duckdb")
+    head = "CREATE OR REPLACE MACRO" if ast.args.get("replace") else "CREATE MACRO"
+    duck = f"{head} {name}({', '.join(n for n, _ in params)}) AS ({body.sql('duckdb')})"
+    return Translated(duck, "CREATE FUNCTION", False, {}, (), (), False, False, False, ast,
+                      ast)
+
+
+def _function_body(body) -> exp.Expression:
+    """The expression a SQL function's body computes."""
+    if isinstance(body, exp.Return):
+        return body.this
+    if not isinstance(body, (exp.Literal, exp.Heredoc)):
+        raise FeatureNotSupported("this form of function body is not supported",
+                                  hint="Write AS 'SELECT expression' or RETURN expression.")
+    text = body.name.strip().rstrip(";")
+    try:
+        stmts = [x for x in sqlglot.parse(text, read="cql") if x is not None]
+    except (ParseError, TokenError) as e:
+        raise _syntax_error(text, e) from None
+    if len(stmts) != 1 or not isinstance(stmts[0], exp.Select):
+        raise FeatureNotSupported("a SQL function's body must be one SELECT",
+                                  hint="Write AS 'SELECT expression'.")
+    sel = stmts[0]
+    if sel.args.get("from_") is None and len(sel.expressions) == 1:
+        return sel.expressions[0].unalias()
+    return exp.Subquery(this=sel)
 
 
 def _projections(ast: exp.Expression) -> tuple:

@@ -1,0 +1,386 @@
+"""Running cases through a real server and judging them. A round makes fresh streams and a
+table, declares every case as a holdable cursor (a refusal is recorded with its SQLSTATE),
+starts every stream at T0, inserts the data in its batches, advances every stream past the
+end, and reads each cursor dry. A read of ``cq_queries`` after the last advance is a barrier:
+the back end answers it after the rows the advance released, which the gateway has then
+queued for their cursors.
+
+Each outcome is one of: refused with a user error (0A000 with a hint, 42xxx, 22xxx); accepted
+and equal to the oracle at every instant where either side changes (and 1 µs before it); or
+a failure: an internal error, an error while reading, a wrong answer (the first wrong
+instant), a column of the wrong type family, a row with an empty interval. ``shrink`` cuts a
+failing case down to fewer tuples and a simpler query that still fails the same way."""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+import psycopg
+
+from .grammar import Case, simpler
+from .oracle import Oracle, OracleError, duck_family, normal, pg_family
+from .world import FUNCTION, INF, RELATIONS, STREAMS, T0, Data, S, timestamp
+
+USER_CLASSES = ("0A", "42", "22")
+_EPOCH = dt.datetime(1970, 1, 1)
+_ONE_US = dt.timedelta(microseconds=1)
+
+
+@dataclass
+class Outcome:
+    case: Case
+    status: str                  # refused, ok, errored (as SQL does), or a failure:
+    sqlstate: str | None = None  # internal, misrefused, fetch, wrong, type, interval, oracle
+    message: str = ""
+    detail: str = ""
+    rows: int = 0
+    how: str = "cursor"          # cursor, derived (a derived stream read), window (Stream(w)
+                                 # of a named window), snapshot (cq.mode = snapshot)
+
+    @property
+    def failed(self) -> bool:
+        return self.status not in ("refused", "ok", "errored")
+
+
+# every fourth case is also run as a derived stream, every fourth as a named window
+VARIANTS = ("derived", None, "window", None)
+
+
+@dataclass
+class Round:
+    """``cases`` over ``data`` on the server at ``dsn``, each as a cursor and ``variants``:
+    None, every fourth case also as a derived stream and every fourth as a named window, and
+    every accepted one in snapshot mode; or the hows every case is also run as (shrinking
+    runs one case one way)."""
+    dsn: str
+    cases: list
+    data: Data
+    variants: tuple | None = None
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+    def _variant(self, i: int) -> str | None:
+        if self.variants is None:
+            return VARIANTS[i % len(VARIANTS)]
+        return next((h for h in self.variants if h in ("derived", "window")), None)
+
+    def _snapshots(self) -> bool:
+        return self.variants is None or "snapshot" in self.variants
+
+    def run(self) -> list:
+        names = {r: f"{r}_{self.tag}" for r in RELATIONS}
+        names["fn"] = f"fn_{self.tag}"
+        with psycopg.connect(self.dsn, autocommit=True) as feed, \
+                psycopg.connect(self.dsn, autocommit=True) as reader:
+            for c in (feed, reader):
+                c.execute("SET statement_timeout = '60s'")
+            for r, rel in RELATIONS.items():
+                feed.execute(rel.create(names[r]))
+            feed.execute(FUNCTION.format(name=names["fn"]))
+            rows = self.data.table_insert(names["tb"])
+            if rows:
+                feed.execute(rows)
+            outcomes, cursors = [], {}
+            try:
+                for i, case in enumerate(self.cases):
+                    refused = self._declare(reader, f"dq{i}", case.cql(names), case)
+                    if refused is not None:
+                        outcomes.append(self._refusal(refused))
+                        continue
+                    cursors[f"dq{i}"] = (case, "cursor")
+                    how = self._variant(i)
+                    if how is not None:
+                        refused = self._relation(feed, reader, i, case, names, how)
+                        if refused is not None:
+                            outcomes.append(self._refusal(refused))
+                        else:
+                            cursors[f"d{how[0]}{i}"] = (case, how)
+                for s in STREAMS:
+                    feed.execute(f"ALTER STREAM {names[s]} ADVANCE TO {timestamp(T0)}")
+                for sql in self.data.inserts(names):
+                    feed.execute(sql)
+                if self._snapshots():             # every stream at one instant: snapshots
+                    at = self.data.last + S // 2
+                    for s in STREAMS:
+                        feed.execute(f"ALTER STREAM {names[s]} ADVANCE TO {timestamp(at)}")
+                    outcomes += [self._snapshot(case, names, at) for case, how in
+                                 cursors.values() if how == "cursor"]
+                for s in STREAMS:
+                    feed.execute(f"ALTER STREAM {names[s]} ADVANCE TO "
+                                 f"{timestamp(self.data.end)}")
+                reader.execute("SELECT count(*) FROM cq_queries").fetchall()     # the barrier
+                outcomes += [self._read(reader, name, case, how)
+                             for name, (case, how) in cursors.items()]
+            finally:
+                for name in cursors:
+                    reader.execute(f"CLOSE {name}")
+                for r, rel in RELATIONS.items():
+                    word = "TABLE" if rel.kind == "table" else "STREAM"
+                    feed.execute(f"DROP {word} IF EXISTS {names[r]} CASCADE")
+                feed.execute(f"DROP FUNCTION IF EXISTS {names['fn']}")
+        return outcomes
+
+    @staticmethod
+    def _declare(con, name: str, sql: str, case: Case, how: str = "cursor") -> Outcome | None:
+        """None when the statement ran, else its refusal (or an internal error)."""
+        try:
+            con.execute(sql if sql.startswith("CREATE") else
+                        f"DECLARE {name} CURSOR WITH HOLD FOR {sql}")
+            return None
+        except psycopg.Error as e:
+            diag = e.diag
+            state = diag.sqlstate or "?"
+            msg = diag.message_primary or str(e)
+            user = state[:2] in USER_CLASSES and (state != "0A000" or diag.message_hint)
+            return Outcome(case, "refused" if user else "internal", state, msg,
+                           f"hint: {diag.message_hint}" if state == "0A000" else "", how=how)
+
+    def _refusal(self, outcome: Outcome) -> Outcome:
+        """A user error the oracle does not share is a misrefusal; but a derived stream or
+        named window, like a view, cannot have two columns of one name (42701)."""
+        if outcome.status == "refused" and outcome.sqlstate[:2] in ("42", "22") and \
+                not (outcome.how != "cursor" and outcome.sqlstate == "42701") and \
+                oracle_error(outcome.case, self.data) is None:
+            outcome.status = "misrefused"           # the user did nothing wrong
+        return outcome
+
+    def _relation(self, feed, reader, i: int, case: Case, names: dict, how: str):
+        """The case as a derived stream or named window, and a cursor over its rows."""
+        rel = f"d{how[0]}{i}_{self.tag}"
+        word = "STREAM" if how == "derived" else "WINDOW"
+        refused = self._declare(feed, rel, f"CREATE {word} {rel} AS {case.plain(names)}",
+                                case, how)
+        if refused is not None:
+            return refused
+        source = rel if how == "derived" else f"Stream({rel})"
+        return self._declare(reader, f"d{how[0]}{i}",
+                             f"SELECT valid_from, valid_to, * FROM {source}", case, how)
+
+    def _snapshot(self, case: Case, names: dict, at: int) -> Outcome:
+        """The case in snapshot mode, every stream's watermark at ``at``: the snapshot's
+        answer at that instant."""
+        try:
+            with psycopg.connect(self.dsn, autocommit=True,
+                                 options="-c cq.mode=snapshot") as c:
+                cur = c.execute(case.plain(names))
+                got = Counter(tuple(normal(v) for v in r) for r in cur.fetchall())
+        except psycopg.Error as e:
+            state = e.diag.sqlstate or "?"
+            if state.startswith("22") and oracle_error(case, self.data):
+                return Outcome(case, "errored", state, str(e), how="snapshot")
+            return Outcome(case, "fetch", state, e.diag.message_primary or str(e),
+                           how="snapshot")
+        oracle = Oracle(case.oracle(), case.refs, self.data)
+        try:
+            want = oracle.at(at)
+        except OracleError as e:
+            return Outcome(case, "oracle", message=str(e), how="snapshot")
+        finally:
+            oracle.close()
+        limit = case.limit
+        right = (not (got - want) and sum(got.values()) == min(limit, sum(want.values())))\
+            if case.check == "rows" else got == want
+        if right:
+            return Outcome(case, "ok", rows=sum(got.values()), how="snapshot")
+        return Outcome(case, "wrong", message=f"wrong snapshot at {_at(at)}",
+                       detail=_difference(want, got), how="snapshot")
+
+    def _read(self, reader, name: str, case: Case, how: str) -> Outcome:
+        rows, oids = [], None
+        try:
+            for _ in range(100):
+                cur = reader.execute(f"FETCH ALL FROM {name} WITH (timeout = '0')")
+                oids = [d.type_code for d in cur.description]
+                got = cur.fetchall()
+                if not got:
+                    break
+                rows += got
+        except psycopg.Error as e:
+            state, message = e.diag.sqlstate, e.diag.message_primary or str(e)
+            # a value the query cannot compute (a cast of 'x' to INT) errs in SQL too
+            if state and state.startswith("22") and oracle_error(case, self.data):
+                return Outcome(case, "errored", state, message, rows=len(rows), how=how)
+            return Outcome(case, "fetch", state, message, rows=len(rows), how=how)
+        outcome = judge(case, self.data, rows, oids)
+        outcome.how = how
+        return outcome
+
+
+def _us(v: dt.datetime) -> int:
+    return (v.replace(tzinfo=None) - _EPOCH) // _ONE_US
+
+
+def oracle_error(case: Case, data: Data) -> str | None:
+    """The oracle's error at the first instant it has one, or None when it answers at
+    every instant."""
+    oracle = Oracle(case.oracle(), case.refs, data)
+    try:
+        for t in oracle.changes:
+            oracle.at(t)
+    except OracleError as e:
+        return str(e)
+    finally:
+        oracle.close()
+    return None
+
+
+def judge(case: Case, data: Data, rows: list, oids: list) -> Outcome:
+    """Compare a cursor's rows (valid_from, valid_to, values…) with the oracle."""
+    answer = [(_us(r[0]), INF if r[1] is None else _us(r[1]), tuple(normal(v) for v in r[2:]))
+              for r in rows]
+    for vf, vt, vals in answer:
+        if vf >= vt:
+            return Outcome(case, "interval", message=f"a row with an empty interval: "
+                           f"[{_at(vf)}, {_at(vt)}) {vals}", rows=len(rows))
+    oracle = Oracle(case.oracle(), case.refs, data)
+    try:
+        points = set(oracle.changes)
+        for vf, vt, _ in answer:
+            points.update((vf, vt))
+        instants = sorted({p - d for p in points for d in (0, 1)
+                           if T0 <= p - d < data.end})
+        for t in instants:
+            got = Counter(v for vf, vt, v in answer if vf <= t < vt)
+            want = oracle.at(t)
+            bad = (got - want) if case.check == "rows" else (got != want)
+            if bad:
+                return Outcome(case, "wrong", message=f"wrong answer at {_at(t)}",
+                               detail=_difference(want, got), rows=len(rows))
+        if oracle.types is None:
+            oracle.at(T0)
+        for n, (oid, t) in enumerate(zip(oids[2:], oracle.types or [])):
+            want = duck_family(t)
+            if want is not None and pg_family(oid) != want:
+                return Outcome(case, "type", message=f"column {n + 1} is typed with OID {oid} "
+                               f"({pg_family(oid)}); the snapshot's type is {t}",
+                               rows=len(rows))
+    except OracleError as e:
+        return Outcome(case, "oracle", message=str(e), rows=len(rows))
+    finally:
+        oracle.close()
+    return Outcome(case, "ok", rows=len(rows))
+
+
+def _difference(want: Counter, got: Counter) -> str:
+    missing, extra = want - got, got - want
+    lines = []
+    if missing:
+        lines.append("missing: " + _rows_text(missing))
+    if extra:
+        lines.append("extra: " + _rows_text(extra))
+    return "\n".join(lines)
+
+
+def _rows_text(c: Counter, limit: int = 8) -> str:
+    items = [f"{_plain(r)}" + (f" x{n}" if n > 1 else "") for r, n in list(c.items())[:limit]]
+    return ", ".join(items) + (" …" if len(c) > limit else "")
+
+
+def _plain(row) -> str:
+    return "(" + ", ".join("NULL" if v is None else repr(v[1]) for v in row) + ")"
+
+
+def _at(us: int) -> str:
+    return "∞" if us >= INF else f"T0+{(us - T0) / S:g}s"
+
+
+# ---------------------------------------------------------------------- shrinking
+def run_one(dsn: str, case: Case, data: Data, how: str = "cursor") -> Outcome | None:
+    """``case`` alone, as a cursor and ``how``: its outcome that way (None: it was not run
+    that way, the cursor being refused)."""
+    outcomes = Round(dsn, [case], data, variants=(how,)).run()
+    return next((o for o in outcomes if o.how == how), None)
+
+
+def shrink(dsn: str, outcome: Outcome, data: Data, budget: int = 150) -> tuple[Outcome, Data]:
+    """A smaller case and data that still fail as ``outcome`` did (same status, same way)."""
+    case, tries = outcome.case, [0]
+
+    def still(c: Case, d: Data) -> Outcome | None:
+        if tries[0] >= budget:
+            return None
+        tries[0] += 1
+        try:
+            o = run_one(dsn, c, d, outcome.how)
+        except psycopg.Error:
+            return None
+        return o if o is not None and o.status == outcome.status else None
+
+    best = still(case, data) or outcome
+    if best is outcome and tries[0] == 1:
+        return outcome, data        # it does not fail alone: report it as it was
+    changed = True
+    while changed and tries[0] < budget:
+        changed = False
+        for s in STREAMS:            # fewer tuples: halves, then quarters, … then one by one
+            n = len(data.tuples[s])
+            size = max(1, n // 2)
+            while size >= 1 and n:
+                start = 0
+                while start < len(data.tuples[s]):
+                    drop = set(range(start, min(start + size, len(data.tuples[s]))))
+                    smaller = data.without(s, drop)
+                    o = still(case, smaller)
+                    if o is not None:
+                        data, best, changed = smaller, o, True
+                    else:
+                        start += size
+                size //= 2
+        for i in reversed(range(len(data.table))):
+            smaller = data.without_rows({i})
+            o = still(case, smaller)
+            if o is not None:
+                data, best, changed = smaller, o, True
+        for c in simpler(case):
+            o = still(c, data)
+            if o is not None:
+                case, best, changed = c, o, True
+                break
+    return best, data
+
+
+def report(outcome: Outcome, data: Data, names: dict | None = None) -> str:
+    names = names or {r: r for r in RELATIONS}
+    case = outcome.case
+    lines = [f"{outcome.status.upper()} ({outcome.how}): {outcome.message}"
+             + (f" ({outcome.sqlstate})" if outcome.sqlstate else ""),
+             f"  query: {case.cql(names)}", f"  oracle: {case.oracle()}"]
+    if outcome.detail:
+        lines += ["  " + ln for ln in outcome.detail.splitlines()]
+    lines.append("  data (T0 = " + timestamp(T0) + "):")
+    lines.append(data.describe())
+    return "\n".join(lines)
+
+
+ACCEPTED = ("ok", "errored", "fetch", "wrong", "type", "interval", "oracle")
+
+
+def summary(outcomes: list) -> str:
+    """Counts: queries, accepted, refused by SQLSTATE and message, failures by kind."""
+    count = Counter(o.status for o in outcomes)
+    refused = Counter((o.sqlstate, _reason(o.message)) for o in outcomes
+                      if o.status == "refused")
+    cursors = [o for o in outcomes if o.how == "cursor"]
+    lines = [f"{len(cursors)} queries as cursors: {sum(o.status in ACCEPTED for o in cursors)} "
+             f"accepted, {sum(o.status == 'refused' for o in cursors)} refused; "
+             + ", ".join(f"{sum(o.how == h for o in outcomes)} {h} readings"
+                         for h in ("derived", "window", "snapshot")),
+             f"{len(outcomes)} readings: {sum(count[k] for k in ACCEPTED)} accepted "
+             f"({count['ok']} right at every instant, {count['errored']} ending with the "
+             f"error SQL gives), {count['refused']} refused, "
+             f"{sum(n for k, n in count.items() if k not in ('ok', 'errored', 'refused'))} "
+             "failed"]
+    for (state, reason), n in refused.most_common():
+        lines.append(f"  refused {state} x{n}: {reason}")
+    for kind, n in count.most_common():
+        if kind not in ("ok", "errored", "refused"):
+            lines.append(f"  FAILED {kind} x{n}")
+    return "\n".join(lines)
+
+
+def _reason(message: str) -> str:
+    """A refusal's message with its particulars (names, positions) cut off, for counting."""
+    for cut in (":", " (", ' "'):
+        message = message.split(cut)[0]
+    return message[:90]
