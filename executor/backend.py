@@ -108,6 +108,9 @@ class Backend:
         except NotRunnable as e:
             self._answer(msg.req, ok=False, error=str(e), sqlstate="0A000")
             return
+        except QueryError as e:          # it reads a relation whose query failed
+            self._answer(msg.req, ok=False, error=str(e), sqlstate=e.sqlstate)
+            return
         except Exception as e:  # noqa: BLE001 - a plan the back end cannot start fails alone
             log.exception("query %s could not start", msg.qid)
             self._answer(msg.req, ok=False, error=f"{type(e).__name__}: {e}", sqlstate="XX000")

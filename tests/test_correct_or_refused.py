@@ -272,6 +272,27 @@ def test_a_value_the_query_cannot_compute_is_the_users_error(server):
                 c.execute(f"DROP STREAM {s}")
 
 
+def test_a_named_window_whose_query_fails_fails_its_readers(server):
+    """A named window's query ended with a data error in the back end, and a cursor reading
+    the window's rows went on with none, for ever: an empty answer that was wrong. Its
+    readers end with the error, and a reader declared later gets it at DECLARE."""
+    s, w = unique("s"), unique("w")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        try:
+            c.execute(f"CREATE WINDOW {w} AS SELECT CAST('x' || v AS INT) AS n FROM {s} "
+                      "[RANGE '5 seconds']")
+            c.execute(f"DECLARE r CURSOR WITH HOLD FOR SELECT * FROM Stream({w})")
+            c.execute(f"INSERT INTO {s} VALUES (1, 1, {ts(1)})")
+            with pytest.raises(psycopg.errors.InvalidTextRepresentation, match=w):
+                c.execute("FETCH ALL FROM r WITH (timeout = '10s')")
+            c.execute("CLOSE r")
+            with pytest.raises(psycopg.errors.InvalidTextRepresentation, match=w):
+                c.execute(f"DECLARE r2 CURSOR WITH HOLD FOR SELECT * FROM Stream({w})")
+        finally:
+            c.execute(f"DROP STREAM {s} CASCADE")
+
+
 # ---------------------------------------------------------------------- refused at DECLARE
 REFUSED = [
     # computed per batch before: the top bid of a later batch came out as if alone

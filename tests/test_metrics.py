@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -146,12 +147,14 @@ def test_the_console_shows_streams_and_queries_moving(start_server, tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{s.http_port}/api/state", timeout=10)
         assert e.value.code == 401
         browser.get(f"http://127.0.0.1:{s.http_port}/?token={s.http_token}")
-        wait = WebDriverWait(browser, 20)
+        # the console redraws its tables every tick: a cell read as it is replaced is stale
+        wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
         row = f'tr[data-stream="{stream}"] td.tuples'
         _push(s, stream, range(0, 200))
         wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, row) and
                    b.find_element(By.CSS_SELECTOR, row).text not in ("", "0"))
-        first = int(browser.find_element(By.CSS_SELECTOR, row).text.replace(",", ""))
+        first = int(wait.until(lambda b: b.find_element(By.CSS_SELECTOR, row).text)
+                    .replace(",", ""))
         _push(s, stream, range(200, 600))
         wait.until(lambda b: int(b.find_element(By.CSS_SELECTOR, row).text.replace(",", ""))
                    > first)
@@ -162,13 +165,14 @@ def test_the_console_shows_streams_and_queries_moving(start_server, tmp_path):
         # each query with its EXPLAIN ANALYZE tree, the counters moving with the data
         plan = 'tr[data-query="watching"] pre.plan'
         wait.until(lambda b: "σ" in b.find_element(By.CSS_SELECTOR, plan).text)
-        tree = browser.find_element(By.CSS_SELECTOR, plan).text
+        tree = wait.until(lambda b: b.find_element(By.CSS_SELECTOR, plan).text)
         assert re.search(rf"stream {stream} .*\(actual rows=600 rows_in=600", tree), tree
-        assert "over ω range 1 minute" in browser.find_element(
-            By.CSS_SELECTOR, f'tr[data-query="{stream}_w"] pre.plan').text
+        assert "over ω range 1 minute" in wait.until(lambda b: b.find_element(
+            By.CSS_SELECTOR, f'tr[data-query="{stream}_w"] pre.plan').text)
         wait.until(lambda b: b.find_element(By.CSS_SELECTOR, "#backend td.busy")
                    .text.endswith("%"))           # from the second refresh on
-        assert "cannot read" not in browser.find_element(By.ID, "status").text
+        assert "cannot read" not in wait.until(
+            lambda b: b.find_element(By.ID, "status").text + " ")
         shot = os.environ.get("CQGATE_CONSOLE_SCREENSHOT") or str(tmp_path / "console.png")
         assert browser.save_screenshot(shot)
         assert os.path.getsize(shot) > 10_000

@@ -121,6 +121,7 @@ class RunningGraph:
         self.shared: dict = {}          # canonical subtree -> vertex
         self.queries: dict = {}         # query id -> _Query
         self.failures: dict = {}   # query id -> (error, SQLSTATE), for queries an operator failed
+        self.failed: dict = {}     # relation (lower) -> (error, SQLSTATE): its query failed
         self.tables: dict = {}          # table name (lower) -> [operators reading it]
         self._private = False           # building a query that shares nothing
         self._qid = None                # the query being built
@@ -156,6 +157,13 @@ class RunningGraph:
             self._private = False
         self.queries[qid] = q
         q.streams = self._reads(sink)
+        if q.feeds is not None:
+            self.failed.pop(q.feeds, None)          # made anew
+        broken = next((self.failed[f] for f in sorted(q.streams) if f in self.failed), None)
+        if broken is not None:          # it reads a relation whose query failed: no answer
+            self.remove(qid)            # it gives can be right
+            self._new = []
+            raise QueryError(*broken)
         # a vertex shared with earlier queries has counted their rows: EXPLAIN ANALYZE shows
         # what happened since this query began
         q.baseline = {id(v): v.counters() for v in below(sink)
@@ -340,8 +348,18 @@ class RunningGraph:
         v.grouped = GroupedFilter(filters, self.context.cursor()) if filters else None
 
     def _fail(self, v: _Vertex, error: str, sqlstate: str = "XX000") -> None:
+        """The queries ``v`` serves end with the error; so do those that read the rows of a
+        named window or derived stream among them (now, and when they are planned later)."""
         for qid in v.sinks:
-            self.failures.setdefault(qid, (error, sqlstate))
+            if qid in self.failures:
+                continue
+            self.failures[qid] = (error, sqlstate)
+            feeds = self.queries[qid].feeds if qid in self.queries else None
+            if feeds is not None:
+                self.failed[feeds] = (f'{error} (in "{feeds}", which this query reads)',
+                                      sqlstate)
+                for scan in list(self.scans.get(feeds, ())):
+                    self._fail(scan, *self.failed[feeds])
         for parent, _ in v.parents:
             self._fail(parent, error, sqlstate)
 

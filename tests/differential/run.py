@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from .grammar import Generator
 from .runner import Round, report, shrink, summary
-from .world import random_data
+from .world import RELATIONS, random_data
 
 CASES_PER_ROUND = 50
 
@@ -25,7 +25,8 @@ class RunResult:
         lines = [summary(self.outcomes), f"in {self.seconds:.1f} s"]
         for shrunk, data, found in self.failures:
             lines += ["", report(shrunk, data),
-                      f"  (as found, before shrinking: {found.case.cql({})})"]
+                      f"  (as found, before shrinking: "
+                      f"{found.case.cql({r: r for r in RELATIONS})})"]
         return "\n".join(lines)
 
 
