@@ -297,6 +297,7 @@ class Plan:
     output: tuple                 # tuple[Column]: what the client sees (pseudo-columns included)
     pseudo: tuple = ()            # which of valid_from / valid_to / wtime were selected
     sql: str = ""
+    reads_now: bool = False       # now() in it is the instant it was planned, a constant
 
 
 # --------------------------------------------------------------------------- serialisation

@@ -128,6 +128,19 @@ def test_modes():
         "continuous"
 
 
+def test_a_plan_that_reads_now_says_so():
+    """now() is a constant of the plan (the instant it was made), so the gateway makes such
+    a plan anew each time; so it is when a SQL function's body reads it."""
+    cat = seed_catalog()
+    cat.functions["stamped"] = (("x",), "x || CAST(now() AS VARCHAR)")
+    read = {sql: plan(sqlglot.parse_one(sql, read="cql"), cat).reads_now for sql in (
+        "SELECT node FROM sensors [RANGE 1 MINUTE]",
+        "SELECT node, now() FROM sensors [RANGE 1 MINUTE]",
+        "SELECT node FROM sensors [RANGE 1 MINUTE] WHERE tcqtime > current_date",
+        "SELECT stamped(CAST(node AS TEXT)) FROM sensors [RANGE 1 MINUTE]")}
+    assert list(read.values()) == [False, True, True, True]
+
+
 def test_plans_serialise_and_come_back_equal():
     for sql, _ in FIXTURES:
         p = _plan(sql)

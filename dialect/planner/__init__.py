@@ -97,7 +97,8 @@ def plan(tree: exp.Expression, catalog: Catalog, *, now_us: int | None = None,
     builder = Builder(catalog, now_us, snapshot, join_quality, joins_in_order)
     root, output, pseudo = builder.statement(tree)
     check_bounded_state(root)
-    return P.Plan(root, _mode(root, snapshot, now_us), output, pseudo, tree.sql("cql"))
+    return P.Plan(root, _mode(root, snapshot, now_us), output, pseudo, tree.sql("cql"),
+                  builder.read_now)
 
 
 def explain(p: P.Plan) -> list[str]:

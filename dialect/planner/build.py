@@ -22,7 +22,7 @@ from . import quality_join
 from .apply_default_windows import apply_default_windows, window_of, written_at
 from .catalog import Catalog, Relation
 from .check_bounded_state import check_bounded_state
-from .check_expressions import (bound_type, checked, inlined, is_aggregate_call,
+from .check_expressions import (bound_type, checked, has_now, inlined, is_aggregate_call,
                                 refuse_unsupported)
 from .kernel_trees import kernel_tree
 from .patterns import match_recognize_source, pattern_source
@@ -87,23 +87,27 @@ class Builder:
         self.snapshot = snapshot
         self.join_quality = join_quality      # the session's recall target for joins
         self.joins_in_order = joins_in_order  # … whose rows a stored relation holds
+        self.read_now = False                 # an expression read now(): the plan's instant
 
     # ------------------------------------------------------------------ expressions
     def expr(self, e: exp.Expression, resolve, clause: str | None = None) -> P.Expr:
         """An algebra expression: columns renamed to internal names, as DuckDB SQL, checked
         (``check_expressions``; ``clause``: where SQL allows no aggregate) and bound by
         DuckDB, which types what ``infer``'s rules do not know."""
-        e = checked(self.normalized(e, resolve), self.now_us, clause=clause,
-                    user_aggregate=self.catalog.is_aggregate)
-        column_type = lambda c: resolve(c)[1] if isinstance(c, exp.Column) else UNKNOWN  # noqa: E731
+        e = self.normalized(e, resolve)
+        self.read_now = self.read_now or has_now(e)
+        e = checked(e, self.now_us, clause=clause, user_aggregate=self.catalog.is_aggregate)
         renamed, columns, types = _renamed(e, resolve)
-        typ = infer(e, column_type)
+        typ = infer(e, _column_type(resolve))
         sql = renamed.sql("duckdb")
-        # a statement described before its parameters are bound ($1): a NULL of no type,
-        # as DuckDB binds the value's type later
-        unbound = renamed.transform(lambda n: exp.null() if isinstance(
-            n, (exp.Parameter, exp.Placeholder)) else n)
-        bound = bound_type(unbound.sql("duckdb"), types, e, self.catalog.function_exists)
+        if renamed.find(exp.Parameter, exp.Placeholder) is not None:
+            # a statement described before its parameters are bound ($1): a NULL of no
+            # type, as DuckDB binds the value's type later
+            sql_bound = renamed.transform(lambda n: exp.null() if isinstance(
+                n, (exp.Parameter, exp.Placeholder)) else n).sql("duckdb")
+        else:
+            sql_bound = sql
+        bound = bound_type(sql_bound, types, e, self.catalog.function_exists)
         if typ == UNKNOWN and bound != '"NULL"':
             typ = bound
         return P.Expr(sql, columns, typ, kernel_tree(renamed))
@@ -112,9 +116,8 @@ class Builder:
         """``e`` as the algebra computes it (before its columns are renamed): ``Stream(R).c``
         read as R.c, SQL functions inlined, int / int an integer division. A GROUP BY key
         and the select item that names it compare equal this way."""
-        column_type = lambda c: resolve(c)[1] if isinstance(c, exp.Column) else UNKNOWN  # noqa: E731
         return _integer_division(inlined(_unstream_dots(e.copy()), self.catalog.sql_function),
-                                 column_type)
+                                 _column_type(resolve))
 
     # ------------------------------------------------------------------ sources
     def source(self, node: exp.Expression, clause_windows: dict) -> tuple[Source, object]:
@@ -663,6 +666,11 @@ def _using(joins: list, sources: list, scope: Scope) -> list:
             if not merged or merged[0] is left[0]:
                 scope.merged[name.lower()] = (merged or (left[0],)) + (right,)
     return out
+
+
+def _column_type(resolve):
+    """``infer``'s column typer over a scope's ``resolve``."""
+    return lambda c: resolve(c)[1] if isinstance(c, exp.Column) else UNKNOWN
 
 
 def _integer_division(e: exp.Expression, column_type) -> exp.Expression:

@@ -154,10 +154,15 @@ def _volatile() -> frozenset:
     return duck.volatile_names() | _PG_VOLATILE
 
 
+def _now_type(node: exp.Expression) -> str | None:
+    """The type of the instant ``node`` reads (now(), current_date …), or None."""
+    if isinstance(node, exp.Anonymous):
+        return None if node.expressions else _NOW_NAMES.get(node.name.lower())
+    return _NOW.get(type(node))
+
+
 def _bound_now(node: exp.Expression, now_us: int | None) -> exp.Expression:
-    to = _NOW.get(type(node))
-    if to is None and isinstance(node, exp.Anonymous) and not node.expressions:
-        to = _NOW_NAMES.get(node.name.lower())
+    to = _now_type(node)
     if to is None:
         return node
     us = now_us if now_us is not None else dt.datetime.now(dt.timezone.utc).timestamp() * 1e6
@@ -168,8 +173,7 @@ def _bound_now(node: exp.Expression, now_us: int | None) -> exp.Expression:
 
 def has_now(e: exp.Expression) -> bool:
     """Whether ``e`` reads the instant it is planned at (a plan to make anew each time)."""
-    return any(type(n) in _NOW or (isinstance(n, exp.Anonymous) and not n.expressions
-                                   and n.name.lower() in _NOW_NAMES) for n in e.walk())
+    return any(_now_type(n) is not None for n in e.walk())
 
 
 # ---------------------------------------------------------------------- DuckDB's binding

@@ -78,22 +78,26 @@ def _phase_one(e: exp.Expression, user_aggregate, cond) -> tuple:
     ``cond``: its FILTER's condition, or None."""
     if is_user_aggregate(e, user_aggregate):
         args = e.expressions if isinstance(e, exp.Anonymous) else [e.this]
-        return [(func_name(e), _filtered(args[0], cond) if args else None)], \
-            lambda n: exp.column(n[0])
+        return [(func_name(e), _filtered(args[0], cond) if args else None)], _only
     distinct = _distinct_arg(e)
     if distinct is not None:
         arg = _filtered(distinct, cond)
         return _DISTINCT[type(e)](arg)
     if isinstance(e, exp.Count) and isinstance(e.this, exp.Star):
         if cond is None:
-            return [("count_star", None)], lambda n: exp.column(n[0])
-        return [("count", _filtered(exp.Literal.number(1), cond))], lambda n: exp.column(n[0])
+            return [("count_star", None)], _only
+        return [("count", _filtered(exp.Literal.number(1), cond))], _only
     arg = _filtered(e.this, cond)
     if isinstance(e, exp.Count):
-        return [("count", arg)], lambda n: exp.column(n[0])
+        return [("count", arg)], _only
     if isinstance(e, exp.Avg):
         return [("sum", arg), ("count", arg)], _average
-    return [(type(e).__name__.lower(), arg)], lambda n: exp.column(n[0])
+    return [(type(e).__name__.lower(), arg)], _only
+
+
+def _only(names):
+    """The final of an aggregate that is its one partial."""
+    return exp.column(names[0])
 
 
 def _average(names):
@@ -103,11 +107,11 @@ def _average(names):
 
 # F(DISTINCT x): each value once
 _DISTINCT = {
-    exp.Count: lambda a: ([("count_distinct", a)], lambda n: exp.column(n[0])),
-    exp.Sum: lambda a: ([("sum_distinct", a)], lambda n: exp.column(n[0])),
+    exp.Count: lambda a: ([("count_distinct", a)], _only),
+    exp.Sum: lambda a: ([("sum_distinct", a)], _only),
     exp.Avg: lambda a: ([("sum_distinct", a), ("count_distinct", a)], _average),
-    exp.Min: lambda a: ([("min", a)], lambda n: exp.column(n[0])),
-    exp.Max: lambda a: ([("max", a)], lambda n: exp.column(n[0])),
+    exp.Min: lambda a: ([("min", a)], _only),
+    exp.Max: lambda a: ([("max", a)], _only),
 }
 
 

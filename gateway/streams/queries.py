@@ -15,7 +15,6 @@ from sqlglot import exp
 from dialect import expressions as X
 from dialect.errors import PlanError
 from dialect.planner import explain, is_continuous, plan, query_engine
-from dialect.planner.check_expressions import has_now, inlined
 from dialect.planner.quality_join import session_options
 from executor import plan as P
 
@@ -72,7 +71,7 @@ def plan_query(session, tree) -> P.Plan:
                  join_quality=quality)
     except PlanError as e:
         raise plan_error(e) from None
-    if not _has_fixed_window(p.root) and not has_now(inlined(tree, catalog.sql_function)):
+    if not _has_fixed_window(p.root) and not p.reads_now:
         if len(session.plans) >= PLANS_KEPT:
             session.plans.pop(next(iter(session.plans)))
         session.plans[key] = p

@@ -687,8 +687,7 @@ def _create_function(ast: exp.Create) -> Translated:
     name = udf.this.sql("duckdb")
     head = "CREATE OR REPLACE MACRO" if ast.args.get("replace") else "CREATE MACRO"
     duck = f"{head} {name}({', '.join(n for n, _ in params)}) AS ({body.sql('duckdb')})"
-    return Translated(duck, "CREATE FUNCTION", False, {}, (), (), False, False, False, ast,
-                      ast)
+    return Translated(duck, "CREATE FUNCTION", returns_rows=False, ast=ast, source=ast)
 
 
 def _function_body(body) -> exp.Expression:

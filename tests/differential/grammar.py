@@ -317,6 +317,7 @@ class Generator:
         n = rng.choices([1, 2, 3], [6, 4, 1])[0] if max_items > 1 else 1
         first = self.source(state)
         items, cols, joins, conjuncts = [first], first.columns(), [], []
+        merged = 0          # JOIN … USING (k) so far: k is one column of them all (a chain)
         for _ in range(n - 1):
             item = self.source(state, table=rng.random() < 0.3)
             icols = item.columns()
@@ -332,10 +333,14 @@ class Generator:
             else:
                 kind = rng.choices(["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN",
                                     "CROSS JOIN", "USING"], [6, 2, 1, 1, 1, 1])[0]
+                if merged and rng.random() < 0.5:
+                    kind = "USING"          # a chain: a JOIN b USING (k) JOIN c USING (k)
                 if kind == "CROSS JOIN":
                     joins.append(JoinItem(kind, item))
-                elif kind == "USING" and left_k and right_k and len(left_k) == 1:
+                elif kind == "USING" and left_k and right_k and len(right_k) == 1 and (
+                        len(left_k) == 1 or (len(items) == 1 and len(left_k) == merged + 1)):
                     joins.append(JoinItem("JOIN", item, using="k"))
+                    merged += 1
                 else:
                     joins.append(JoinItem("JOIN" if kind == "USING" else kind, item, on=cond))
             cols = cols + icols
