@@ -43,6 +43,21 @@ def test_fixed_k_slack_reorders_and_counts_the_too_late(server):
         assert [r[0] for r in _fetch(cur, "FETCH 1 FROM c")] == [90]
 
 
+@pytest.mark.parametrize("precision", ["TIMESTAMP(0)", "TIMESTAMP(3)", "TIMESTAMP(9)",
+                                       "TIMESTAMPTZ"])
+def test_advance_to_releases_tuples_whatever_the_event_time_type(server, precision):
+    """ADVANCE TO casts its timestamp to the event-time column's own type, whichever
+    precision it has (DuckDB's TIMESTAMP_S, _MS, _NS, or WITH TIME ZONE)."""
+    with _follow(server, "adv",
+                 f"CREATE STREAM {{s}} (k INT, v INT, t {precision} TIMESTAMPCOLUMN) "
+                 "WITH (slack = '3 seconds')") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT v FROM {s}")
+        _arrivals(admin, s, [1, 2])                  # held by the slack
+        assert _fetch(cur, "FETCH ALL FROM c WITH (timeout = '200ms')") == []
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")
+        assert [r[0] for r in _fetch(cur, "FETCH 2 FROM c")] == [10, 20]
+
+
 def test_mp_k_slack_grows_to_the_largest_delay(server):
     with _follow(server, "mpk",
                  "CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from ..errors import DatatypeMismatch
 
@@ -23,8 +24,12 @@ UNKNOWN = "UNKNOWN"
 
 @lru_cache(maxsize=1024)
 def normalize(type_sql: str) -> str:
-    """A declared type (any PostgreSQL spelling) as DuckDB spells it."""
-    return exp.DataType.build(type_sql, dialect="postgres").sql("duckdb")
+    """A declared type (any PostgreSQL spelling, or DuckDB's own, as a stream's columns keep
+    TIMESTAMP(3) as TIMESTAMP_MS) as DuckDB spells it."""
+    try:
+        return exp.DataType.build(type_sql, dialect="postgres").sql("duckdb")
+    except ParseError:
+        return exp.DataType.build(type_sql, dialect="duckdb").sql("duckdb")
 
 
 def family(t: str) -> str:
@@ -35,7 +40,8 @@ def family(t: str) -> str:
         return "text"
     if base == "BOOLEAN":
         return "boolean"
-    if base in ("TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE", "DATE", "TIME"):
+    if base in ("TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE", "DATE", "TIME",
+                "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"):
         return "time"
     if base == "INTERVAL":
         return "interval"
