@@ -76,15 +76,22 @@ def server(tmp_path_factory):
         pytest.fail("the shared server logged a traceback:\n" + tracebacks[0], pytrace=False)
 
 
+# a record of the server's own log, which another process's traceback may be cut by (Spark's
+# Python workers write to the same stderr)
+_LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
+
+
 def logged_tracebacks(lines: list) -> list:
     """The tracebacks in a server's log, each with the line before it (what it logged); not
     those of Spark's own Python workers (a worker that timed out reaching its JVM under
-    load), which pass through no code of the server's and whose query reports the error."""
+    load), which pass through no code of the server's and whose query reports the error. A
+    traceback's frames are read past the server's log records written in between."""
     out = []
     for i, line in enumerate(lines):
         if line.startswith("Traceback"):
             end = next((j for j in range(i + 1, len(lines))
-                        if not lines[j].startswith((" ", "Traceback"))), len(lines) - 1)
+                        if not lines[j].startswith((" ", "Traceback"))
+                        and not _LOG_RECORD.match(lines[j])), len(lines) - 1)
             frames = [x for x in lines[i:end + 1] if x.lstrip().startswith('File "')]
             if any("pyspark" in f for f in frames) and not any(ROOT in f for f in frames):
                 continue
