@@ -49,7 +49,7 @@ from executor import plan as P  # noqa: E402
 from executor.batches import TE, TS  # noqa: E402
 from executor.context import OperatorContext  # noqa: E402
 from executor.duck import Database  # noqa: E402
-from executor.operators.pattern import Pattern  # noqa: E402
+from executor.operators.patterns.pattern import Pattern  # noqa: E402
 
 T0_US = 1_793_491_200_000_000                 # 2026-11-01 00:00:00 UTC
 COLUMNS = (("id", "BIGINT"), ("k", "INT"), ("x", "INT"), ("y", "INT"), ("t", "TIMESTAMP"))

@@ -62,3 +62,10 @@ class PatternSyntax(PlanError):
 
 class DuplicateAlias(PlanError):
     sqlstate = "42712"
+
+
+def written_at(node) -> int | None:
+    """Where ``node`` (a parse tree) was written (1-based, in the statement): the earliest of
+    its parts the parser placed, for an error to point at."""
+    starts = [n.meta["start"] for n in node.walk() if "start" in n.meta]
+    return min(starts) + 1 if starts else None

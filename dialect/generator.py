@@ -6,35 +6,14 @@ from sqlglot import exp
 from sqlglot.generators.postgres import PostgresGenerator
 
 from . import expressions as X
+from .window_kinds import KINDS
 
 
 class CQLGenerator(PostgresGenerator):
     TYPE_MAPPING = {**PostgresGenerator.TYPE_MAPPING, exp.DType.UINT: "OID"}
 
     def windowspec_sql(self, e: X.WindowSpec) -> str:
-        kind, style = e.args["kind"], e.args.get("style")
-        if kind == "now":
-            body = "NOW"
-        elif kind == "unbounded":
-            body = "RANGE UNBOUNDED" if style == "range" else "UNBOUNDED"
-        elif kind == "between":
-            body = f"BETWEEN {self.sql(e, 'low')} AND {self.sql(e, 'high')}"
-        elif kind == "rows":
-            part = e.args.get("partition_by")
-            body = (f"PARTITION BY {self.expressions(e, key='partition_by', flat=True)} "
-                    if part else "") + f"ROWS {self.sql(e, 'rows')}"
-            if e.args.get("where") is not None:
-                body += f" WHERE {self.sql(e, 'where')}"
-        elif style == "short":
-            body = self.sql(e, "size")
-        else:
-            by = " BY" if style == "range_by" else ""
-            body = f"RANGE{by} {self.sql(e, 'size')}"
-            if e.args.get("slide") is not None:
-                body += f" SLIDE{by} {self.sql(e, 'slide')}"
-            if e.args.get("start") is not None:
-                body += f" START AT {self.sql(e, 'start')}"
-        return f"[{body}]"
+        return f"[{KINDS[e.args['kind']].text(self, e)}]"
 
     def streamref_sql(self, e: X.StreamRef) -> str:
         alias = self.sql(e, "alias")

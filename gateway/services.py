@@ -11,7 +11,7 @@ from gateway.archive.storage import Archive
 from gateway.clearinghouse.ingest import Ingest
 from gateway.clock import Clock
 from gateway.link.backend_link import BackendLink
-from gateway.process.config import Config
+from gateway.config import Config
 from gateway.security.privileges import Grants
 from gateway.security.roles import Roles
 from gateway.security.server_files import ServerFiles

@@ -381,3 +381,39 @@ def test_recompute_of_a_join_with_a_recall_target_is_the_exact_join(server):
                if start < late[2] + 2 and end > late[2]}
     assert {(a, b) for a, b, *_ in got} == reached
     assert (999, 104) in reached                       # the late tuple's own pair
+
+
+def test_inserts_into_archived_streams_never_starve_the_worker_threads(start_server):
+    """More concurrent INSERTs into an archived stream than the server has worker threads: a
+    statement's round trip to the clearinghouse is awaited on the event loop, so the archive's
+    writes (which need a worker thread) always find one. A statement that blocked its thread
+    on the round trip held every thread while the writes waited for one."""
+    srv = start_server(env={**os.environ, "CQGATE_WORKERS": "2"})
+    s = unique("starve")
+    with psycopg.connect(srv.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {s} (k INT, t TIMESTAMP TIMESTAMPCOLUMN) TYPE ARCHIVED")
+    clients, done, errors = 6, [], []
+    go = threading.Barrier(clients, timeout=30)
+
+    def insert(i: int) -> None:
+        try:
+            with psycopg.connect(srv.dsn, autocommit=True, connect_timeout=30) as c:
+                c.execute("SET statement_timeout = '20s'")
+                go.wait()
+                c.execute(f"INSERT INTO {s} VALUES ({i}, {lit(1)})")   # none of them late
+                done.append(i)
+        except (psycopg.Error, threading.BrokenBarrierError) as e:
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=insert, args=(i,), daemon=True) for i in range(clients)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and sorted(done) == list(range(clients)), errors
+    assert time.monotonic() - started < 20
+    with psycopg.connect(srv.dsn, autocommit=True) as c:
+        c.execute("SET cq.mode = snapshot")
+        assert c.execute(f"SELECT count(*), sum(k) FROM {s} [RANGE UNBOUNDED]").fetchone() \
+            == (clients, sum(range(clients)))

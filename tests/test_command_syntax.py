@@ -1,4 +1,4 @@
-"""The session commands' reader (gateway/sessions/command_syntax.py): each spelling PostgreSQL
+"""The session commands' reader (gateway/syntax/command_syntax.py): each spelling PostgreSQL
 accepts reads into the typed command the session runs, statements for the translator read as
 None, and malformed commands fail with 42601 at the offending token, before anything runs."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.pgwire import errors as E
-from gateway.sessions import command_syntax as C
-from gateway.sessions.lexer import split, tokens
+from gateway.syntax import command_syntax as C
+from gateway.syntax.lexer import split, tokens
 
 
 def read(sql: str):
@@ -69,6 +69,10 @@ def test_declare_keeps_the_query_where_the_client_wrote_it():
     assert cmd.query.text == "SELECT k FROM s"
     assert sql[cmd.query.offset:] == "SELECT k FROM s"
     assert read("declare c cursor for").query is None
+    # whether the query is a session command is known from the DECLARE's own tokens
+    assert not cmd.query_is_command
+    assert read("DECLARE c CURSOR FOR SHOW search_path").query_is_command
+    assert read("DECLARE c CURSOR FOR fetch_rows()").query_is_command is False
 
 
 def test_copy_forms():

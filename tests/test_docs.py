@@ -16,7 +16,7 @@ import dialect  # noqa: F401
 from continuous import send_source
 from dialect.planner import MemoryCatalog, Relation, plan
 from executor.graph import RunningQuery
-from gateway.sessions.lexer import split
+from gateway.syntax.lexer import split
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
 
@@ -143,6 +143,15 @@ def _slug(heading: str) -> str:
     """GitHub's anchor for a heading."""
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
     return text.replace(" ", "-")
+
+
+def test_architecture_picture_is_current_and_shows_every_room():
+    """docs/architecture.svg is drawn from the room order tests/test_layers.py enforces."""
+    draw = _script("draw_architecture")
+    svg = draw.draw()
+    assert open(os.path.join(DOCS, "architecture.svg"), encoding="utf-8").read() == svg
+    rooms = {r for level in draw.ROOM_ORDER for r in level} - {"__init__", "__main__"}
+    assert all(r in svg for r in rooms), [r for r in rooms if r not in svg]
 
 
 def test_links_between_pages_lead_somewhere():

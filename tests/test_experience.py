@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from gateway.process.cli import build_parser
-from gateway.process.config import Config
+from gateway.config import Config
 
 
 def _help(*args: str) -> str:

@@ -22,8 +22,10 @@ from executor.context import OperatorContext
 from executor.graph import Graph
 from executor.graph.running_graph import below
 from executor.windows.loops import NotLive
-from executor.operators import (aggregate, filter_map, join, loop_window, range_aggregate,
-                                rows_window, slide_aggregate, window)
+from executor.operators import filter_map, join
+from executor.operators.aggregates import aggregate, range_aggregate, slide_aggregate
+from executor.windows import loop_window, rows_window
+from executor.windows import time_window as window
 
 S = 1_000_000
 

@@ -17,14 +17,14 @@ import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dialect.planner.kernel_trees import kernel_tree
+from dialect.kernel_trees import kernel_tree
 from executor import plan as P
 from executor.batches import TE, TS, Watermark
 from executor.context import OperatorContext
 from executor.duck import Database, quote
-from executor.operators import pattern as pattern_module
+from executor.operators.patterns import pattern as pattern_module
 from executor.operators.base import QueryError
-from executor.operators.pattern import Pattern
+from executor.operators.patterns.pattern import Pattern
 
 STREAMS = "ABCD"
 FIELDS = ("id", "k", "v")

@@ -1,5 +1,5 @@
-"""A source connection's reader (gateway/clearinghouse/source_stream.py) over a real socket: the head line,
-then whole lines however the sender cut its writes, the last line without its newline, a line
+"""A source connection's reader (gateway/sources/source_stream.py) over a real socket: the head
+line, then whole lines however the sender cut its writes, the last line without its newline, a line
 over the limit, and a reader that pauses the socket while too much waits unread."""
 import asyncio
 import random
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from gateway.clearinghouse.source_stream import LineTooLong, SourceStream
+from gateway.sources.source_stream import LineTooLong, SourceStream
 
 
 async def _serve(handler, high: int = 1 << 20):

@@ -11,9 +11,8 @@ from sqlglot import exp
 from executor import plan as P
 
 from .. import expressions as X
-from ..errors import InvalidWindow
+from ..errors import InvalidWindow, written_at
 from . import quality_join
-from .apply_default_windows import written_at
 from .build import Builder, timestamp_us
 from .catalog import Catalog, MemoryCatalog, Relation
 from .check_bounded_state import check_bounded_state

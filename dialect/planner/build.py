@@ -1,7 +1,7 @@
 """From a parsed CQL statement to the temporal algebra (``executor/plan.py``).
 
 Resolves names against the catalog, types expressions, gives every stream its window
-(``apply_default_windows``), places WHERE/ON conjuncts (``push_down_filters``), splits
+(``dialect/window_kinds.py``), places WHERE/ON conjuncts (``push_down_filters``), splits
 aggregates into two phases (``split_aggregates``), refuses unbounded state
 (``check_bounded_state``) and tells continuous queries from one-time ones.
 """
@@ -16,15 +16,15 @@ from executor.duck import quote, union_type
 
 from .. import expressions as X
 from ..errors import (AmbiguousColumn, DatatypeMismatch, GroupingError, InvalidColumnReference,
-                      InvalidWindow, UndefinedColumn, UndefinedRelation, Unsupported)
+                      InvalidWindow, UndefinedColumn, UndefinedRelation, Unsupported, written_at)
 from ..names import pg_column_name
 from . import quality_join
-from .apply_default_windows import apply_default_windows, window_of, written_at
+from ..window_kinds import apply_default_windows, window_of
 from .catalog import Catalog, Relation
 from .check_bounded_state import check_bounded_state
 from .check_expressions import (bound_type, checked, has_now, inlined, is_aggregate_call,
                                 refuse_unsupported)
-from .kernel_trees import kernel_tree
+from ..kernel_trees import kernel_tree
 from .patterns import match_recognize_source, pattern_source
 from .push_down_filters import Conjunct, conjunction, push_down_filters
 from .scope import PLAN_NAME, Scope, Source

@@ -27,8 +27,7 @@ from sqlglot import exp
 from executor import duck
 
 from ..errors import (DatatypeMismatch, GroupingError, InvalidTextRepresentation, PlanError,
-                      UndefinedFunction, Unsupported)
-from .apply_default_windows import written_at
+                      UndefinedFunction, Unsupported, written_at)
 
 # PostgreSQL's volatile functions DuckDB does not have (DuckDB's own come from its catalog)
 _PG_VOLATILE = frozenset({"clock_timestamp", "timeofday"})

@@ -15,9 +15,9 @@ from executor import plan as P
 
 from .. import expressions as X
 from ..errors import (DuplicateAlias, PatternSyntax, UndefinedColumn, UndefinedRelation,
-                      Unsupported)
+                      Unsupported, written_at)
 from ..parser import STRATEGIES
-from .apply_default_windows import apply_default_windows, size_us, written_at
+from ..window_kinds import apply_default_windows, size_us
 from . import row_define, row_pattern
 from .push_down_filters import conjunction
 from .catalog import Relation

@@ -15,9 +15,8 @@ from sqlglot import exp
 
 from executor import plan as P
 
-from ..errors import InvalidWindow, PlanError, Unsupported
+from ..errors import InvalidWindow, PlanError, Unsupported, written_at
 from ..intervals import interval_us
-from .apply_default_windows import written_at
 
 DEFAULTS = {"period": 60_000_000, "adapt": 1_000_000, "granularity": 10_000,
             "basic_window": 10_000}

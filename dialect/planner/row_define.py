@@ -1,7 +1,7 @@
 """A row pattern's DEFINE split in two: the terms about the row alone (SQL, decided for whole
 batches) and the terms that look at other rows of the match (another variable's row, LAST or
 FIRST with an offset, PREV) as a small expression tree the executor evaluates row by row as
-a match grows (executor/operators/row_define.py reads it).
+a match grows (executor/operators/patterns/row_define.py reads it).
 
 The tree is plain tuples, so the plan stays JSON: ``("lit", value)``, ``("ref", how, var,
 column, offset)`` with ``how`` last / first / prev, ``("op", symbol, a, b)``, ``("not", a)``,
@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from ..errors import Unsupported
-from .apply_default_windows import written_at
+from ..errors import Unsupported, written_at
 
 _OPS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
         exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%",

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from ..errors import GroupingError, Unsupported
-from .apply_default_windows import written_at
+from ..errors import GroupingError, Unsupported, written_at
 from .check_expressions import is_aggregate_call, shown_name
 
 SUPPORTED = "COUNT, SUM, AVG, MIN and MAX (with DISTINCT and FILTER)"

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from .. import plan as P
 from ..duck import quote
-from ..operators import (aggregate, filter_map, join, loop_window, pattern, qjoin,
-                         range_aggregate, repeat, row_pattern, rows_window, slide_aggregate,
-                         union, window)
+from ..operators import filter_map, join, qjoin, repeat, union
+from ..operators.aggregates import aggregate, range_aggregate, slide_aggregate
 from ..operators.limit import Limit
+from ..operators.patterns import pattern, row_pattern
 from ..operators.scan import RelationScan, Scan
+from ..windows import loop_window, rows_window
+from ..windows import time_window as window
 
 
 class NotRunnable(Exception):

@@ -20,22 +20,23 @@ from sqlglot import exp
 
 from dialect import expressions as X
 from dialect.intervals import interval_us
-from dialect.planner.apply_default_windows import window_of
+from dialect.window_kinds import window_of
 from dialect.planner.build import timestamp_us
 
 from gateway.pgwire import errors as E
 from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
 from gateway.archive.spark import ArchiveView
+from gateway.tables.statement_context import StatementContext
 
 
 def _text(us: int) -> str:
     return (dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)).isoformat(sep=" ")
 
 
-def _stream(session, ref: X.StreamRef):
+def _stream(ctx: StatementContext, ref: X.StreamRef):
     t = ref.this
     schema = (t.db or "public") if isinstance(t, exp.Table) else "public"
-    obj = session.services.streams.get(schema, t.name, kinds=("stream",))
+    obj = ctx.services.streams.get(schema, t.name, kinds=("stream",))
     if obj is None:
         raise E.FeatureNotSupported(f'"{t.name}" is not a stream: only a stream has an archive')
     if not obj.archived:
@@ -45,15 +46,16 @@ def _stream(session, ref: X.StreamRef):
     return obj
 
 
-def spark_sql(session, tree: exp.Expression, holds: contextlib.ExitStack) -> tuple[str, dict]:
+def spark_sql(ctx: StatementContext, tree: exp.Expression,
+              holds: contextlib.ExitStack) -> tuple[str, dict]:
     """The Spark SQL of ``tree`` and the views it reads; ``holds`` keeps each stream's files
     still (no compaction) from when they are listed until the query is done."""
     tree = tree.copy()
     views, lows, highs = {}, [], []
-    archive = session.services.archive
+    archive = ctx.services.archive
     for ref in list(tree.find_all(X.StreamRef)):
         w = window_of(ref.args["window"], None, timestamp_us)
-        obj = _stream(session, ref)
+        obj = _stream(ctx, ref)
         holds.enter_context(archive.reading(obj.key))
         name = f"cq_past_{uuid.uuid4().hex}"
         views[name] = ArchiveView(
@@ -107,14 +109,14 @@ def _spark_error(e: Exception) -> E.PgError:
     return E.PgError(f"the archive query failed on Spark: {first}", sqlstate="XX000")
 
 
-def run(session, tree: exp.Expression, fields: list, schema: pa.Schema) -> PastRows:
+def run(ctx: StatementContext, tree: exp.Expression, fields: list, schema: pa.Schema) -> PastRows:
     """Start the query on Spark; its rows arrive in the returned queue (in ORDER BY order
     when it has one, otherwise as Spark's partitions finish)."""
     from pyspark.errors import PySparkException
-    loop = session.services.backend.loop
-    rows = PastRows(fields, schema, session.services.clock, session.result_bounds())
+    loop = ctx.services.backend.loop
+    rows = PastRows(fields, schema, ctx.services.clock, ctx.result_bounds())
     holds = contextlib.ExitStack()
-    sql, views = spark_sql(session, tree, holds)
+    sql, views = spark_sql(ctx, tree, holds)
 
     def batch(b: pa.RecordBatch) -> None:
         table = pa.Table.from_batches([b]).rename_columns(schema.names).cast(schema)
@@ -125,11 +127,11 @@ def run(session, tree: exp.Expression, fields: list, schema: pa.Schema) -> PastR
         loop.call_soon_threadsafe(rows.finish, None if error is None else _spark_error(error))
 
     try:
-        rows.job = session.services.spark.start(
+        rows.job = ctx.services.spark.start(
             sql, views, ordered=tree.args.get("order") is not None,
-            every=interval_us(session.settings.get("cq.progress_interval", "1s")) / 1e6,
+            every=interval_us(ctx.settings.get("cq.progress_interval", "1s")) / 1e6,
             on_batch=batch, on_progress=lambda m: loop.call_soon_threadsafe(rows.note, m),
-            on_end=end, label=f"pid {session.pid}")
+            on_end=end, label=f"pid {ctx.pid}")
     except PySparkException as e:
         holds.close()
         raise _spark_error(e) from None

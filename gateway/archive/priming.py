@@ -1,6 +1,7 @@
 """Priming from the archive: a query whose windows reach into archived streams' past is started
 with each stream's history up to its seam (the watermark: what the back end has been given,
-late tuples too), so live data after the seam follow it. The caller keeps stream data still."""
+late tuples too), so live data after the seam follow it. The clearinghouse keeps stream data
+still meanwhile."""
 from __future__ import annotations
 
 import asyncio
@@ -35,10 +36,18 @@ class History:
         return seam - self.reach_us
 
 
-async def start_primed(archive, pool, seam_of, histories: list, start):
+async def start_primed(services, histories: list, start):
+    """Start a query whose windows reach into archived streams' past: while no stream data
+    moves (``services.ingest``), read each stream's history up to its seam and
+    ``await start(history, seam)``, which registers the query."""
+    return await services.ingest.while_still(
+        lambda seam_of: _start(services.archive, services.pool, seam_of, histories, start))
+
+
+async def _start(archive, pool, seam_of, histories: list, start):
     """Read each stream's history up to its seam (``seam_of(stream)``: its watermark, or None)
-    and ``await start(history, seam)``, which registers the query; the seam passed is the
-    newest of the streams' (``NO_TIME`` when no stream has history)."""
+    and start; the seam passed is the newest of the streams' (``NO_TIME`` when no stream has
+    history)."""
     loop = asyncio.get_running_loop()
     history, seams = {}, []
     for stream in {h.stream.lower() for h in histories}:

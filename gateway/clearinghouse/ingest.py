@@ -9,7 +9,6 @@ import pyarrow as pa
 
 from executor import plan as P
 
-from gateway.archive import priming
 from gateway.clearinghouse import heartbeats, shedding, slack
 from gateway.clock import SYSTEM, Clock
 from gateway.clearinghouse.ingest_log import IngestLog
@@ -103,14 +102,14 @@ class Ingest:
         if bound is not None:
             await self.link.watermark(name, bound, wait=asked)
 
-    async def start_primed(self, histories: list, start):
-        """Start a query whose windows reach into archived streams' past (``priming``), while
-        no stream data moves, so the seams stay where they were read."""
+    async def while_still(self, work):
+        """``await work(seam_of)`` while no stream data moves, so each stream's seam
+        (``seam_of(stream)``: its watermark, or None) stays where it was read: a query primed
+        from the archive (gateway/archive/priming.py) starts there."""
         async with self._lock:
-            return await priming.start_primed(self.archive, self.pool, self._seam, histories,
-                                              start)
+            return await work(self.seam)
 
-    def _seam(self, stream: str) -> int | None:
+    def seam(self, stream: str) -> int | None:
         p = self.streams.get(stream)
         return p.watermark if p is not None else None
 

@@ -88,23 +88,14 @@ class IngestLog:
             lists.pop(stream.lower(), None)
 
     # ------------------------------------------------------------------ the views
-    def tables(self) -> dict:
-        errors = [r for d in self.errors.values() for r in d]
-        late = [r for d in self.late.values() for r in d]
-        shed = [(stream, _timestamp(s), p, d, k) for stream, seconds in self.shed.items()
-                for s, (p, d, k) in seconds.items()]
+    def rows(self) -> dict:
+        """The rows of ``cq_ingest_errors``, ``cq_late_tuples`` and ``cq_shed``, in the
+        columns the catalog declares them with (``gateway/tables/pg_catalog.py``)."""
         return {
-            "cq_ingest_errors": _table(errors, [
-                ("stream", pa.string()), ("source", pa.string()), ("line", pa.int64()),
-                ("reason", pa.string()), ("text", pa.string()),
-                ("logged", pa.timestamp("us", tz="UTC"))]),
-            "cq_late_tuples": _table(late, [
-                ("stream", pa.string()), ("event_time", pa.timestamp("us")),
-                ("watermark", pa.timestamp("us")), ("arrived", pa.timestamp("us", tz="UTC")),
-                ("source", pa.string()), ("tuple", pa.string())]),
-            "cq_shed": _table(shed, [
-                ("stream", pa.string()), ("second", pa.timestamp("us")),
-                ("policy", pa.string()), ("dropped", pa.int64()), ("kept", pa.int64())]),
+            "cq_ingest_errors": [r for d in self.errors.values() for r in d],
+            "cq_late_tuples": [r for d in self.late.values() for r in d],
+            "cq_shed": [(stream, _timestamp(s), p, d, k) for stream, seconds in self.shed.items()
+                        for s, (p, d, k) in seconds.items()],
         }
 
 
@@ -113,18 +104,3 @@ def _per_second(sec: np.ndarray, kept: np.ndarray):
     total = np.bincount(inverse, minlength=len(keys))
     keep = np.bincount(inverse, weights=kept.astype(np.int64), minlength=len(keys))
     return keys, total - keep, keep
-
-
-def _table(rows: list, fields: list) -> pa.Table:
-    return pa.table({name: pa.array([r[i] for r in rows], typ)
-                     for i, (name, typ) in enumerate(fields)})
-
-
-# the DDL of the views, for the emulated catalog
-VIEWS = {
-    "cq_ingest_errors": "stream VARCHAR, source VARCHAR, line BIGINT, reason VARCHAR, "
-                        "text VARCHAR, logged TIMESTAMPTZ",
-    "cq_late_tuples": "stream VARCHAR, event_time TIMESTAMP, watermark TIMESTAMP, "
-                      "arrived TIMESTAMPTZ, source VARCHAR, tuple VARCHAR",
-    "cq_shed": "stream VARCHAR, second TIMESTAMP, policy VARCHAR, dropped BIGINT, kept BIGINT",
-}

@@ -365,7 +365,3 @@ class BackendLink:
         ``qids`` that still run."""
         answer = await self._ask(wire.Analyze, qids=list(qids))
         return {int(q): tree for q, tree in answer.operators.items()}
-
-    def call(self, coro, timeout: float = 60):
-        """Run ``coro`` on the server's loop from a worker thread and wait for it."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)

@@ -15,7 +15,7 @@ from executor import plan as P
 from executor import wire
 
 from gateway.process import server
-from gateway.process.config import Config
+from gateway.config import Config
 from gateway.process.push_command import push
 
 

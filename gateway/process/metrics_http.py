@@ -21,7 +21,7 @@ import time
 from gateway.pgwire.scram import check_password, make_verifier
 from gateway.security.roles import READ_ALL_STATS
 from gateway.streams.explain_analyze import every_plan
-from gateway.tables import system_views
+from gateway.system_views import cq_views
 
 log = logging.getLogger("cqgate")
 
@@ -77,7 +77,7 @@ async def snapshot(services, connections: int = 0, plans: bool = False) -> dict:
     SQL; ``plans``: and their EXPLAIN ANALYZE), sessions and ``connections``, the back end's
     work, the archive, Spark's jobs, and the two processes' memory and CPU."""
     stats = await services.backend.stats()
-    views = await system_views.gather(services, services.roles.bootstrap, stats)
+    views = await cq_views.gather(services, services.roles.bootstrap, stats)
     backend = stats["backend"]
     archive = await asyncio.to_thread(services.archive.usage)
     spark_jobs = await asyncio.to_thread(services.spark.active_jobs)

@@ -20,27 +20,29 @@ from executor import plan as P
 
 from gateway.archive.spark import Spark
 from gateway.archive.storage import Archive
-from gateway.clearinghouse import sources
+from gateway.sources import ingest_port as sources
 from gateway.clearinghouse.ingest import Ingest
-from gateway.clearinghouse.source_stream import SourceStream
+from gateway.sources.source_stream import SourceStream
 from gateway.clearinghouse import spool
 from gateway.clock import SYSTEM, Clock
 from gateway.link import spill
 from gateway.link.backend_link import BackendLink
 from gateway.pgwire.auth import METHODS
 from gateway.pgwire.errors import PgError
-from gateway.process.config import Config
+from gateway.config import Config
 from gateway.process.metrics_http import MetricsServer
 from gateway.security.privileges import Grants
 from gateway.security.roles import Roles, load_passwords
 from gateway.security.server_files import ServerFiles
 from gateway.services import Services
-from gateway.sessions import backend_signals, settings
+from gateway.sessions import backend_signals
+from gateway.tables import settings
 from gateway.spark_engine import streaming
 from gateway.sessions.connection import Connection
 from gateway.sessions.session import Session
 from gateway.streams import ddl
 from gateway.streams.registry import StreamRegistry
+from gateway.tables.statement_context import settle
 from gateway.tables.store import Store
 
 log = logging.getLogger("cqgate")
@@ -114,27 +116,35 @@ class Server:
                                      lambda: len(self._connections))
         self.http_port: int | None = None
 
-    def _keep_relations(self) -> None:
-        """Start the queries of the named windows and derived streams kept in the catalog,
-        archived streams first going on from their archives' newest tuples (so windows that
-        reach back start primed)."""
+    def _resume_archived(self) -> None:
+        """Archived streams go on from their archives' newest tuples (reads their files)."""
         svc = self.services
         for obj in list(svc.streams.objects.values()):
             if obj.kind == "stream" and obj.archived:
                 top = svc.archive.latest(obj.key, obj.timestamp_column)
                 if top is not None:
                     svc.ingest.resume(obj.relation().name, top)
-        session = Session(svc, 0, 0, user=svc.roles.bootstrap)
+
+    async def _keep_relations(self) -> None:
+        """Start the queries of the named windows and derived streams kept in the catalog,
+        archived streams first going on from their archives' newest tuples (so windows that
+        reach back start primed)."""
+        svc = self.services
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(svc.pool, self._resume_archived)
+        session = await loop.run_in_executor(
+            svc.pool, lambda: Session(svc, 0, 0, user=svc.roles.bootstrap))
         try:
             kept = sorted((o for o in svc.streams.objects.values()
                            if o.kind in ("window", "derived")), key=lambda o: o.oid)
             for obj in kept:
                 try:
-                    ddl.keep_relation(session, obj)
+                    await settle(await session.in_thread(ddl.keep_relation, session.ctx, obj),
+                                 session.in_thread)
                 except Exception as e:  # noqa: BLE001 - one bad definition must not stop the rest
                     log.error("cannot start %s %s: %s", obj.kind, obj.name, e)
         finally:
-            session.close()
+            await loop.run_in_executor(svc.pool, session.close)
 
     def next_pid(self) -> int:
         return next(self._pids)
@@ -162,7 +172,7 @@ class Server:
         svc, config = self.services, self.services.config
         await svc.backend.start()
         backend_signals.install(svc.store.db, svc, asyncio.get_running_loop())
-        await asyncio.get_running_loop().run_in_executor(svc.pool, self._keep_relations)
+        await self._keep_relations()
         self._heartbeats = asyncio.create_task(svc.ingest.heartbeats())
         self._compactor = asyncio.create_task(self._compact())
         if config.spark_warm:

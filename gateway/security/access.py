@@ -17,6 +17,7 @@ from gateway.pgwire import errors as E
 from gateway.security.privileges import deny, must_own
 from gateway.security.roles import READ_SERVER_FILES
 from gateway.tables.pg_catalog import CATALOG, INTERNAL_LIVE
+from gateway.tables.statement_context import StatementContext
 
 # DuckDB table functions that read the server's files or list its folders (for roles that may
 # read files, gateway/security/server_files.py runs them)
@@ -306,12 +307,12 @@ def _catalog_change(n: Needs, database: str) -> str | None:
     return None
 
 
-def check(session, n: Needs) -> list:
+def check(ctx: StatementContext, n: Needs) -> list:
     """Raise 42501 for the first thing ``n`` holds that the session's role may not do; else
     the relations the statement creates that do not exist yet (``record`` gives them their
     owner: CREATE … IF NOT EXISTS and CREATE OR REPLACE keep an existing one's)."""
-    svc = session.services
-    role, roles, grants = session.user, svc.roles, svc.grants
+    svc = ctx.services
+    role, roles, grants = ctx.user, svc.roles, svc.grants
     database = svc.store.name.lower()
     changed = _catalog_change(n, database)
     if changed:
@@ -321,7 +322,7 @@ def check(session, n: Needs) -> list:
         if name.lower() in INTERNAL_LIVE and catalog in (None, "temp", CATALOG) \
                 and not superuser:
             raise deny("table", name)
-    fresh = [c for c in n.creates if c[0] == "schema" or not exists(session, *c)]
+    fresh = [c for c in n.creates if c[0] == "schema" or not exists(ctx, *c)]
     if superuser:
         return fresh
     if n.superuser_only:
@@ -332,21 +333,21 @@ def check(session, n: Needs) -> list:
             f"permission denied for function {n.files[0]}",
             hint="Reading the server's files needs superuser or the privileges of the "
                  "pg_read_server_files role.")
-    own_temp = session.relation_facts.fresh(session).temporary if any(
+    own_temp = ctx.relation_facts.fresh(ctx).temporary if any(
         s is None for _c, s, _n in n.reads + [w[1:] for w in n.writes]) else set()
     for catalog, schema, name in n.reads:
         if catalog in (None, database) and schema not in SYSTEM_SCHEMAS \
                 and not (schema is None and name.lower() in own_temp):
-            require(session, "SELECT", schema, name)
-            _through_view(session, schema, name, 0)
+            require(ctx, "SELECT", schema, name)
+            _through_view(ctx, schema, name, 0)
     for privilege, catalog, schema, name in n.writes:
         if not (schema is None and catalog is None and name.lower() in own_temp):
-            require(session, privilege, schema, name)
+            require(ctx, privilege, schema, name)
     for kind, catalog, schema, name in n.owns:
-        if not exists(session, kind, catalog, schema, name):
+        if not exists(ctx, kind, catalog, schema, name):
             continue                     # DROP … IF EXISTS, or DuckDB's own error
         owner = grants.schema_owner(name) if kind == "schema" else \
-            grants.owner(key(schema, _index_table(session, schema, name)
+            grants.owner(key(schema, _index_table(ctx, schema, name)
                              if kind == "index" else name))
         if not roles.has_privs_of(role, owner):
             raise must_own(kind, name)
@@ -368,27 +369,28 @@ _LOOKUPS = {"sequence": ("duckdb_sequences()", "sequence_name"),
             "type": ("duckdb_types()", "type_name")}
 
 
-def exists(session, kind: str, catalog: str | None, schema: str | None, name: str) -> bool:
+def exists(ctx: StatementContext, kind: str, catalog: str | None, schema: str | None,
+           name: str) -> bool:
     """Whether the object a statement names is there already."""
     if kind == "schema":
-        return bool(session.con.execute(
+        return bool(ctx.con.execute(
             "SELECT 1 FROM duckdb_schemas() WHERE database_name = ? AND schema_name = ?",
-            [session.services.store.name, name]).fetchall())
+            [ctx.services.store.name, name]).fetchall())
     lookup = _LOOKUPS.get(kind)
     if lookup is not None:
         function, column = lookup
-        return bool(session.con.execute(
+        return bool(ctx.con.execute(
             f"SELECT 1 FROM {function} WHERE database_name = ? AND schema_name = ? AND "
-            f"lower({column}) = ?", [session.services.store.name, schema or "public",
+            f"lower({column}) = ?", [ctx.services.store.name, schema or "public",
                                      name.lower()]).fetchall())
-    return session.services.streams.get(schema, name) is not None or bool(
-        session.columns.of(schema if schema != "public" else None, name))
+    return ctx.services.streams.get(schema, name) is not None or bool(
+        ctx.columns.of(schema if schema != "public" else None, name))
 
 
-def _index_table(session, schema: str | None, index: str) -> str:
-    row = session.con.execute(
+def _index_table(ctx: StatementContext, schema: str | None, index: str) -> str:
+    row = ctx.con.execute(
         "SELECT table_name FROM duckdb_indexes() WHERE database_name = ? AND schema_name = ? "
-        "AND lower(index_name) = ?", [session.services.store.name, schema or "public",
+        "AND lower(index_name) = ?", [ctx.services.store.name, schema or "public",
                                       index.lower()]).fetchall()
     return row[0][0] if row else index
 
@@ -403,10 +405,10 @@ class RelationFacts:
         self.temporary: set = set()
         self.views: dict = {}         # (schema, lower name) -> SQL, then [(schema, name)]
 
-    def fresh(self, session) -> "RelationFacts":
-        version = session.services.store.catalog_version
+    def fresh(self, ctx: StatementContext) -> "RelationFacts":
+        version = ctx.services.store.catalog_version
         if version != self.version:
-            con, db = session.con, session.services.store.name
+            con, db = ctx.con, ctx.services.store.name
             self.temporary = {r[0].lower() for r in con.execute(
                 "SELECT table_name FROM duckdb_tables() WHERE temporary UNION ALL "
                 "SELECT view_name FROM duckdb_views() WHERE temporary").fetchall()} \
@@ -431,40 +433,40 @@ class RelationFacts:
 VIEW_DEPTH = 16      # views over views checked this deep
 
 
-def _through_view(session, schema: str | None, name: str, depth: int) -> None:
+def _through_view(ctx: StatementContext, schema: str | None, name: str, depth: int) -> None:
     """A view reads its relations with its owner's privileges, as in PostgreSQL: the owner
     must hold SELECT on each (and so on through views it reads); DuckDB itself refuses a
     view's file functions to everyone."""
-    svc = session.services
-    reads = session.relation_facts.fresh(session).view_reads(schema, name)
+    svc = ctx.services
+    reads = ctx.relation_facts.fresh(ctx).view_reads(schema, name)
     if reads is None or depth > VIEW_DEPTH:
         return
     owner = svc.grants.owner(key(schema, name))
     for inner_schema, inner in reads:
         if not svc.grants.allowed(owner, "SELECT", key(inner_schema, inner)):
             raise deny("table", inner)
-        _through_view(session, inner_schema, inner, depth + 1)
+        _through_view(ctx, inner_schema, inner, depth + 1)
 
 
-def check_reads(session, tree: exp.Expression) -> None:
+def check_reads(ctx: StatementContext, tree: exp.Expression) -> None:
     """A query over streams (continuous, snapshot, EXPLAIN, RECOMPUTE, a window's definition,
     INSERT … SELECT into a stream): SELECT on every relation it names, no table function
     beyond ROW_MAKERS, and files only for roles that may read them."""
-    roles = session.services.roles
-    if roles.is_superuser(session.user):
+    roles = ctx.services.roles
+    if roles.is_superuser(ctx.user):
         return
-    database = session.services.store.name.lower()
+    database = ctx.services.store.name.lower()
     for t, function in relations(tree):
         if function is not None:
-            if function in FILE_READERS and roles.has_privs_of(session.user, READ_SERVER_FILES):
+            if function in FILE_READERS and roles.has_privs_of(ctx.user, READ_SERVER_FILES):
                 continue
             if function not in ROW_MAKERS:
                 raise E.InsufficientPrivilege(f"permission denied for function {function}")
             continue
         catalog, schema, name = _where(t)
         if catalog in (None, database) and schema not in SYSTEM_SCHEMAS:
-            require(session, "SELECT", schema, name)
-            _through_view(session, schema, name, 0)
+            require(ctx, "SELECT", schema, name)
+            _through_view(ctx, schema, name, 0)
 
 
 def key(schema: str | None, name: str) -> str:
@@ -472,43 +474,43 @@ def key(schema: str | None, name: str) -> str:
     return f"{schema or 'public'}.{name}".lower()
 
 
-def require(session, privilege: str, schema: str | None, name: str) -> None:
+def require(ctx: StatementContext, privilege: str, schema: str | None, name: str) -> None:
     """42501 unless the session's role holds ``privilege`` on the relation (a table, view,
     stream, named window or derived stream)."""
-    svc = session.services
-    if svc.grants.allowed(session.user, privilege, key(schema, name)):
+    svc = ctx.services
+    if svc.grants.allowed(ctx.user, privilege, key(schema, name)):
         return
     obj = svc.streams.get(schema, name)
     raise deny(obj.kind if obj is not None else "table", name)
 
 
-def require_create(session, schema: str | None) -> None:
+def require_create(ctx: StatementContext, schema: str | None) -> None:
     """CREATE on the schema a new relation goes into."""
-    if not session.services.grants.schema_allowed(session.user, "CREATE", schema or "public"):
+    if not ctx.services.grants.schema_allowed(ctx.user, "CREATE", schema or "public"):
         raise deny("schema", schema or "public")
 
 
-def require_owner(session, kind: str, schema: str | None, name: str) -> None:
+def require_owner(ctx: StatementContext, kind: str, schema: str | None, name: str) -> None:
     """42501 unless the session's role is the relation's owner (or has its privileges)."""
-    if not session.services.grants.owns(session.user, key(schema, name)):
+    if not ctx.services.grants.owns(ctx.user, key(schema, name)):
         raise must_own(kind, name)
 
 
-def require_superuser(session, what: str) -> None:
+def require_superuser(ctx: StatementContext, what: str) -> None:
     """42501 unless the session's role is a superuser."""
-    if not session.services.roles.is_superuser(session.user):
+    if not ctx.services.roles.is_superuser(ctx.user):
         raise E.InsufficientPrivilege(f"permission denied to {what}",
                                       hint="Only a superuser may do this.")
 
 
-def record(session, n: Needs, fresh: list) -> None:
+def record(ctx: StatementContext, n: Needs, fresh: list) -> None:
     """After the statement succeeded: its creator owns what it made (``fresh``: what did not
     exist before); what it dropped has no owner any more; a renamed relation keeps its
     privileges. Inside a transaction block this waits for COMMIT (ROLLBACK forgets it)."""
     if not (fresh or n.drops or n.renames):
         return
-    grants, user = session.services.grants, session.user
-    database = session.services.store.name.lower()
+    grants, user = ctx.services.grants, ctx.user
+    database = ctx.services.store.name.lower()
 
     def apply() -> None:
         for kind, catalog, schema, name in fresh:
@@ -519,8 +521,8 @@ def record(session, n: Needs, fresh: list) -> None:
         for kind, catalog, schema, name in n.drops:
             if kind == "schema":
                 grants.schema_dropped(name)
-            elif not exists(session, kind, catalog, schema, name):
+            elif not exists(ctx, kind, catalog, schema, name):
                 grants.dropped(key(schema, name))
         for schema, old, new in n.renames:
             grants.renamed(key(schema, old), key(schema, new))
-    session.on_commit(apply)
+    ctx.on_commit(apply)

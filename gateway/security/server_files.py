@@ -16,18 +16,19 @@ from sqlglot import exp
 from gateway.pgwire import errors as E
 from gateway.security.access import FILE_READERS, func_name, relations
 from gateway.security.roles import READ_SERVER_FILES, WRITE_SERVER_FILES
+from gateway.tables.statement_context import StatementContext
 from gateway.tables.store import pg_error
 
 
 
-def may_read(session) -> bool:
+def may_read(ctx: StatementContext) -> bool:
     """Whether the session's role may read the server's files (PostgreSQL's rule)."""
-    return session.services.roles.has_privs_of(session.user, READ_SERVER_FILES)
+    return ctx.services.roles.has_privs_of(ctx.user, READ_SERVER_FILES)
 
 
-def may_write(session) -> bool:
+def may_write(ctx: StatementContext) -> bool:
     """Whether the session's role may write the server's files."""
-    return session.services.roles.has_privs_of(session.user, WRITE_SERVER_FILES)
+    return ctx.services.roles.has_privs_of(ctx.user, WRITE_SERVER_FILES)
 
 
 def copy_denied(direction: str) -> E.PgError:
@@ -70,7 +71,7 @@ class ServerFiles:
         """A COPY file's path: relative ones are in the data directory, as PostgreSQL's."""
         return path if os.path.isabs(path) else os.path.join(self.data_dir, path)
 
-    def substitute(self, session, ast: exp.Expression) -> exp.Expression:
+    def substitute(self, ctx, ast: exp.Expression) -> exp.Expression:
         """A copy of ``ast`` with each file-reading table function (or file named as a table)
         read here and replaced by the name of its rows, registered on the session's connection
         until ``Session.server_files`` ends."""
@@ -84,7 +85,7 @@ class ServerFiles:
                    for x in call.walk()):
                 raise E.FeatureNotSupported("a file function's arguments must be constants")
             name = f"cq_file_{next(self._names)}"
-            session.con.register(name, self.read(call.sql("duckdb")))
-            session.file_tables.append(name)
+            ctx.con.register(name, self.read(call.sql("duckdb")))
+            ctx.file_tables.append(name)
             t.replace(exp.Table(this=exp.to_identifier(name), alias=t.args.get("alias")))
         return ast

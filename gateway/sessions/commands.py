@@ -13,10 +13,11 @@ import pyarrow as pa
 from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done, Field, Rows
-from gateway.sessions import command_syntax as C
+from gateway.syntax import command_syntax as C
 from gateway.security import server_files
 from gateway.sessions import copy_data, role_commands
-from gateway.sessions import settings as S
+from gateway.tables import settings as S
+from gateway.tables.statement_context import settle
 from gateway.sessions.cursors import close_cursor, declare, fetch
 from gateway.sessions.portals import TxStatus
 from gateway.sessions.transactions import begin, commit, release, rollback, rollback_to, savepoint
@@ -107,16 +108,18 @@ async def _copy(session, p, params):
     if req.file is None:
         return req                  # the connection carries it out: it owns the CopyData
     allowed = server_files.may_read if req.direction == "in" else server_files.may_write
-    if not allowed(session):
+    if not allowed(session.ctx):
         raise server_files.copy_denied(req.direction)
     if req.direction == "in":
-        return Done(f"COPY {await session._call(copy_data.load_file, session, req)}")
+        n = await settle(await session.in_thread(copy_data.load_file, session, req),
+                         session.in_thread)
+        return Done(f"COPY {n}")
     res = await copy_data.source(session, req)
     if isinstance(res, LiveRows):
         res.close()
         raise E.FeatureNotSupported("COPY of a continuous query to a file is not supported",
                                     hint="Use COPY … TO STDOUT, which sends rows as they come.")
-    n = await session._call(copy_data.save_file, session, req, res)
+    n = await session.in_thread(copy_data.save_file, session, req, res)
     return Done(f"COPY {n}")
 
 

@@ -12,8 +12,8 @@ import ssl
 from collections import deque
 
 from gateway.sessions import copy_data
-from gateway.sessions import settings as S
-from gateway.sessions.command_syntax import CopyRequest
+from gateway.tables import settings as S
+from gateway.syntax.command_syntax import CopyRequest
 from gateway.pgwire import copy_binary
 from gateway.pgwire.copy_format import copy_header, copy_messages
 from gateway.pgwire import messages as M
@@ -29,7 +29,8 @@ from gateway.link.live_rows import LiveRows
 from gateway.pgwire.row_encoding import encode_rows, resolve_formats, row_description
 from gateway.sessions.portals import Portal, TxStatus
 from gateway.sessions.session import Session
-from gateway.sessions.lexer import split
+from gateway.syntax.lexer import split
+from gateway.tables.statement_context import settle
 
 log = logging.getLogger("cqgate")
 FLUSH_AT = 256 * 1024
@@ -459,13 +460,13 @@ class Connection:
     # ------------------------------------------------------------------ COPY
     async def copy_in(self, req: CopyRequest) -> None:
         s = self.session
-        cols = await s._call(copy_data.columns, s, req)
+        cols = await s.in_thread(copy_data.columns, s, req)
         self.core.start_copy_in(len(cols), req.format == "binary")
         await self.flush()
         end = await self.next_event()           # the core collects the CopyData meanwhile
         if isinstance(end, CopyInFailed):
             raise end.error
-        n = await s._call(copy_data.load, s, req, cols, end.data)
+        n = await settle(await s.in_thread(copy_data.load, s, req, cols, end.data), s.in_thread)
         self.send(M.command_complete(f"COPY {n}"))
 
     async def copy_out(self, req: CopyRequest) -> None:
@@ -498,7 +499,7 @@ class Connection:
         else:
             n = res.table.num_rows
             for i in range(0, n, ENCODE_BATCH):
-                self.send(await s._call(encode, res.table.slice(i, ENCODE_BATCH)))
+                self.send(await s.in_thread(encode, res.table.slice(i, ENCODE_BATCH)))
                 await self.maybe_flush()
         if binary is not None:
             self.send(binary.end())

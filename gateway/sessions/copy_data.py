@@ -17,6 +17,7 @@ from gateway.sessions.columns import table_key
 from gateway.sessions.portals import TxStatus
 from gateway.sessions.prepared import Kind
 from gateway.streams import inserts
+from gateway.tables.statement_context import AwaitOnLoop
 from gateway.tables.store import pg_error
 
 
@@ -28,7 +29,7 @@ def columns(session, req) -> list:
         session.columns.of(fold(schema) if schema else None, fold(table))
     if not cols:
         raise E.UndefinedTable(f'relation "{fold(table)}" does not exist')
-    access.require(session, "INSERT", fold(schema) if schema else None, fold(table))
+    access.require(session.ctx, "INSERT", fold(schema) if schema else None, fold(table))
     if req.columns is None:
         return [(c[0], c[1]) for c in cols]
     by_name = {c[0].lower(): c for c in cols}
@@ -55,9 +56,9 @@ _PARSE = {
 }
 
 
-def load(session, req, cols: list, data: bytes) -> int:
+def load(session, req, cols: list, data: bytes) -> int | AwaitOnLoop:
     """COPY … FROM STDIN: ``data`` parsed and inserted into the table, or delivered to the
-    stream; the number of rows."""
+    stream; the number of rows (for a stream, once its delivery is settled)."""
     table = _PARSE[req.format](req, cols, data)
     names = ", ".join(quote(c[0]) for c in cols)
     casts = ", ".join(f'CAST(c{i} AS {c[1]})' for i, c in enumerate(cols))
@@ -67,7 +68,7 @@ def load(session, req, cols: list, data: bytes) -> int:
     try:
         if stream is not None:
             sql = inserts.stream_rows_sql(stream, [c[0] for c in cols], "SELECT * FROM cq_copy_in")
-            return inserts.deliver(session, stream, con.sql(sql).to_arrow_table(), "COPY")
+            return inserts.deliver(session.ctx, stream, con.sql(sql).to_arrow_table(), "COPY")
         con.execute(f"INSERT INTO {req.table} ({names}) SELECT {casts} FROM cq_copy_in")
     except duckdb.Error as e:
         raise pg_error(e) from None
@@ -80,7 +81,7 @@ def load(session, req, cols: list, data: bytes) -> int:
     return table.num_rows
 
 
-def load_file(session, req) -> int:
+def load_file(session, req) -> int | AwaitOnLoop:
     """COPY … FROM 'file': the server's file, read as COPY FROM STDIN's data would be."""
     cols = columns(session, req)
     path = session.services.files.path(req.file)
@@ -123,7 +124,7 @@ async def source(session, req) -> Rows | LiveRows:
             quote(c) for c in req.columns)
         sql = f"SELECT {cols} FROM {req.table}"
     p = session.prepare("", sql)
-    res = await session._execute(p, []) if p.kind in (Kind.STREAM, Kind.SQL) and \
+    res = await session.run_prepared(p, []) if p.kind in (Kind.STREAM, Kind.SQL) and \
         p.returns_rows else None
     if not isinstance(res, (Rows, LiveRows)):
         raise E.FeatureNotSupported("COPY (query) TO needs a query that returns rows")

@@ -21,7 +21,8 @@ async def declare(session, p, params):
         raise E.NoActiveTransaction("DECLARE CURSOR can only be used in transaction blocks")
     if name in session.portals:
         raise E.DuplicateCursor(f'cursor "{name}" already exists')
-    inner = None if query is None else session.prepare_statement("", query)
+    inner = None if query is None or cmd.query_is_command else \
+        session.prepare_statement("", query, may_be_command=False)
     if inner is None or inner.kind is Kind.COMMAND or not inner.returns_rows:
         at = p.stmt.offset + len(p.stmt.text.rstrip()) if query is None else query.offset
         raise E.SyntaxError_("DECLARE CURSOR needs a query that returns rows", position=at + 1)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from gateway.sessions.command_syntax import Command
-from gateway.sessions.lexer import Statement
+from gateway.syntax.command_syntax import Command
+from gateway.syntax.lexer import Statement
 from gateway.security.access import Needs
 from gateway.streams.statements import is_query
 from gateway.tables import translate as TR

@@ -8,8 +8,8 @@ from gateway.pgwire.results import Done
 from gateway.security import access
 from gateway.security.privileges import RELATION_PRIVILEGES, SCHEMA_PRIVILEGES, must_own
 from gateway.security.roles import PUBLIC
-from gateway.sessions import role_syntax as R
-from gateway.sessions import settings as S
+from gateway.syntax import role_syntax as R
+from gateway.tables import settings as S
 
 
 def _me(session, name: str) -> str:
@@ -62,7 +62,7 @@ async def create_role(session, p, params):
     members = [m for k, v in cmd.options if k in ("role", "admin") for m in v]
     for group in in_roles:
         _may_grant_membership(session, group)
-    await session._call(lambda: roles.create(cmd.name, in_roles=in_roles, **attrs))
+    await session.in_thread(lambda: roles.create(cmd.name, in_roles=in_roles, **attrs))
     for member in members:
         roles.grant_membership(cmd.name, _me(session, member))
     return Done("CREATE ROLE")
@@ -85,7 +85,7 @@ async def alter_role(session, p, params):
         def rename():
             svc.roles.rename(name, cmd.rename_to)
             svc.grants.role_renamed(name, cmd.rename_to)
-        await session._call(rename)
+        await session.in_thread(rename)
         return Done("ALTER ROLE")
     attrs = _attributes(cmd.options)
     own_password = name == session.user and set(attrs) <= {"password"}
@@ -93,7 +93,7 @@ async def alter_role(session, p, params):
         _may_manage(session, target.superuser or bool(attrs.get("superuser")), "alter")
     if any(k in ("in_role", "role", "admin") for k, _ in cmd.options):
         raise E.SyntaxError_("ALTER ROLE takes no IN ROLE or ROLE; use GRANT role TO role")
-    await session._call(lambda: svc.roles.alter(name, **attrs))
+    await session.in_thread(lambda: svc.roles.alter(name, **attrs))
     return Done("ALTER ROLE")
 
 
@@ -119,7 +119,7 @@ async def alter_role_setting(session, p, params):
             raise E.UndefinedParameter(f'unrecognized configuration parameter "{key}"')
         else:
             key = S.canonical(key)
-    await session._call(lambda: svc.roles.set_default(name, key, value))
+    await session.in_thread(lambda: svc.roles.set_default(name, key, value))
     return Done("ALTER ROLE")
 
 
@@ -145,8 +145,8 @@ async def drop_role(session, p, params):
                 f'role "{name}" cannot be dropped because some objects depend on it',
                 detail="\n".join(f"owner of {k}" for k in owned[:10]),
                 hint="Drop them first, or give them to another role with ALTER … OWNER TO.")
-        await session._call(svc.roles.drop, name)
-        await session._call(svc.grants.role_dropped, name)
+        await session.in_thread(svc.roles.drop, name)
+        await session.in_thread(svc.grants.role_dropped, name)
     return Done("DROP ROLE")
 
 
@@ -155,7 +155,7 @@ def _relations(session, cmd) -> list:
     svc = session.services
     if cmd.kind == "schema":
         for schema in cmd.objects:
-            if not access.exists(session, "schema", None, None, schema):
+            if not access.exists(session.ctx, "schema", None, None, schema):
                 raise E.UndefinedObject(f'schema "{schema}" does not exist', sqlstate="3F000")
         return [("schema", s.lower(), s) for s in cmd.objects]
     out = []
@@ -185,7 +185,7 @@ def _relation(session, schema: str | None, name: str) -> str:
 
 async def grant_privileges(session, p, params):
     """GRANT / REVOKE privileges on relations or schemas: the owner's to give."""
-    return Done(await session._call(_grant_privileges, session, p.command))
+    return Done(await session.in_thread(_grant_privileges, session, p.command))
 
 
 def _grant_privileges(session, cmd) -> str:
@@ -231,7 +231,7 @@ async def alter_owner(session, p, params):
     if svc.roles.get(owner) is None:
         raise E.UndefinedObject(f'role "{owner}" does not exist')
     if cmd.kind == "schema":
-        if not await session._call(access.exists, session, "schema", None, None, cmd.name):
+        if not await session.in_thread(access.exists, session.ctx, "schema", None, None, cmd.name):
             raise E.UndefinedObject(f'schema "{cmd.name}" does not exist', sqlstate="3F000")
         key, current = cmd.name.lower(), svc.grants.schema_owner(cmd.name)
     else:

@@ -7,41 +7,39 @@ results into bytes; nothing here touches a socket. DuckDB calls run in worker th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 
 import duckdb
-from sqlglot import exp
 
 from dialect.errors import PlanError
 from dialect.intervals import interval_us
 from dialect.planner.quality_join import session_options
 
-from gateway.link import spill
-from gateway.link.live_rows import Bounds, LiveRows
+from gateway.archive.priming import start_primed
+from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Done, Rows
 from gateway.security import access
 from gateway.services import Services
 from gateway.sessions import commands
-from gateway.sessions import settings as S
+from gateway.tables import settings as S
 from gateway.sessions.activity import Activity
 from gateway.sessions.columns import ColumnInfo, table_key
-from gateway.sessions.command_syntax import read_command
-from gateway.sessions.lexer import Statement, split
+from gateway.syntax.command_syntax import read_command
+from gateway.syntax.lexer import Statement, split
 from gateway.sessions.portals import Portals, TxStatus
 from gateway.sessions.prepared import Kind, Prepared
 from gateway.streams import queries
 from gateway.streams import statements as stream_statements
-from gateway.tables import activity, system_views
-from gateway.tables.catalog_live import LiveCatalog
+from gateway.system_views import activity, cq_views
+from gateway.system_views.catalog_live import LiveCatalog
 from gateway.tables.pg_catalog import CATALOG
 from gateway.tables import translate as TR
+from gateway.tables.statement_context import StatementContext, settle
 from gateway.tables.store import pg_error
 
 log = logging.getLogger("cqgate")
@@ -106,10 +104,8 @@ class Session:
         self.columns = ColumnInfo(self.con, self.services.store, self.services.streams)
         self.live = LiveCatalog(self.con, self.services, self.user)
         self.activity = self.activity or Activity(self.services.clock.now)
-        self.file_tables: list = []           # server files read for the running statement
         self.at_commit: list = []             # owners to record when the transaction commits
-        self.inflight = None                  # the last worker call (_call)
-        self.relation_facts = access.RelationFacts()   # views and temporary tables, cached
+        self.inflight = None                  # the last worker call (in_thread)
         self.ddl_in_tx = False                # DDL in the open transaction block
         self.timed_out = False                # statement_timeout interrupted DuckDB
         self.role_defaults: dict = {}         # ALTER ROLE … SET: what RESET returns to
@@ -120,37 +116,17 @@ class Session:
             self.settings[key] = self.default_setting(key)
         self.cancel_event = asyncio.Event()
         self.written_tables: set = set()      # tables written since the last refresh
-        self.plans: dict = {}                 # gateway/streams/queries.py: plan_query
-        self.result_types: dict = {}          # … and typed_fields
+        # what the statements it runs may use of it (stream statements, security, archive)
+        self.ctx = StatementContext(self.services, self.con, self.user, self.pid, self.settings,
+                                    self.columns, access.RelationFacts(), self.on_commit,
+                                    self.notices)
 
     # ------------------------------------------------------------------ helpers
     @property
     def tz(self):
         return T.zone(self.settings.get("TimeZone", "UTC"))
 
-    def _session_value(self, name: str) -> str:
-        """The literal for a ``getvariable('cq_…')`` the translator left in the SQL."""
-        if name == "cq_user":
-            return self.user
-        if name == "cq_pid":
-            return str(self.pid)
-        key = S.canonical(name[len(TR.SETTING_PREFIX):])
-        return self.settings.get(key)
-
-    def bind_session_values(self, ast: exp.Expression) -> str:
-        """DuckDB's SQL for ``ast``, the session's values in place of the translator's
-        ``getvariable('cq_…')`` placeholders: put into the parse tree as literals, never into
-        SQL text, where a value could close a quoted name and write SQL of its own."""
-        def literal(node):
-            if isinstance(node, exp.Anonymous) and node.name.lower() == "getvariable" \
-                    and node.expressions and isinstance(node.expressions[0], exp.Literal) \
-                    and node.expressions[0].name.startswith("cq_"):
-                value = self._session_value(node.expressions[0].name)
-                return exp.Null() if value is None else exp.Literal.string(str(value))
-            return node
-        return ast.transform(literal).sql("duckdb")
-
-    async def _call(self, fn, *args):
+    async def in_thread(self, fn, *args):
         """``fn(*args)`` in a worker thread; the call is kept (``inflight``) so that closing
         the session waits for it even when the caller was cancelled."""
         self.statement_ran = False
@@ -240,12 +216,6 @@ class Session:
                      S.SERVER_BOUNDS[key].replace("_", "-") + " flag.")
         return value
 
-    def result_bounds(self) -> Bounds:
-        """How much of a continuous query's unread rows this session's queues may hold."""
-        return Bounds(S.size_bytes(self.settings["cq.result_memory"]),
-                      S.size_bytes(self.settings["cq.result_spill"]),
-                      os.path.join(self.services.config.data_dir, spill.FOLDER))
-
     def set_setting(self, name: str, value: str, *, local: bool = False) -> None:
         key, value = self.checked_setting(name, value)
         self.settings[key] = value
@@ -316,8 +286,12 @@ class Session:
             return Prepared(name, None, list(client_oids), Kind.EMPTY)
         return self.prepare_statement(name, stmts[0], client_oids)
 
-    def prepare_statement(self, name: str, stmt: Statement, client_oids: tuple = ()) -> Prepared:
-        cmd = read_command(stmt)
+    def prepare_statement(self, name: str, stmt: Statement, client_oids: tuple = (), *,
+                          may_be_command: bool = True) -> Prepared:
+        """``stmt`` prepared: a session command (unless ``may_be_command`` is False: a
+        DECLARE's query, which its DECLARE's tokens already said is none), or for the
+        translator."""
+        cmd = read_command(stmt) if may_be_command else None
         oids = list(client_oids) + [0] * max(0, stmt.max_param - len(client_oids))
         if cmd is not None:
             return Prepared(name, stmt, oids, Kind.COMMAND, command=cmd)
@@ -354,7 +328,7 @@ class Session:
 
     async def _describe_stream(self, p: Prepared) -> list | None:
         try:
-            return await self._call(stream_statements.describe, self, p.translated.source)
+            return await self.in_thread(stream_statements.describe, self.ctx, p.translated.source)
         except E.PgError as e:
             raise _placed(e, p.stmt) from None
 
@@ -365,20 +339,20 @@ class Session:
         if not p.returns_rows:
             return None
         if p.needs.files:
-            return await self._call(self._describe_with_files, p)
+            return await self.in_thread(self._describe_with_files, p)
         if CATALOG_REFERENCE in p.translated.duck_sql.lower():
-            await self._call(self.live.refresh)
-        return await self._call(self.columns.describe, p.translated, p.param_oids,
-                                self.bind_session_values)
+            await self.in_thread(self.live.refresh)
+        return await self.in_thread(self.columns.describe, p.translated, p.param_oids,
+                                    self.ctx.bind_session_values)
 
     def _describe_with_files(self, p: Prepared) -> list:
         """A statement that reads server files, described from the files' rows (the role
         must be one that may read them)."""
-        access.check(self, p.needs)
-        with self.server_files():
-            ast = self.services.files.substitute(self, p.translated.ast)
+        access.check(self.ctx, p.needs)
+        with self.ctx.server_files():
+            ast = self.services.files.substitute(self.ctx, p.translated.ast)
             return self.columns.describe(dataclasses.replace(p.translated, ast=ast),
-                                         p.param_oids, self.bind_session_values)
+                                         p.param_oids, self.ctx.bind_session_values)
 
     async def _describe_empty(self, p: Prepared) -> None:
         return None
@@ -390,7 +364,7 @@ class Session:
     async def execute(self, p: Prepared, params: list) -> Rows | Done:
         self.activity.started(p.stmt.text if p.stmt else "", self._waits_on_stream(p))
         try:
-            return await self._execute(p, params)
+            return await self.run_prepared(p, params)
         finally:
             self.activity.finished("idle" if self.status == TxStatus.IDLE else
                                    "idle in transaction" if self.status == TxStatus.IN_BLOCK
@@ -413,16 +387,10 @@ class Session:
         names = [n for n in self.written_tables if n in link.tables_in_use]
         self.written_tables.clear()
         for name in names:
-            table = await self._call(self.table_contents, name)
+            table = await self.in_thread(self.ctx.table_contents, name)
             await link.send_table(name, table)
 
-    def table_contents(self, name: str):
-        try:
-            return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
-        except duckdb.Error as e:
-            raise pg_error(e) from None
-
-    async def _execute(self, p: Prepared, params: list) -> Rows | Done:
+    async def run_prepared(self, p: Prepared, params: list) -> Rows | Done:
         if p.kind is Kind.EMPTY:
             return Done("")
         if self.status == TxStatus.FAILED and not p.allowed_when_failed:
@@ -433,7 +401,9 @@ class Session:
 
     async def _run_stream(self, p: Prepared, params: list):
         try:
-            res = await self._call(stream_statements.run, self, p.translated.source, params)
+            res = await settle(await self.in_thread(stream_statements.run, self.ctx,
+                                                    p.translated.source, params),
+                               self.in_thread)
         except E.PgError as e:
             raise _placed(e, p.stmt) from None
         if not isinstance(res, queries.Planned):
@@ -443,28 +413,28 @@ class Session:
                 res.plan, res.spark, res.fields, res.schema, p.stmt.text, self.pid,
                 p.cursor or p.name, self.services.pool,
                 label=f"cursor {p.cursor}" if p.cursor else "query",
-                bounds=self.result_bounds())
+                bounds=self.ctx.result_bounds())
 
         def start(history=None, seam=None):
             return self.services.backend.open(res.plan, res.fields, res.schema, p.stmt.text,
                                               self.pid, p.cursor or p.name, res.tables, history,
                                               seam, label=f"cursor {p.cursor}" if p.cursor
-                                              else "query", bounds=self.result_bounds())
+                                              else "query", bounds=self.ctx.result_bounds())
         if res.history:        # windows reaching into an archive start primed
-            return await self.services.ingest.start_primed(list(res.history), start)
+            return await start_primed(self.services, list(res.history), start)
         return await start()
 
     async def _run_table_sql(self, p: Prepared, params: list):
         views = {}
-        if p.translated.catalog and system_views.wanted(p.stmt.text):
-            views.update(await system_views.gather(self.services, self.user))
-        if p.translated.catalog and activity.wanted(p.stmt.text):
+        if cq_views.wanted(p.translated.catalog_reads):
+            views.update(await cq_views.gather(self.services, self.user))
+        if activity.wanted(p.translated.catalog_reads):
             views.update(activity.tables(self.services, self.user))
         deadline = self.statement_deadline()
         timer = None if deadline is None else asyncio.get_running_loop().call_later(
             max(0.0, deadline - self.services.clock.monotonic()), self._time_out)
         try:
-            return await self._call(self._checked_run, p, params, views)
+            return await self.in_thread(self._checked_run, p, params, views)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -479,7 +449,7 @@ class Session:
         """In a worker thread: the privileges checked, the system views the statement reads
         registered, the statement run, and what it made given its owner."""
         try:
-            fresh = [] if p.needs.nothing else access.check(self, p.needs)
+            fresh = [] if p.needs.nothing else access.check(self.ctx, p.needs)
         except E.PgError as e:
             raise _locate(e, p.stmt) from None
         if views:
@@ -488,7 +458,7 @@ class Session:
         done = self._run_sql(p, params)
         self.statement_ran = True       # what follows is bookkeeping: no interrupt reaches it
         if fresh or p.needs.drops or p.needs.renames:
-            access.record(self, p.needs, fresh)
+            access.record(self.ctx, p.needs, fresh)
         return done
 
     RUN = {Kind.STREAM: _run_stream, Kind.COMMAND: commands.run_command,
@@ -499,16 +469,16 @@ class Session:
         sql = tr.duck_sql
         if CATALOG_REFERENCE in sql.lower():
             self.live.refresh()
-        with self.server_files():
+        with self.ctx.server_files():
             if p.needs.files or tr.has_set_config or "getvariable('cq_" in sql.lower():
                 ast = tr.ast
                 if p.needs.files:    # a role that may read server files: access.check said so
-                    ast = self.services.files.substitute(self, ast)
+                    ast = self.services.files.substitute(self.ctx, ast)
                 if tr.has_set_config:
                     ast, changes = TR.set_config_ast(ast, params)
                     for name, value in changes:
                         self.set_setting(name, value)
-                sql = self.bind_session_values(ast)
+                sql = self.ctx.bind_session_values(ast)
             return self._run_duckdb(p, sql, params)
 
     def _run_duckdb(self, p: Prepared, sql: str, params: list) -> Rows | Done:
@@ -600,16 +570,6 @@ class Session:
             apply()
         else:
             self.at_commit.append(apply)
-
-    @contextlib.contextmanager
-    def server_files(self):
-        """Server files read for one statement stay registered on the connection until its
-        end (``gateway/security/server_files.py``)."""
-        try:
-            yield
-        finally:
-            while self.file_tables:
-                self.con.unregister(self.file_tables.pop())
 
     def fail_transaction(self) -> None:
         if self.status == TxStatus.IN_BLOCK:

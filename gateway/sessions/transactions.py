@@ -15,7 +15,7 @@ async def begin(session, p, params):
     if session.status != TxStatus.IDLE:
         warn(session, "25001", "there is already a transaction in progress")
         return Done("BEGIN")
-    await session._call(session.begin)
+    await session.in_thread(session.begin)
     return Done("BEGIN")
 
 
@@ -23,14 +23,14 @@ async def commit(session, p, params):
     if session.status == TxStatus.IDLE:
         warn(session, "25P01", "there is no transaction in progress")
         return Done("COMMIT")
-    return Done(await session._call(session.end_transaction, True))
+    return Done(await session.in_thread(session.end_transaction, True))
 
 
 async def rollback(session, p, params):
     if session.status == TxStatus.IDLE:
         warn(session, "25P01", "there is no transaction in progress")
         return Done("ROLLBACK")
-    await session._call(session.end_transaction, False)
+    await session.in_thread(session.end_transaction, False)
     return Done("ROLLBACK")
 
 
@@ -77,7 +77,7 @@ async def rollback_to(session, p, params):
             pass
         session.con.execute("BEGIN TRANSACTION")
 
-    await session._call(restart)
+    await session.in_thread(restart)
     session.live.forget()          # what it registered in the transaction is gone too
     session.status = TxStatus.IN_BLOCK
     session.savepoints[:] = kept

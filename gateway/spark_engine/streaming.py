@@ -149,12 +149,12 @@ class SparkStreams:
         with self.store.connect() as con:
             return con.sql(f"SELECT * FROM {quoted}").to_arrow_table()
 
-    def _reader_of(self, session, reader: str | None, resume: bool = False):
+    def _reader_of(self, spark_session, reader: str | None, resume: bool = False):
         def read(scan: P.StreamScan):
             columns = _arrow_schema(scan)
             path = self.spools.path(scan.stream) if reader is None else self.spools.open(
                 scan.stream, columns, reader, resume)
-            r = (session.readStream.format(NAME).option("path", path)
+            r = (spark_session.readStream.format(NAME).option("path", path)
                  .option("schema", _ddl(scan)).option("ts_column", scan.timestamp_column)
                  .option("arrow_schema", schema_option(columns)))
             return (r.option("reader", reader) if reader else r).load()

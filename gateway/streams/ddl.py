@@ -6,18 +6,17 @@ from __future__ import annotations
 import re
 
 import duckdb
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from dialect import expressions as X
-from dialect.errors import PlanError
+from dialect.errors import PlanError, written_at
 from dialect.intervals import interval_us
 from dialect.names import folded
 from dialect.planner import plan, query_engine
-from dialect.planner.apply_default_windows import written_at
 from executor import plan as P
 
+from gateway.archive.priming import start_primed
 from gateway.clearinghouse.slack import micros
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
@@ -26,6 +25,7 @@ from gateway.streams.queries import (archive_reach, plan_error, session_quality,
                                      tables_of)
 from gateway.streams.registry import BUILTIN_WRAPPERS, SessionCatalog, StreamObject
 from gateway.tables import translate as TR
+from gateway.tables.statement_context import AwaitOnLoop, StatementContext, chain
 from gateway.tables.store import pg_error
 
 # WITH (...) options a stream accepts, each with a check of its value
@@ -88,16 +88,16 @@ def _options(items, known: dict, what: str) -> dict:
     return out
 
 
-def _duck_type(session, declared: str) -> str:
+def _duck_type(ctx: StatementContext, declared: str) -> str:
     """The DuckDB type a declared column type becomes (and a check that it exists)."""
     try:
         duck = exp.DataType.build(declared, dialect="postgres").sql("duckdb")
-        return session.con.execute(f"SELECT typeof(CAST(NULL AS {duck}))").fetchall()[0][0]
+        return ctx.con.execute(f"SELECT typeof(CAST(NULL AS {duck}))").fetchall()[0][0]
     except (duckdb.Error, ValueError, ParseError):
         raise E.UndefinedObject(f'type "{declared}" does not exist') from None
 
 
-def _columns(session, schema_node: exp.Schema) -> tuple[list, str | None, str | None]:
+def _columns(ctx: StatementContext, schema_node: exp.Schema) -> tuple[list, str | None, str | None]:
     cols, ts, te = [], None, None
     for col in schema_node.expressions:
         if not isinstance(col, exp.ColumnDef):
@@ -105,7 +105,7 @@ def _columns(session, schema_node: exp.Schema) -> tuple[list, str | None, str | 
         kinds = [c.args.get("kind") for c in col.args.get("constraints") or []]
         marker = next((k for k in kinds if isinstance(k, X.TimestampColumnConstraint)), None)
         not_null = any(isinstance(k, exp.NotNullColumnConstraint) for k in kinds)
-        typ = _duck_type(session, col.args["kind"].sql("postgres"))
+        typ = _duck_type(ctx, col.args["kind"].sql("postgres"))
         if marker is not None:
             if typ not in ("TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_NS",
                            "TIMESTAMP_MS", "TIMESTAMP_S"):
@@ -132,50 +132,51 @@ def _columns(session, schema_node: exp.Schema) -> tuple[list, str | None, str | 
     return cols, ts, te
 
 
-def _exists_check(session, schema: str, name: str, if_not_exists: bool, what: str):
-    reg = session.services.streams
-    if reg.get(schema, name) is not None or session.columns.of(
+def _exists_check(ctx: StatementContext, schema: str, name: str, if_not_exists: bool, what: str):
+    reg = ctx.services.streams
+    if reg.get(schema, name) is not None or ctx.columns.of(
             schema if schema != "public" else None, name):
         if if_not_exists:
-            session.notices.append(("NOTICE", "42P07",
-                                    f'relation "{name}" already exists, skipping'))
+            ctx.notices.append(("NOTICE", "42P07",
+                                f'relation "{name}" already exists, skipping'))
             return True
         raise E.DuplicateTable(f'relation "{name}" already exists')
     return False
 
 
-def _schema_exists(session, schema: str) -> None:
-    row = session.con.execute("SELECT count(*) FROM duckdb_schemas() WHERE database_name = ? "
-                              "AND schema_name = ?", [session.services.store.name, schema]
-                              ).fetchall()[0]
+def _schema_exists(ctx: StatementContext, schema: str) -> None:
+    row = ctx.con.execute("SELECT count(*) FROM duckdb_schemas() WHERE database_name = ? "
+                          "AND schema_name = ?", [ctx.services.store.name, schema]
+                          ).fetchall()[0]
     if not row[0]:
         raise E.UndefinedObject(f'schema "{schema}" does not exist',
                                 hint=f"CREATE SCHEMA {schema} first.", sqlstate="3F000")
 
 
 # ---------------------------------------------------------------------- DDL
-def create_stream(session, tree: X.CreateStream, params) -> Done:
+def create_stream(ctx: StatementContext, tree: X.CreateStream,
+                  params) -> Done | AwaitOnLoop:
     if tree.args.get("expression") is not None:
-        return _create_from_query(session, tree, "derived", "CREATE STREAM")
+        return _create_from_query(ctx, tree, "derived", "CREATE STREAM")
     schema, name = _names(tree)
-    _schema_exists(session, schema)
-    access.require_create(session, schema)
-    if _exists_check(session, schema, name, bool(tree.args.get("exists")), "stream"):
+    _schema_exists(ctx, schema)
+    access.require_create(ctx, schema)
+    if _exists_check(ctx, schema, name, bool(tree.args.get("exists")), "stream"):
         return Done("CREATE STREAM")
-    cols, ts, te = _columns(session, tree.this)
+    cols, ts, te = _columns(ctx, tree.this)
     options = _options(tree.args.get("options"), STREAM_OPTIONS, "stream")
     if tree.args.get("overload"):
         if tree.args.get("archived"):
             raise E.FeatureNotSupported("an archived stream keeps every tuple: ON OVERLOAD "
                                         "applies to unarchived streams")
         options["overload"] = tree.args["overload"]
-    reg = session.services.streams
+    reg = ctx.services.streams
     obj = StreamObject(reg.next_oid(), "stream", schema, name, tree.sql("cql"), cols, ts, te,
                        bool(tree.args.get("archived")), options,
-                       partitioned_by=_partition_columns(tree, cols))
+                       partitioned_by=_partition_columns(tree, cols)).made_from(tree.copy())
     _check_stream_options(obj)
     reg.save(obj)
-    session.services.grants.created(obj.key, session.user)
+    ctx.services.grants.created(obj.key, ctx.user)
     return Done("CREATE STREAM")
 
 
@@ -192,18 +193,19 @@ def _partition_columns(tree: X.CreateStream, cols: list) -> list:
     return out
 
 
-def _create_from_query(session, tree, kind: str, tag: str) -> Done:
+def _create_from_query(ctx: StatementContext, tree, kind: str,
+                       tag: str) -> AwaitOnLoop | Done:
     schema, name = _names(tree)
-    _schema_exists(session, schema)
-    access.require_create(session, schema)
-    if _exists_check(session, schema, name, bool(tree.args.get("exists")), kind):
+    _schema_exists(ctx, schema)
+    access.require_create(ctx, schema)
+    if _exists_check(ctx, schema, name, bool(tree.args.get("exists")), kind):
         return Done(tag)
     query = tree.args["expression"]
-    access.check_reads(session, query)
-    catalog = SessionCatalog(session.services.streams, session.columns)
+    access.check_reads(ctx, query)
+    catalog = SessionCatalog(ctx.services.streams, ctx.columns)
     try:
         p = plan(query, catalog, joins_in_order=True)
-        _session_target_left(session, query, catalog, p)
+        _session_target_left(ctx, query, catalog, p)
     except PlanError as e:
         raise plan_error(e) from None
     reads = sorted({f"{t.db or 'public'}.{t.name}".lower() for t in query.find_all(exp.Table)})
@@ -213,25 +215,27 @@ def _create_from_query(session, tree, kind: str, tag: str) -> Done:
             raise E.PgError(f'column "{c.name}" specified more than once', sqlstate="42701",
                             hint="Name the columns apart in the select list (AS).")
         seen.add(c.name.lower())
-    cols = [[c.name, _duck_type(session, c.type) if c.type != "UNKNOWN" else "VARCHAR", False]
+    cols = [[c.name, _duck_type(ctx, c.type) if c.type != "UNKNOWN" else "VARCHAR", False]
             for c in p.output]
-    reg = session.services.streams
+    reg = ctx.services.streams
     obj = StreamObject(reg.next_oid(), kind, schema, name, tree.sql("cql"), cols,
-                       depends_on=reads)
-    _keep(session, obj, p, query)          # refuses what cannot run
-    reg.save(obj)
-    session.services.grants.created(obj.key, session.user)
-    return Done(tag)
+                       depends_on=reads).made_from(tree.copy())
+
+    def kept(_) -> Done:
+        reg.save(obj)
+        ctx.services.grants.created(obj.key, ctx.user)
+        return Done(tag)
+    return chain(_keep(ctx, obj, p, query), kept)     # _keep refuses what cannot run
 
 
-def _session_target_left(session, query, catalog, p: P.Plan) -> None:
+def _session_target_left(ctx: StatementContext, query, catalog, p: P.Plan) -> None:
     """A stored definition says all it runs, so the session's cq.join_recall does not reach
     it (after a restart it would be gone); a NOTICE says so where it would have applied."""
-    quality = session_quality(session)
+    quality = session_quality(ctx)
     if quality is None or _has_quality_join(p.root):
         return
     if _has_quality_join(plan(query, catalog, join_quality=quality).root):
-        session.notices.append((
+        ctx.notices.append((
             "NOTICE", "00000", "cq.join_recall does not apply to a named window or derived "
             "stream: write WITH (recall = …) in its query to give its join a recall target"))
 
@@ -240,7 +244,8 @@ def _has_quality_join(node) -> bool:
     return P.contains(node, lambda n: isinstance(n, P.QualityJoin))
 
 
-def _keep(session, obj: StreamObject, p: P.Plan, query: exp.Expression) -> None:
+def _keep(ctx: StatementContext, obj: StreamObject, p: P.Plan,
+          query: exp.Expression) -> AwaitOnLoop | None:
     """Start a named window's or derived stream's query; windows reaching into an archived
     stream's past start primed from the archive, as a cursor's do. A derived stream whose
     query says WITH (engine = 'spark') runs on Spark (a stored definition says all it runs:
@@ -254,36 +259,37 @@ def _keep(session, obj: StreamObject, p: P.Plan, query: exp.Expression) -> None:
             raise E.FeatureNotSupported(
                 "a named window runs on the back end, which answers what it holds at now",
                 hint="Create a derived stream (CREATE STREAM … AS) to run it on Spark.")
-        session.services.spark_streams.keep(obj.oid, obj.relation().name, p,
-                                            spark_shape(session, p), obj.definition)
+        ctx.services.spark_streams.keep(obj.oid, obj.relation().name, p,
+                                        spark_shape(ctx, p), obj.definition)
         return
-    link = session.services.backend
-    history, tables = archive_reach(session, p), tables_of(session, p)
+    link = ctx.services.backend
+    history, tables = archive_reach(ctx, p), tables_of(ctx, p)
 
     def start(primed=None, seam=None):
         return link.keep(-obj.oid, p, obj.relation().name, tables, primed, seam,
                          kind="window" if obj.kind == "window" else "derived stream")
 
-    link.call(session.services.ingest.start_primed(list(history), start) if history
-              else start())
+    return AwaitOnLoop(lambda: start_primed(ctx.services, list(history), start) if history
+                       else start())
 
 
-def keep_relation(session, obj: StreamObject) -> None:
+def keep_relation(ctx: StatementContext, obj: StreamObject) -> AwaitOnLoop | None:
     """Run a stored named window or derived stream again (at server start)."""
-    tree = sqlglot.parse_one(obj.definition, read="cql").args["expression"]
-    _keep(session, obj, plan(tree, SessionCatalog(session.services.streams, session.columns),
-                             joins_in_order=True), tree)
+    tree = obj.query()
+    return _keep(ctx, obj, plan(tree, SessionCatalog(ctx.services.streams, ctx.columns),
+                                joins_in_order=True), tree)
 
 
-def create_window(session, tree: X.CreateWindow, params) -> Done:
-    return _create_from_query(session, tree, "window", "CREATE WINDOW")
+def create_window(ctx: StatementContext, tree: X.CreateWindow,
+                  params) -> AwaitOnLoop | Done:
+    return _create_from_query(ctx, tree, "window", "CREATE WINDOW")
 
 
-def create_wrapper(session, tree: X.CreateWrapper, params) -> Done:
+def create_wrapper(ctx: StatementContext, tree: X.CreateWrapper, params) -> Done:
     # a wrapper runs Python in the server, like an untrusted language's function
-    access.require_superuser(session, "create wrappers")
+    access.require_superuser(ctx, "create wrappers")
     name = tree.this.name
-    reg = session.services.streams
+    reg = ctx.services.streams
     if name.lower() in BUILTIN_WRAPPERS or reg.get("public", name) is not None:
         raise E.DuplicateObject(f'wrapper "{name}" already exists')
     funcs = {"init": _FUNCTION_PATH.match, "next": _FUNCTION_PATH.match,
@@ -295,31 +301,31 @@ def create_wrapper(session, tree: X.CreateWrapper, params) -> Done:
             "a wrapper needs init, next and done", hint="Name each Python function by its "
             "module path, e.g. next = 'mymodule.parse_line'; missing: " + ", ".join(missing))
     obj = StreamObject(reg.next_oid(), "wrapper", "public", name, tree.sql("cql"),
-                       options=options)
+                       options=options).made_from(tree.copy())
     reg.save(obj)
-    session.services.grants.created(obj.key, session.user)
+    ctx.services.grants.created(obj.key, ctx.user)
     return Done("CREATE WRAPPER")
 
 
 _KIND_OF = {"STREAM": ("stream", "derived"), "WINDOW": ("window",), "WRAPPER": ("wrapper",)}
 
 
-def drop(session, tree: X.DropStreamObject, params) -> Done:
+def drop(ctx: StatementContext, tree: X.DropStreamObject, params) -> Done:
     word = tree.args["kind"]
     tag = f"DROP {word}"
     t = tree.this
     schema, name = (t.db or "public"), t.name
-    reg = session.services.streams
+    reg = ctx.services.streams
     obj = reg.get(schema, name, kinds=_KIND_OF[word])
     if obj is None:
         if tree.args.get("exists"):
-            session.notices.append(("NOTICE", "00000",
-                                    f'{word.lower()} "{name}" does not exist, skipping'))
+            ctx.notices.append(("NOTICE", "00000",
+                                f'{word.lower()} "{name}" does not exist, skipping'))
             return Done(tag)
         raise E.UndefinedTable(f'{word.lower()} "{name}" does not exist')
-    access.require_owner(session, obj.kind, obj.schema, obj.name)
+    access.require_owner(ctx, obj.kind, obj.schema, obj.name)
     dependents = _all_dependents(reg, obj)
-    readers = _readers(session.services, [obj, *dependents]) \
+    readers = _readers(ctx.services, [obj, *dependents]) \
         if obj.kind != "wrapper" else []
     if (dependents or readers) and not tree.args.get("cascade"):
         if dependents:
@@ -333,13 +339,13 @@ def drop(session, tree: X.DropStreamObject, params) -> Done:
                         detail=detail, hint=f"Use DROP {word} ... CASCADE to drop the "
                         "dependent objects too and stop the queries that read them.")
     for d in dependents:
-        session.notices.append(("NOTICE", "00000", f"drop cascades to {d.kind} {d.name}"))
-        _stop(session.services, d)
+        ctx.notices.append(("NOTICE", "00000", f"drop cascades to {d.kind} {d.name}"))
+        _stop(ctx.services, d)
         reg.remove(d)
-        session.services.grants.dropped(d.key)
-    _stop(session.services, obj)
+        ctx.services.grants.dropped(d.key)
+    _stop(ctx.services, obj)
     reg.remove(obj)
-    session.services.grants.dropped(obj.key)
+    ctx.services.grants.dropped(obj.key)
     return Done(tag)
 
 
@@ -374,13 +380,13 @@ def _all_dependents(reg, obj) -> list:
     return out
 
 
-def alter(session, tree: X.AlterStream, params) -> Done:
+def alter(ctx: StatementContext, tree: X.AlterStream, params) -> Done:
     t = tree.this
-    reg = session.services.streams
+    reg = ctx.services.streams
     obj = reg.get(t.db or "public", t.name, kinds=("stream",))
     if obj is None:
         raise E.UndefinedTable(f'stream "{t.name}" does not exist')
-    access.require_owner(session, "stream", obj.schema, obj.name)
+    access.require_owner(ctx, "stream", obj.schema, obj.name)
     action = tree.args["action"]
     if action == "ADD WRAPPER":
         wrapper = tree.args["wrapper"].name
@@ -401,14 +407,13 @@ def alter(session, tree: X.AlterStream, params) -> Done:
                for c in col.args.get("constraints") or []):
             raise E.FeatureNotSupported("a stream's event-time columns are fixed at CREATE")
         obj.columns.append([folded(col.this),
-                            _duck_type(session, col.args["kind"].sql("postgres")), False])
-        _tell_readers(session.services, obj, f'stream "{obj.name}" has a new column '
+                            _duck_type(ctx, col.args["kind"].sql("postgres")), False])
+        _tell_readers(ctx.services, obj, f'stream "{obj.name}" has a new column '
                       f'"{folded(col.this)}"; this query keeps the columns it started with')
     elif action == "ADVANCE":
-        ts = _event_time(session, obj, tree.args["to"], params)
-        svc = session.services
-        svc.backend.call(svc.ingest.advance(obj.relation().name, ts))
-        return Done("ALTER STREAM")
+        ts = _event_time(ctx, obj, tree.args["to"], params)
+        return AwaitOnLoop(lambda: ctx.services.ingest.advance(obj.relation().name, ts),
+                           lambda _: Done("ALTER STREAM"))
     else:
         changed = _options(tree.args.get("options"), STREAM_OPTIONS, "stream")
         _check_stream_options(StreamObject(obj.oid, obj.kind, obj.schema, obj.name, "",
@@ -427,13 +432,14 @@ def _tell_readers(services, obj: StreamObject, message: str) -> None:
             live.notices.append(("NOTICE", "00000", message))
 
 
-def _event_time(session, obj: StreamObject, value: exp.Expression, params) -> int:
+def _event_time(ctx: StatementContext, obj: StreamObject, value: exp.Expression, params) -> int:
     """A timestamp expression as µs of the stream's event time."""
     ts_type = next(c[1] for c in obj.columns if c[0] == obj.timestamp_column)
-    sql = session.bind_session_values(
-        TR.translate("SELECT CAST(" + value.sql("cql") + f" AS {ts_type})").ast)
+    sql = ctx.bind_session_values(
+        TR.translate_tree(exp.select(exp.cast(
+            value.copy(), exp.DataType.build(ts_type, dialect="duckdb")))).ast)
     try:
-        col = session.con.sql(sql, params=params or None) \
+        col = ctx.con.sql(sql, params=params or None) \
             .to_arrow_table().column(0)
     except duckdb.Error as e:
         raise pg_error(e) from None

@@ -18,6 +18,7 @@ from executor import plan as P
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Rows
 from gateway.security import access
+from gateway.tables.statement_context import AwaitOnLoop, StatementContext
 
 
 @dataclass
@@ -141,21 +142,21 @@ async def every_plan(services, stats: dict | None = None) -> dict:
     return out
 
 
-def find(session, ref: X.RunningQueryName) -> Running:
+def find(ctx: StatementContext, ref: X.RunningQueryName) -> Running:
     """The running query ``ref`` names: a cursor of this session first, then a named window
     or derived stream the role may read. 34000 if none runs under that name."""
-    svc = session.services
+    svc = ctx.services
     name, schema = ref.this, ref.args.get("db")
     text = folded(name)
     for live, engine in [(live, "backend") for live in svc.backend.running()] + \
             [(live, "spark") for live in svc.spark_streams.running()]:
-        if schema is None and live.owner == session.pid and live.name == text \
+        if schema is None and live.owner == ctx.pid and live.name == text \
                 and not live.ended:
             plan = svc.spark_streams.plan_of(live.qid) if engine == "spark" else None
             return Running(live.qid, f"cursor {text}", live, plan, engine)
     obj = svc.streams.get(folded(schema) or None, text, ("window", "derived"))
     if obj is not None:
-        access.check_reads(session, exp.select("*").from_(exp.Table(
+        access.check_reads(ctx, exp.select("*").from_(exp.Table(
             this=name.copy(), db=schema.copy() if schema is not None else None)))
         # a window's or derived stream's query runs as query -oid (streams/ddl.py)
         in_backend = svc.backend.persistent.get(-obj.oid)
@@ -175,18 +176,22 @@ def _position(ident: exp.Identifier) -> int | None:
     return ident.meta["start"] + 1 if "start" in ident.meta else None
 
 
-def explain_running(session, ref: X.RunningQueryName, fields: list,
-                    timing: bool = True) -> Rows:
+def explain_running(ctx: StatementContext, ref: X.RunningQueryName, fields: list,
+                    timing: bool = True) -> Rows | AwaitOnLoop:
     """EXPLAIN ANALYZE name: one row per line, in the QUERY PLAN column; ``timing`` False
     (``TIMING OFF``) leaves the times out."""
-    running = find(session, ref)
+    running = find(ctx, ref)
     running.timing = timing
     if running.engine == "spark":
-        lines = spark_lines(session.services, running)
-    else:
-        found = session.services.backend.call(_backend_plans(session.services,
-                                                             [(None, running)]))
+        lines = spark_lines(ctx.services, running)
+        return _plan_rows(fields, lines)
+
+    def answer(found) -> Rows:
         if not found:
             raise E.PgError(f"{running.what} is no longer running", sqlstate="55000")
-        lines = found[0][1]
+        return _plan_rows(fields, found[0][1])
+    return AwaitOnLoop(lambda: _backend_plans(ctx.services, [(None, running)]), answer)
+
+
+def _plan_rows(fields: list, lines: list) -> Rows:
     return Rows(fields, pa.table({"QUERY PLAN": pa.array(lines, pa.string())}), "EXPLAIN")

@@ -13,13 +13,14 @@ from gateway.pgwire.results import Done
 from gateway.security import access
 from gateway.streams.registry import StreamObject
 from gateway.tables import translate as TR
+from gateway.tables.statement_context import AwaitOnLoop, StatementContext, chain
 from gateway.tables.store import pg_error
 
 
-def _target(session, tree) -> tuple[StreamObject, list]:
+def _target(ctx: StatementContext, tree) -> tuple[StreamObject, list]:
     """The stream an INSERT writes to, and the columns it names (all when none)."""
     target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-    reg = session.services.streams
+    reg = ctx.services.streams
     obj = reg.get(target.db or "public", target.name,
                   kinds=("stream", "window", "derived"))
     if obj is None:
@@ -27,7 +28,7 @@ def _target(session, tree) -> tuple[StreamObject, list]:
     if obj.kind != "stream":
         raise E.PgError(f'cannot insert into {obj.kind} "{obj.name}"', sqlstate="42809",
                         hint="Insert into the stream it reads.")
-    access.require(session, "INSERT", obj.schema, obj.name)
+    access.require(ctx, "INSERT", obj.schema, obj.name)
     names = [c.name for c in tree.this.expressions] if isinstance(tree.this, exp.Schema) \
         else [c[0] for c in obj.columns]
     known = {c[0].lower(): c[0] for c in obj.columns}
@@ -49,42 +50,49 @@ def stream_rows_sql(obj: StreamObject, names: list, source: str) -> str:
     return f"SELECT {cols} FROM ({source}) AS v({alias})"
 
 
-def deliver(session, obj: StreamObject, table: pa.Table, origin: str = "INSERT") -> int:
-    """Hand typed stream rows to the back end; late ones are counted and reported."""
-    svc = session.services
-    try:
-        n, late = svc.backend.call(svc.ingest.push(obj.relation().name, obj.timestamp_column,
-                                                   table, obj.options,
-                                                   f"{origin} (pid {session.pid})",
-                                                   one_by_one=origin == "COPY",
-                                                   archive=obj.key if obj.archived else None))
-    except ValueError as e:
-        raise E.NotNullViolation(f'{e} (column "{obj.timestamp_column}" of stream '
-                                 f'"{obj.name}")') from None
-    if late:
-        session.notices.append((
-            "WARNING", "01000", f"{late} tuple(s) earlier than the watermark of stream "
-            f'"{obj.name}" were not delivered to running queries'))
-    return n + late
+def deliver(ctx: StatementContext, obj: StreamObject, table: pa.Table,
+            origin: str = "INSERT") -> AwaitOnLoop:
+    """Hand typed stream rows to the clearinghouse, on the event loop; late ones are counted
+    and reported. Settled, it gives the number of rows."""
+    svc = ctx.services
+
+    async def push():
+        try:
+            return await svc.ingest.push(obj.relation().name, obj.timestamp_column, table,
+                                         obj.options, f"{origin} (pid {ctx.pid})",
+                                         one_by_one=origin == "COPY",
+                                         archive=obj.key if obj.archived else None)
+        except ValueError as e:
+            raise E.NotNullViolation(f'{e} (column "{obj.timestamp_column}" of stream '
+                                     f'"{obj.name}")') from None
+
+    def pushed(counts) -> int:
+        n, late = counts
+        if late:
+            ctx.notices.append((
+                "WARNING", "01000", f"{late} tuple(s) earlier than the watermark of stream "
+                f'"{obj.name}" were not delivered to running queries'))
+        return n + late
+    return AwaitOnLoop(push, pushed)
 
 
-def insert(session, tree: exp.Insert, params) -> Done:
+def insert(ctx: StatementContext, tree: exp.Insert, params) -> AwaitOnLoop:
     if tree.args.get("returning"):
         raise E.FeatureNotSupported("INSERT into a stream has no RETURNING")
-    obj, names = _target(session, tree)
-    access.check_reads(session, tree.expression)       # what the rows come from
-    with session.server_files():
-        source = TR.translate(tree.expression.sql("cql")).ast
+    obj, names = _target(ctx, tree)
+    access.check_reads(ctx, tree.expression)       # what the rows come from
+    with ctx.server_files():
+        source = TR.translate_tree(tree.expression.copy()).ast
         if access.needs(source).files:     # check_reads let through: a role that may
-            source = session.services.files.substitute(session, source)
-        sql = stream_rows_sql(obj, names, session.bind_session_values(source))
+            source = ctx.services.files.substitute(ctx, source)
+        sql = stream_rows_sql(obj, names, ctx.bind_session_values(source))
         try:
-            table = session.con.sql(sql, params=params or None).to_arrow_table()
+            table = ctx.con.sql(sql, params=params or None).to_arrow_table()
         except duckdb.Error as e:
             raise pg_error(e) from None
-    return Done(f"INSERT 0 {deliver(session, obj, table)}")
+    return chain(deliver(ctx, obj, table), lambda n: Done(f"INSERT 0 {n}"))
 
 
-def refuse_change(session, tree, params) -> Done:
+def refuse_change(ctx: StatementContext, tree, params) -> Done:
     raise E.PgError("a stream's tuples cannot be updated or deleted", sqlstate="42809",
                     hint="Streams are append-only: INSERT new tuples instead.")

@@ -19,7 +19,7 @@ from dialect.planner.quality_join import session_options
 from executor import plan as P
 
 from gateway.archive import past_queries as archive_query
-from gateway.archive.priming import History
+from gateway.archive.priming import History, start_primed
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows
@@ -28,6 +28,7 @@ from gateway.spark_engine import translate as spark_plans
 from gateway.streams.explain_analyze import explain_running
 from gateway.streams.registry import SessionCatalog
 from gateway.tables import translate as TR
+from gateway.tables.statement_context import AwaitOnLoop, StatementContext
 from gateway.tables.store import pg_error
 
 
@@ -36,45 +37,45 @@ def plan_error(e: PlanError) -> E.PgError:
                      position=e.position)
 
 
-def tables_of(session, p: P.Plan) -> dict:
+def tables_of(ctx: StatementContext, p: P.Plan) -> dict:
     """The current contents of the tables a plan's stream–table joins read."""
-    return {name: session.table_contents(name) for name in P.tables_read(p.root)}
+    return {name: ctx.table_contents(name) for name in P.tables_read(p.root)}
 
 
 # ---------------------------------------------------------------------- queries
 PLANS_KEPT = 32     # plans a session keeps for statements it runs again
 
 
-def session_quality(session) -> dict | None:
+def session_quality(ctx: StatementContext) -> dict | None:
     """The session's recall target for joins of two streams (cq.join_recall), or None."""
-    return session_options(session.settings.get("cq.join_recall", "off"),
-                           session.settings.get("cq.join_recall_period", "1 minute"))
+    return session_options(ctx.settings.get("cq.join_recall", "off"),
+                           ctx.settings.get("cq.join_recall_period", "1 minute"))
 
 
-def plan_query(session, tree) -> P.Plan:
+def plan_query(ctx: StatementContext, tree) -> P.Plan:
     """The statement's plan, made once: a statement described and then executed (or a
     prepared one run again) reuses it while the catalog and the session's settings stay as
     they were. A plan with a fixed window is made anew each time, since whether that window
     lies wholly in the past (archive) depends on the instant it is planned; so is one that
     reads now() (or calls a SQL function that does), which is that instant."""
-    access.check_reads(session, tree)       # again each time: a REVOKE holds at once
-    key = (tree.sql("cql"), session.services.store.catalog_version,
-           tuple(sorted(session.settings.items())))
-    kept = session.plans.get(key)
+    access.check_reads(ctx, tree)       # again each time: a REVOKE holds at once
+    key = (tree.sql("cql"), ctx.services.store.catalog_version,
+           tuple(sorted(ctx.settings.items())))
+    kept = ctx.plans.get(key)
     if kept is not None:
         return kept
-    catalog = SessionCatalog(session.services.streams, session.columns)
-    snapshot = session.settings.get("cq.mode", "continuous").lower() == "snapshot"
+    catalog = SessionCatalog(ctx.services.streams, ctx.columns)
+    snapshot = ctx.settings.get("cq.mode", "continuous").lower() == "snapshot"
     try:
-        quality = None if snapshot else session_quality(session)
+        quality = None if snapshot else session_quality(ctx)
         p = plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot,
                  join_quality=quality)
     except PlanError as e:
         raise plan_error(e) from None
     if not _has_fixed_window(p.root) and not p.reads_now:
-        if len(session.plans) >= PLANS_KEPT:
-            session.plans.pop(next(iter(session.plans)))
-        session.plans[key] = p
+        if len(ctx.plans) >= PLANS_KEPT:
+            ctx.plans.pop(next(iter(ctx.plans)))
+        ctx.plans[key] = p
     return p
 
 
@@ -89,35 +90,36 @@ CHANGES = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Into, 
            exp.Alter, exp.Command)
 
 
-def explain_statement(session, tree: X.Explain, params) -> Rows:
+def explain_statement(ctx: StatementContext, tree: X.Explain,
+                      params) -> Rows | AwaitOnLoop:
     inner = tree.this
     options = tree.args.get("options") or ()
     if isinstance(inner, X.RunningQueryName):
-        return explain_running(session, inner, QUERY_PLAN, "TIMING OFF" not in options)
+        return explain_running(ctx, inner, QUERY_PLAN, "TIMING OFF" not in options)
     if isinstance(inner, X.Recompute):
         if "ANALYZE" in options:
             raise E.FeatureNotSupported("EXPLAIN ANALYZE of RECOMPUTE is not supported",
                                         hint="Run the RECOMPUTE, or EXPLAIN it.")
-        lines = explain(plan_query(session, inner.this))
+        lines = explain(plan_query(ctx, inner.this))
         lines[0] = "recompute (back end, over the archive) →" + lines[0].split("→", 1)[1]
     elif X.is_stream_syntax(inner) or is_continuous(inner, SessionCatalog(
-            session.services.streams, session.columns)):
+            ctx.services.streams, ctx.columns)):
         if "ANALYZE" in options:
             raise E.FeatureNotSupported(
                 "EXPLAIN ANALYZE of a query over streams names the running query",
                 hint="Declare a cursor for it (DECLARE c CURSOR FOR …), then EXPLAIN ANALYZE "
                      "c; or EXPLAIN ANALYZE a named window or derived stream.")
-        p = plan_query(session, inner)
+        p = plan_query(ctx, inner)
         lines = explain(p)
-        shape = spark_shape_for(session, inner, p) if p.mode == "continuous" else None
+        shape = spark_shape_for(ctx, inner, p) if p.mode == "continuous" else None
         if shape is not None:
             lines[0] = "continuous query (Spark Structured Streaming) →" + \
                 lines[0].split("→", 1)[1]
-            lines += ["Spark plan:"] + ["  " + ln for ln in session.services.spark_streams
+            lines += ["Spark plan:"] + ["  " + ln for ln in ctx.services.spark_streams
                                           .explain(p, shape)]
     else:
-        access.check_reads(session, inner)
-        tr = TR.translate(inner.sql("cql"))
+        access.check_reads(ctx, inner)
+        tr = TR.translate_tree(inner.copy())
         # ANALYZE runs the statement, as in PostgreSQL: only a query, never a change (nor a
         # query that changes something: a DML CTE, SELECT … INTO), checked as running it is
         analyze = "ANALYZE " if "ANALYZE" in options else ""
@@ -127,10 +129,10 @@ def explain_statement(session, tree: X.Explain, params) -> Rows:
                                         "nothing here",
                                         hint="EXPLAIN the statement without ANALYZE.")
         if analyze:
-            access.check(session, access.needs(tr.ast))
+            access.check(ctx, access.needs(tr.ast))
         try:
-            rows = session.con.execute(f"EXPLAIN {analyze}" + session.bind_session_values(tr.ast),
-                                       params or None).fetchall()
+            rows = ctx.con.execute(f"EXPLAIN {analyze}" + ctx.bind_session_values(tr.ast),
+                                   params or None).fetchall()
         except duckdb.Error as e:
             raise pg_error(e) from None
         lines = ["table query (DuckDB)"] + [ln for r in rows for ln in r[1].splitlines()]
@@ -149,7 +151,7 @@ class Planned:
     spark: spark_plans.Shape | None = None
 
 
-def spark_shape_for(session, tree, p: P.Plan) -> spark_plans.Shape | None:
+def spark_shape_for(ctx: StatementContext, tree, p: P.Plan) -> spark_plans.Shape | None:
     """The Spark engine's shape of a continuous query that runs there, or None (the back
     end): its WITH (engine = …) says where; else the session's cq.engine; else Spark when
     every stream it reads is PARTITIONED BY and Spark can run it (what Spark refuses there
@@ -158,24 +160,24 @@ def spark_shape_for(session, tree, p: P.Plan) -> spark_plans.Shape | None:
         written = query_engine(tree)
     except PlanError as e:
         raise plan_error(e) from None
-    if written is None and session.settings.get("cq.engine", "backend") == "spark":
+    if written is None and ctx.settings.get("cq.engine", "backend") == "spark":
         written = "spark"
     if written is not None:
-        return spark_shape(session, p) if written == "spark" else None
-    reg = session.services.streams
+        return spark_shape(ctx, p) if written == "spark" else None
+    reg = ctx.services.streams
     objs = [reg.by_relation(n, kinds=("stream",)) for n in P.streams_read(p.root)]
     if not objs or not all(o is not None and o.partitioned_by for o in objs):
         return None
     try:
-        return spark_shape(session, p)
+        return spark_shape(ctx, p)
     except spark_plans.Refused:
         return None
 
 
-def spark_shape(session, p: P.Plan) -> spark_plans.Shape:
+def spark_shape(ctx: StatementContext, p: P.Plan) -> spark_plans.Shape:
     """The Spark engine's check of a continuous plan (0A000 for what it cannot run)."""
     shape = spark_plans.check(p)
-    if archive_reach(session, p):
+    if archive_reach(ctx, p):
         raise spark_plans.Refused("its window reaches into an archived stream's past (on "
                                   "Spark a query starts with the stream's live tuples)")
     return shape
@@ -202,32 +204,32 @@ def without_order(tree):
     return tree, tail
 
 
-def continuous_query(session, tree, params) -> Planned | Rows:
+def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | AwaitOnLoop:
     """A query over streams: continuous (planned, for the session to start in the back end),
     or finite: evaluated at now (snapshot) or over the archive (on Spark), where ORDER BY and
     LIMIT apply."""
     ordered = tree.args.get("order") is not None
-    p = plan_query(session, without_order(tree)[0] if ordered else tree)
+    p = plan_query(ctx, without_order(tree)[0] if ordered else tree)
     if p.mode == "archive":
-        fields, schema = typed_fields(session, p)
-        return archive_query.run(session, tree, fields, schema)
+        fields, schema = typed_fields(ctx, p)
+        return archive_query.run(ctx, tree, fields, schema)
     if p.mode == "snapshot":
-        return snapshot_query(session, tree)
+        return snapshot_query(ctx, tree)
     if ordered:        # every planning error reaches the client with its SQLSTATE
-        p = plan_query(session, tree)
-    fields, schema = typed_fields(session, p)
-    shape = spark_shape_for(session, tree, p)
+        p = plan_query(ctx, tree)
+    fields, schema = typed_fields(ctx, p)
+    shape = spark_shape_for(ctx, tree, p)
     if shape is not None:
         return Planned(p, fields, schema, {}, spark=shape)
-    return Planned(p, fields, schema, tables_of(session, p), archive_reach(session, p))
+    return Planned(p, fields, schema, tables_of(ctx, p), archive_reach(ctx, p))
 
 
-def archive_reach(session, p: P.Plan) -> tuple:
+def archive_reach(ctx: StatementContext, p: P.Plan) -> tuple:
     """The archived streams whose past the plan's windows reach into. [UNBOUNDED] (also a
     stream read without a window) starts with the query, as a TelegraphCQ query does; a window
     written to reach back is primed from the archive, from where ``P.reach`` says: a fixed
     window's edge is known now, the others' once the seam (the query's start) is."""
-    out, reg = [], session.services.streams
+    out, reg = [], ctx.services.streams
 
     def visit(node):
         if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan) \
@@ -245,16 +247,15 @@ def archive_reach(session, p: P.Plan) -> tuple:
     return tuple(out)
 
 
-def _relations(session, p: P.Plan) -> list:
+def _relations(ctx: StatementContext, p: P.Plan) -> list:
     """(name, plan) of the named windows and derived streams ``p`` reads, dependencies first."""
-    out, reg = [], session.services.streams
-    catalog = SessionCatalog(reg, session.columns)
+    out, reg = [], ctx.services.streams
+    catalog = SessionCatalog(reg, ctx.columns)
 
     def visit(node):
         if isinstance(node, P.WindowRelationScan) and all(n != node.name for n, _ in out):
             obj = reg.by_relation(node.name, kinds=("window", "derived"))
-            inner = plan(sqlglot.parse_one(obj.definition, read="cql").args["expression"],
-                         catalog, joins_in_order=True)        # as the relation itself runs
+            inner = plan(obj.query(), catalog, joins_in_order=True)   # as the relation runs
             visit(inner.root)
             out.append((node.name, inner))
         for c in P.children(node):
@@ -264,64 +265,65 @@ def _relations(session, p: P.Plan) -> list:
     return out
 
 
-def snapshot_query(session, tree) -> Rows:
+def snapshot_query(ctx: StatementContext, tree) -> AwaitOnLoop:
     """A query evaluated at now (cq.mode = snapshot, or one that reads only named windows):
     the plan without ORDER BY / LIMIT / OFFSET runs in the back end over recent tuples (an
     archived stream's, as far back as the windows reach, from its archive), and those
     clauses are applied to its answer by DuckDB."""
     tree, tail = without_order(tree)
-    p = plan_query(session, tree)
-    link = session.services.backend
-    fields, schema = typed_fields(session, p)
-    relations = _relations(session, p)
-    history = [h for q in [p, *(r for _, r in relations)] for h in archive_reach(session, q)]
+    p = plan_query(ctx, tree)
+    link = ctx.services.backend
+    fields, schema = typed_fields(ctx, p)
+    relations = _relations(ctx, p)
+    history = [h for q in [p, *(r for _, r in relations)] for h in archive_reach(ctx, q)]
 
     # the tables its stream–table joins read, as this session sees them; a table running
     # queries read already has its committed contents there, kept current at each commit
     names = {n for q in [p, *(r for _, r in relations)] for n in P.tables_read(q.root)}
-    tables = {n: session.table_contents(n) for n in names - set(link.tables_in_use)}
+    tables = {n: ctx.table_contents(n) for n in names - set(link.tables_in_use)}
 
     async def evaluate(primed=None, seam=None):
         for name, table in tables.items():
             await link.send_table(name, table)
         return await link.snapshot(p, relations, primed, seam)
 
-    table = link.call(session.services.ingest.start_primed(history, evaluate) if history
-                      else evaluate())
-    table = schema.empty_table() if table is None else table.cast(schema)
-    return Rows(fields, order_and_limit(session, table, tail), "SELECT")
+    def answer(table) -> Rows:
+        table = schema.empty_table() if table is None else table.cast(schema)
+        return Rows(fields, order_and_limit(ctx, table, tail), "SELECT")
+    return AwaitOnLoop(lambda: start_primed(ctx.services, history, evaluate) if history
+                       else evaluate(), answer)
 
 
-def order_and_limit(session, table: pa.Table, tail: dict) -> pa.Table:
+def order_and_limit(ctx: StatementContext, table: pa.Table, tail: dict) -> pa.Table:
     """A finite answer with its query's ORDER BY / LIMIT / OFFSET applied, by DuckDB."""
     if not any(tail.values()):
         return table
     clauses = " ".join(v.sql("duckdb") for v in tail.values() if v is not None)
     try:
-        session.con.register("cq_answer", table)
-        return session.con.sql(f"SELECT * FROM cq_answer {clauses}").to_arrow_table()
+        ctx.con.register("cq_answer", table)
+        return ctx.con.sql(f"SELECT * FROM cq_answer {clauses}").to_arrow_table()
     except duckdb.Error as e:
         raise pg_error(e) from None
     finally:
-        session.con.unregister("cq_answer")
+        ctx.con.unregister("cq_answer")
 
 
-def typed_fields(session, p: P.Plan) -> tuple[list, pa.Schema]:
+def typed_fields(ctx: StatementContext, p: P.Plan) -> tuple[list, pa.Schema]:
     """The result's fields, with the plan's types spelled as DuckDB spells them, and the
     Arrow schema rows are cast to before they are encoded; settled once per plan."""
-    kept = session.result_types.get(tuple(p.output))
+    kept = ctx.result_types.get(tuple(p.output))
     if kept is None:
-        kept = session.result_types[tuple(p.output)] = _settle_types(session, p)
-        if len(session.result_types) > PLANS_KEPT:
-            session.result_types.pop(next(iter(session.result_types)))
+        kept = ctx.result_types[tuple(p.output)] = _settle_types(ctx, p)
+        if len(ctx.result_types) > PLANS_KEPT:
+            ctx.result_types.pop(next(iter(ctx.result_types)))
     return kept
 
 
-def _settle_types(session, p: P.Plan) -> tuple[list, pa.Schema]:
+def _settle_types(ctx: StatementContext, p: P.Plan) -> tuple[list, pa.Schema]:
     casts = ", ".join(f"CAST(NULL AS {c.type if c.type != 'UNKNOWN' else 'VARCHAR'}) AS c{i}"
                       for i, c in enumerate(p.output))
     try:
-        rel = session.con.sql(f"SELECT {casts}")
+        rel = ctx.con.sql(f"SELECT {casts}")
         types, schema = [str(t) for t in rel.types], rel.to_arrow_table().schema
     except duckdb.Error as e:
         raise pg_error(e) from None
@@ -331,5 +333,5 @@ def _settle_types(session, p: P.Plan) -> tuple[list, pa.Schema]:
     return fields, pa.schema([pa.field(n, f.type) for n, f in zip(names, schema)])
 
 
-def result_fields(session, p: P.Plan) -> list:
-    return typed_fields(session, p)[0]
+def result_fields(ctx: StatementContext, p: P.Plan) -> list:
+    return typed_fields(ctx, p)[0]

@@ -9,18 +9,19 @@ streams as views. Stream DDL is not transactional: it takes effect at once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 from dataclasses import dataclass, field
 
 import duckdb
 import sqlglot
+from sqlglot import exp
 
 from dialect.planner import Relation
 from executor import plan as P
 
 from gateway import catalog_files
-from gateway.tables.catalog_live import rows_table
 
 FIRST_OID = 3_000_000
 BUILTIN_WRAPPERS = ("csvwrapper", "jsonwrapper")
@@ -36,7 +37,7 @@ def _query_text(obj) -> str | None:
     if obj.kind not in _DESCRIPTIONS or not obj.definition:
         return None
     try:
-        query = sqlglot.parse_one(obj.definition, read="cql").args.get("expression")
+        query = obj.tree.args.get("expression")
     except sqlglot.errors.ParseError:
         return None
     return query.sql("cql", pretty=True) if query is not None else None
@@ -60,6 +61,21 @@ class StreamObject:
     @property
     def key(self) -> str:
         return f"{self.schema}.{self.name}".lower()
+
+    @functools.cached_property
+    def tree(self) -> exp.Expression:
+        """The definition's parse tree: the statement's own when it made the object
+        (``made_from``), else parsed once, when first needed after loading."""
+        return sqlglot.parse_one(self.definition, read="cql")
+
+    def made_from(self, tree: exp.Expression) -> "StreamObject":
+        """This object, keeping ``tree`` (the statement that made it) as its parse tree."""
+        self.__dict__["tree"] = tree
+        return self
+
+    def query(self) -> exp.Expression:
+        """A named window's or derived stream's query, a copy of its own for the planner."""
+        return self.tree.args["expression"].copy()
 
     def relation(self) -> Relation:
         return Relation(self.key if self.schema != "public" else self.name, self.kind,
@@ -162,8 +178,8 @@ class StreamRegistry:
                              else "v", obj.kind, description, _query_text(obj)))
                 cols += [(obj.oid, name, i, typ, bool(not_null))
                          for i, (name, typ, not_null) in enumerate(obj.columns, 1)]
-            self._tables = (version, {"cq_relations": rows_table(self.store, "cq_relations", rels),
-                                      "cq_columns": rows_table(self.store, "cq_columns", cols)})
+            self._tables = (version, {"cq_relations": self.store.live_table("cq_relations", rels),
+                                      "cq_columns": self.store.live_table("cq_columns", cols)})
         return self._tables[1]
 
 

@@ -10,12 +10,13 @@ from sqlglot import exp
 
 from dialect import expressions as X
 
-from gateway.archive import recompute
+from gateway.streams import recompute
 from gateway.streams.ddl import alter, create_stream, create_window, create_wrapper, drop
 from gateway.streams.inserts import insert, refuse_change
 from gateway.streams.queries import (QUERY_PLAN, continuous_query, explain_statement, plan_query,
                                      result_fields)
 from gateway.tables import translate as TR
+from gateway.tables.statement_context import StatementContext
 
 HANDLERS = {
     X.CreateStream: create_stream,
@@ -24,7 +25,7 @@ HANDLERS = {
     X.DropStreamObject: drop,
     X.AlterStream: alter,
     X.Explain: explain_statement,
-    X.Recompute: lambda session, tree, params: recompute.run(session, tree),
+    X.Recompute: lambda ctx, tree, params: recompute.run(ctx, tree),
     exp.Insert: insert,
     exp.Update: refuse_change,
     exp.Delete: refuse_change,
@@ -64,18 +65,18 @@ def _bind(tree, params: list):
     return tree.transform(swap)
 
 
-def run(session, tree, params):
+def run(ctx: StatementContext, tree, params):
     handler = HANDLERS.get(type(tree), continuous_query)
     if params and handler is not insert:        # INSERT binds through DuckDB
         tree = _bind(tree, params)
-    return handler(session, tree, params)
+    return handler(ctx, tree, params)
 
 
-def describe(session, tree) -> list | None:
+def describe(ctx: StatementContext, tree) -> list | None:
     if isinstance(tree, X.Explain):
         return QUERY_PLAN
     if isinstance(tree, X.Recompute):
-        return recompute.fields(session, plan_query(session, tree.this))
+        return recompute.fields(ctx, plan_query(ctx, tree.this))
     if type(tree) in HANDLERS:
         return None
-    return result_fields(session, plan_query(session, tree))
+    return result_fields(ctx, plan_query(ctx, tree))

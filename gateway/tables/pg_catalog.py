@@ -16,7 +16,6 @@ import duckdb
 
 from dialect.names import TYPE_ALIASES
 
-from gateway.clearinghouse import ingest_log
 from gateway.pgwire.types import TYPES, type_oid_case_sql
 
 CATALOG = "pgcat"
@@ -141,7 +140,7 @@ TABLE_FUNCTIONS = {"pg_partition_ancestors": "cq_partition_ancestors",
 
 # What changes while the server runs, seen by each session as it is when its statement starts:
 # the read-only catalog's views read ``temp.main.<name>``, which every session's connection
-# registers (``gateway/tables/catalog_live.py``), so no client can write what others see.
+# registers (``gateway/system_views/catalog_live.py``), so no client can write what others see.
 LIVE_TABLES = {
     # cqgate relations that are not DuckDB tables (streams, windows), from the stream registry
     "cq_relations": f"oid {OID}, nspname VARCHAR, relname VARCHAR, relkind VARCHAR, "
@@ -180,7 +179,12 @@ LIVE_TABLES = {
     "cq_streams": "stream VARCHAR, tuples BIGINT, rate DOUBLE, watermark TIMESTAMP, "
                   "late BIGINT, errors BIGINT, dropped BIGINT, slack INTERVAL, "
                   "heartbeat INTERVAL, watermark_follows VARCHAR",
-    **ingest_log.VIEWS,
+    # the clearinghouse's logs (gateway/clearinghouse/ingest_log.py)
+    "cq_ingest_errors": "stream VARCHAR, source VARCHAR, line BIGINT, reason VARCHAR, "
+                        "text VARCHAR, logged TIMESTAMPTZ",
+    "cq_late_tuples": "stream VARCHAR, event_time TIMESTAMP, watermark TIMESTAMP, "
+                      "arrived TIMESTAMPTZ, source VARCHAR, tuple VARCHAR",
+    "cq_shed": "stream VARCHAR, second TIMESTAMP, policy VARCHAR, dropped BIGINT, kept BIGINT",
 }
 # information_schema views shown for the client's database only: name -> (catalog, schema column)
 INFORMATION_SCHEMA = {

@@ -8,9 +8,10 @@ import re
 import threading
 
 import duckdb
+import pyarrow as pa
 
 from gateway.tables import pg_catalog
-from gateway.sessions.settings import DEFAULTS
+from gateway.tables.settings import DEFAULTS
 from gateway.pgwire import errors as E
 
 DB_NAME = "cqgate"
@@ -42,6 +43,14 @@ class Store:
         # PostgreSQL semantics: int / int is integer division, and dividing by zero is an error.
         con.execute("SET integer_division = true")
         return con
+
+    def live_table(self, name: str, rows: list) -> pa.Table:
+        """The live table ``name`` holding ``rows`` (tuples in its columns' order, as its
+        declaration in ``pg_catalog.LIVE_TABLES`` has them); an INTERVAL column's values are
+        µs (or timedeltas), held as a duration until registered (``conform``)."""
+        schema = self.live_schemas[name]
+        return pa.table([pa.array([r[i] for r in rows], _held_as(f.type))
+                         for i, f in enumerate(schema)], names=schema.names)
 
     def bump(self) -> None:
         with self._lock:
@@ -135,3 +144,19 @@ def pg_error(exc: Exception, sql_offset: int = 0) -> E.PgError:
                 err.hint = f'Perhaps you meant "{hint.group(1)}".'
             return err
     return E.InternalError(message)
+
+
+def _held_as(typ: pa.DataType) -> pa.DataType:
+    """Arrow builds no interval from µs: a duration it is, which DuckDB reads as INTERVAL."""
+    return pa.duration("us") if pa.types.is_interval(typ) else typ
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with the live table's column types; durations stay durations, which DuckDB
+    reads as the INTERVAL the view expects (Arrow casts no duration to an interval)."""
+    if table.schema == schema:
+        return table
+    fields = [table.schema.field(i).with_name(f.name)
+              if pa.types.is_duration(table.schema.field(i).type)
+              and pa.types.is_interval(f.type) else f for i, f in enumerate(schema)]
+    return table.rename_columns(schema.names).cast(pa.schema(fields))

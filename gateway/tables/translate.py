@@ -46,6 +46,7 @@ class Translated:
     ast: exp.Expression | None = None      # rewritten for DuckDB
     source: exp.Expression | None = None   # as the client wrote it
     catalog_relations: frozenset = frozenset()   # the pg_catalog relations it reads
+    catalog_reads: frozenset = frozenset()       # the emulated catalog's relations it reads
 
 
 _TAGS = {
@@ -279,6 +280,7 @@ _SCALARS_IN_FROM = (exp.StringToArray, exp.Split)
 def _to_catalog(node: exp.Table, name: str, state: dict) -> None:
     """Point a table reference at the emulated catalog's relation ``name``."""
     state["catalog"] = True
+    state["catalog_reads"].add(name)
     node.set("db", exp.to_identifier("main"))
     node.set("catalog", exp.to_identifier(pg_catalog.CATALOG))
     node.set("this", exp.to_identifier(name))
@@ -611,7 +613,12 @@ def _syntax_error(sql: str, e: Exception) -> SyntaxError_:
 def translate(sql: str) -> Translated:
     """Translate one statement; parameter types are left to the session (``infer_params``),
     which can resolve column names against the catalog."""
-    ast = parse(sql)
+    return translate_tree(parse(sql))
+
+
+def translate_tree(ast: exp.Expression) -> Translated:
+    """Translate one statement already parsed (a part of a larger one, such as the query of
+    INSERT … SELECT or EXPLAIN): its tree is kept as the translation's source."""
     if isinstance(ast, exp.Command):
         raise FeatureNotSupported(f"statement not supported: {ast.this.upper()}",
                                   position=1)
@@ -623,7 +630,7 @@ def translate(sql: str) -> Translated:
             raise UndefinedFunction(f"function {node.name}() does not exist")
     if isinstance(ast, exp.Create) and (ast.args.get("kind") or "").upper() == "FUNCTION":
         return _create_function(ast)
-    state = {"catalog": False, "set_config": False, "tables": [],
+    state = {"catalog": False, "set_config": False, "tables": [], "catalog_reads": set(),
              "catalog_aliases": _catalog_aliases(ast),
              "user_relations": any(isinstance(t.this, exp.Identifier) and not (
                  t.name.lower().startswith("pg_") or t.db.lower() in ("pg_catalog",
@@ -642,7 +649,8 @@ def translate(sql: str) -> Translated:
     return Translated(duck, tag, returns, {},
                       tuple(state["tables"]), _projections(ast), state["set_config"],
                       state["catalog"], False, new, ast,
-                      frozenset(state["catalog_aliases"].values()))
+                      frozenset(state["catalog_aliases"].values()),
+                      frozenset(state["catalog_reads"]))
 
 
 # --------------------------------------------------------------------------- SQL functions

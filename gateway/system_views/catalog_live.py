@@ -6,10 +6,10 @@ from __future__ import annotations
 import weakref
 
 import duckdb
-import pyarrow as pa
 
 from gateway.security.access import SYSTEM_SCHEMAS, key
 from gateway.security.privileges import RELATION_PRIVILEGES, SCHEMA_PRIVILEGES
+from gateway.tables.store import conform
 
 
 class LiveCatalog:
@@ -53,13 +53,13 @@ class LiveCatalog:
             "SELECT schema_name FROM duckdb_schemas() WHERE database_name = ?", [db]).fetchall()]
         store = svc.store
         return {
-            "cq_me": rows_table(store, "cq_me", [(user,)]),
-            "cq_my_roles": rows_table(store, "cq_my_roles", [
+            "cq_me": store.live_table("cq_me", [(user,)]),
+            "cq_my_roles": store.live_table("cq_my_roles", [
                 (r.name,) for r in roles.all() if roles.has_privs_of(user, r.name)]),
-            "cq_my_privileges": rows_table(store, "cq_my_privileges", [
+            "cq_my_privileges": store.live_table("cq_my_privileges", [
                 (oid, [p for p in RELATION_PRIVILEGES if grants.allowed(user, p, key(s, n))])
                 for s, n, oid in rels]),
-            "cq_my_schemas": rows_table(store, "cq_my_schemas", [
+            "cq_my_schemas": store.live_table("cq_my_schemas", [
                 (s, [p for p in SCHEMA_PRIVILEGES if grants.schema_allowed(user, p, s)])
                 for s in schemas] + [(s, ["USAGE"]) for s in SYSTEM_SCHEMAS])}
 
@@ -72,28 +72,10 @@ class LiveCatalog:
         schemas = self.services.store.live_schemas
         for name, table in tables.items():
             try:
-                self.con.register(name, _conform(table, schemas[name]))
+                self.con.register(name, conform(table, schemas[name]))
             except duckdb.Error:
                 # an aborted transaction: the next statement after ROLLBACK registers again
                 self._seen = None
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` with the live table's column types; durations stay durations, which DuckDB
-    reads as the INTERVAL the view expects (Arrow casts no duration to an interval)."""
-    if table.schema == schema:
-        return table
-    fields = [table.schema.field(i).with_name(f.name)
-              if pa.types.is_duration(table.schema.field(i).type)
-              and pa.types.is_interval(f.type) else f for i, f in enumerate(schema)]
-    return table.rename_columns(schema.names).cast(pa.schema(fields))
-
-
-def rows_table(store, name: str, rows: list) -> pa.Table:
-    """The live table ``name`` holding ``rows`` (tuples in its columns' order)."""
-    schema = store.live_schemas[name]
-    return pa.table([pa.array([r[i] for r in rows], f.type) for i, f in enumerate(schema)],
-                    schema=schema)
 
 
 # grants -> ((roles' version, grants' version), tables): made once per change, for all sessions
@@ -126,7 +108,6 @@ def _security_rows(services) -> dict:
         schema, _, name = key.partition(".")
         owner = entry.get("owner") or roles.bootstrap
         acl.append((schema, name, oid.get(owner, 10), grants.aclitems(key)))
-    return {"cq_roles": rows_table(services.store, "cq_roles", role_rows),
-            "cq_auth_members": rows_table(services.store, "cq_auth_members", members),
-            "cq_acl": rows_table(services.store, "cq_acl", acl)}
-
+    return {"cq_roles": services.store.live_table("cq_roles", role_rows),
+            "cq_auth_members": services.store.live_table("cq_auth_members", members),
+            "cq_acl": services.store.live_table("cq_acl", acl)}

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import plan as P
-from .. import duck
-from ..batches import INF, TE, TS, Watermark
-from ..duck import quote
+from ... import plan as P
+from ... import duck
+from ...batches import INF, TE, TS, Watermark
+from ...duck import quote
 from .aggregate import Aggregate
 
 _WINDOWED = {"sum": "SUM({a})", "count": "COUNT({a})", "count_star": "COUNT(\"__arr\")",

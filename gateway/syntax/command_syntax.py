@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.pgwire import errors as E
-from gateway.sessions.lexer import Statement
-from gateway.sessions.token_reader import TokenReader as _Reader
-from gateway.sessions import role_syntax
+from gateway.syntax.lexer import Statement
+from gateway.syntax.token_reader import TokenReader as _Reader
+from gateway.syntax import role_syntax
 
 
 class Command:
@@ -74,6 +74,9 @@ class Declare(Command):
     name: str
     hold: bool
     query: Statement | None    # the text after FOR, placed in the client's query string
+    # the query begins as a session command does (SHOW, FETCH …), which returns no cursor's
+    # rows: known from the tokens read here, so the query is never lexed again for it
+    query_is_command: bool = False
 
 
 @dataclass(frozen=True)
@@ -284,7 +287,8 @@ def _declare(r: _Reader) -> Command:
     first = r.peek()
     query = None if first is None else Statement(
         r.stmt.text[first.start:], r.stmt.offset + first.start, r.stmt.max_param)
-    return Declare(name, hold == "with", query)
+    return Declare(name, hold == "with", query,
+                   first is not None and first.kind == "word" and first.value.lower() in READERS)
 
 
 _DIRECTIONS = ("next", "prior", "first", "last", "all", "forward", "backward")

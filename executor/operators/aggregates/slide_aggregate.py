@@ -15,11 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import plan as P
-from ..batches import TE, TS, Watermark
-from ..duck import quote
-from .base import Operator
-from .filter_map import Projection
+from ... import plan as P
+from ...batches import TE, TS, Watermark
+from ...duck import quote
+from ..base import Operator
+from ..filter_map import Projection
 
 TAU = "__tau"
 _COMPACT = 64          # a slide's partials are merged into one table after this many batches

@@ -1,21 +1,21 @@
 """``cq_queries``, ``cq_joins``, ``cq_streams`` and the clearinghouse's logs (``cq_ingest_errors``,
 ``cq_late_tuples``, ``cq_shed``): what runs and what came in, as tables of the emulated catalog
 that plain SQL reads. A statement that names one of them gets them as they are when it starts
-(registered on its session's connection: ``gateway/tables/catalog_live.py``)."""
+(registered on its session's connection: ``gateway/system_views/catalog_live.py``)."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 
-import pyarrow as pa
+from gateway.system_views.activity import HIDDEN
 
-from gateway.tables.activity import HIDDEN
-
-_NAMES = re.compile(r"\bcq_(queries|joins|streams|ingest_errors|late_tuples|shed)\b", re.I)
+NAMES = frozenset({"cq_queries", "cq_joins", "cq_streams", "cq_ingest_errors",
+                   "cq_late_tuples", "cq_shed"})
 
 
-def wanted(sql: str) -> bool:
-    return _NAMES.search(sql) is not None
+def wanted(reads: frozenset) -> bool:
+    """Whether a statement reads one of these views (``reads``: the catalog relations its
+    translation reads); only then are they gathered."""
+    return not NAMES.isdisjoint(reads)
 
 
 def _when(seconds: float | None):
@@ -63,50 +63,27 @@ async def gather(services, viewer: str, stats: dict | None = None) -> dict:
         listed.append(c)
         rows.append((None, name, "derived", sql, "failed" if failure else "running", None, 0,
                      c["rows_out"], 0, None, failure, 0, 0, 0, "spark"))
-    joins = _joins(rows, listed)
-    names = ["pid", "name", "kind", "query", "state", "started", "rows_in", "rows_out",
-             "state_size", "last_emit", "error", "unread_rows", "memory_bytes", "spill_bytes",
-             "engine"]
-    types = [pa.int32(), pa.string(), pa.string(), pa.string(), pa.string(),
-             pa.timestamp("us", tz="UTC"), pa.int64(), pa.int64(), pa.int64(),
-             pa.timestamp("us", tz="UTC"), pa.string(), pa.int64(), pa.int64(), pa.int64(),
-             pa.string()]
-    queries = pa.table({n: pa.array([r[i] for r in rows], t)
-                        for i, (n, t) in enumerate(zip(names, types))})
+    store = services.store
+    joins = store.live_table("cq_joins", _join_rows(rows, listed))
+    queries = store.live_table("cq_queries", rows)
     s = stats["streams"]
     progress = [services.ingest.progress(x["stream"]) for x in s]
-    streams = pa.table({
-        "stream": pa.array([x["stream"] for x in s], pa.string()),
-        "tuples": pa.array([x["tuples"] for x in s], pa.int64()),
-        "rate": pa.array([x["rate"] for x in s], pa.float64()),
-        "watermark": pa.array([_micros(x["watermark"]) for x in s], pa.timestamp("us")),
-        "late": pa.array([p.late for p in progress], pa.int64()),
-        "errors": pa.array([p.bad for p in progress], pa.int64()),
-        "dropped": pa.array([p.dropped for p in progress], pa.int64()),
-        "slack": pa.array([p.slack for p in progress], pa.duration("us")),
-        "heartbeat": pa.array([p.heartbeat for p in progress], pa.duration("us")),
-        "watermark_follows": pa.array([_follows(p) for p in progress], pa.string()),
-    })
+    streams = store.live_table("cq_streams", [
+        (x["stream"], x["tuples"], x["rate"], _micros(x["watermark"]), p.late, p.bad,
+         p.dropped, p.slack, p.heartbeat, _follows(p)) for x, p in zip(s, progress)])
     return {"cq_queries": queries, "cq_joins": joins, "cq_streams": streams,
-            **services.ingest.log.tables()}
+            **{name: store.live_table(name, rows)
+               for name, rows in services.ingest.log.rows().items()}}
 
 
-_JOIN_COLUMNS = [
-    ("recall_target", pa.float64()), ("recall_estimate", pa.float64()),
-    ("delay_left_us", pa.duration("us")), ("delay_right_us", pa.duration("us")),
-    ("buffered_left", pa.int64()), ("buffered_right", pa.int64()), ("results", pa.int64()),
-    ("late_left", pa.int64()), ("late_right", pa.int64()), ("adaptations", pa.int64()),
-    ("held", pa.int64())]
+# the back end's counters of a join, in cq_joins' columns after pid, name and query
+_JOIN_COUNTERS = ("recall_target", "recall_estimate", "delay_left_us", "delay_right_us",
+                  "buffered_left", "buffered_right", "results", "late_left", "late_right",
+                  "adaptations", "held")
 
 
-def _joins(rows: list, counters: list) -> pa.Table:
+def _join_rows(rows: list, counters: list) -> list:
     """One row per quality-driven join of each query listed in cq_queries (``rows``, with
     their back end counters in the same order)."""
-    out = [(row[0], row[1], row[3], join) for row, c in zip(rows, counters)
-           for join in c.get("joins", [])]
-    cols = {"pid": pa.array([r[0] for r in out], pa.int32()),
-            "name": pa.array([r[1] for r in out], pa.string()),
-            "query": pa.array([r[2] for r in out], pa.string())}
-    for key, typ in _JOIN_COLUMNS:
-        cols[key.removesuffix("_us")] = pa.array([r[3].get(key) for r in out], typ)
-    return pa.table(cols)
+    return [(row[0], row[1], row[3], *(join.get(k) for k in _JOIN_COUNTERS))
+            for row, c in zip(rows, counters) for join in c.get("joins", [])]

@@ -21,6 +21,7 @@ back and the connection closes.
 from __future__ import annotations
 
 import asyncio
+import collections
 import csv
 import datetime as dt
 import importlib
@@ -38,9 +39,10 @@ import pyarrow.compute as pc
 from pyarrow import csv as pacsv
 
 from gateway.clearinghouse.slack import micros
-from gateway.clearinghouse.source_stream import LineTooLong, SourceStream
 from gateway.security.roles import check_password
 from gateway.services import Services
+from gateway.sources.seam import Batch, feed
+from gateway.sources.source_stream import LineTooLong, SourceStream
 
 log = logging.getLogger("cqgate")
 CHUNK = 1 << 20                 # bytes read before a chunk of lines is parsed
@@ -62,11 +64,19 @@ def _arrival(typ: pa.DataType, now_s: float) -> pa.Scalar:
 
 
 class Source:
-    """One connected source feeding one stream through one wrapper."""
+    """One connected source feeding one stream through one wrapper: the seam's Source
+    (``gateway/sources/seam.py``) over a connection's lines."""
 
-    def __init__(self, services: Services, obj, wrapper: str, peer: str, user=None):
+    def __init__(self, services: Services, obj, wrapper: str, peer: str, user=None,
+                 reader: SourceStream | None = None):
         self.obj, self.wrapper, self.peer = obj, wrapper, peer
-        self.ingest = services.ingest     # where its tuples go
+        self.stream = obj                 # the seam's name for it
+        self.services = services
+        self.reader = reader              # the connection's lines
+        self.pending: collections.deque = collections.deque()   # batches not yet handed out
+        self.ended = False                # the sender closed and the last batches are made
+        self.failure: _BadLine | None = None   # raised once the batches before it are out
+        self.ingest = services.ingest     # whose logs count and keep its bad lines
         self.user = user                  # a user wrapper's (init, next, done), or None
         self.clock = services.clock       # stamps lines that carry no event time
         self.origin = f"source {peer}"
@@ -214,21 +224,62 @@ class Source:
         log.warning("source %s, stream %s, line %d: %s; line skipped", self.peer, self.obj.name,
                     line, reason)
 
-    # ------------------------------------------------------------------ feeding
-    async def punctuate(self, text: str) -> None:
+    # ------------------------------------------------------------------ the seam
+    async def open(self) -> None:
+        """Nothing to open: the connection is, and its head line was read."""
+
+    async def next_batch(self) -> Batch | None:
+        """The next rows or punctuation from the connection's lines, in order; None once
+        the sender has closed and a user wrapper's ``done`` has given its last rows."""
+        while not self.pending:
+            if self.failure is not None:
+                raise self.failure
+            if self.ended:
+                return None
+            await self._read_chunk()
+        return self.pending.popleft()
+
+    async def commit(self, position: object) -> None:
+        """A socket cannot replay: what was taken in is simply gone from its buffer."""
+
+    async def close(self) -> None:
+        self.con.close()
+
+    async def _read_chunk(self) -> None:
+        limit = self.services.config.max_line_bytes
+        try:
+            data = await self.reader.read_lines(CHUNK, limit)
+        except LineTooLong:
+            raise _BadLine(f"a line is longer than the limit ({limit} bytes)") from None
+        if self.services.streams.objects.get(self.obj.key) is not self.obj:
+            raise _BadLine(f'stream "{self.obj.name}" was dropped')
+        if not data:
+            self.pending.extend(self._last_batches())
+            self.ended = True
+            return
+        if not data.endswith(b"\n"):             # the last line, at the end of the stream
+            data += b"\n"
+        # no line of a chunk shorter than the limit can be over it: skip the scan
+        over = _first_long_line(data, limit) if limit < len(data) else -1
+        # a chunk is read whole (its bad lines logged) before its first batch is handed out
+        self.pending.extend(await self.batches_of(data[:over] if over >= 0 else data))
+        if over >= 0:           # after the lines before it are handed out
+            self.failure = _BadLine(f"a line is longer than the limit ({limit} bytes)")
+
+    # ------------------------------------------------------------------ lines to batches
+    def _punctuation(self, text: str) -> Batch | None:
         try:
             value = self.con.sql("SELECT CAST(? AS TIMESTAMP) AS t",
                                  params=[text.strip()]).to_arrow_table().column(0)
         except duckdb.Error:
             self._bad(self.line_no, "punctuation without a timestamp", PUNCTUATE + text)
-            return
-        await self.ingest.advance(self.obj.relation().name,
-                                  int(micros(value.combine_chunks())[0]))
+            return None
+        return Batch(punctuation=int(micros(value.combine_chunks())[0]))
 
-    async def feed_bytes(self, data: bytes) -> None:
+    async def batches_of(self, data: bytes) -> list:
         """Whole lines: Arrow parses clean CSV at once; anything else goes line by line."""
         if not data or data.isspace():
-            return
+            return []
         if len(self.obj.columns) != len(self.names):       # ALTER STREAM … ADD COLUMN
             self._configure()
         # memchr for "#" first: a search for the whole word costs 30 times more per megabyte
@@ -240,45 +291,36 @@ class Source:
                 None, self.read_fast, data) if len(data) >= THREAD_BYTES else None
             table = self.parse_fast(data, read)
             if table is not None:
-                await self._push(table)
-                return
-        await self.feed(data.decode("utf-8", "replace").split("\n"))
+                return [Batch(rows=table)]
+        return self.batches_of_lines(data.decode("utf-8", "replace").split("\n"))
 
-    async def _push(self, table: pa.Table | None) -> None:
-        if table is not None and table.num_rows:
-            n, _ = await self.ingest.push(self.obj.relation().name,
-                                          self.obj.timestamp_column, table,
-                                          self.obj.options, self.origin,
-                                          one_by_one=True,
-                                          archive=self.obj.key if self.obj.archived
-                                          else None)
-            self.accepted += n
-
-    async def feed(self, lines: list) -> None:
+    def batches_of_lines(self, lines: list) -> list:
         data, marks = [], []
         for line in lines:
             if line.startswith(PUNCTUATE):
                 marks.append((len(data), line[len(PUNCTUATE):]))
             elif line.strip():
                 data.append(line.rstrip("\r"))
-        start = 0
+        out, start = [], 0
         for at, text in marks + [(len(data), None)]:
             if at > start:
-                await self._push(self.parse(data[start:at]))
+                out.append(Batch(rows=self.parse(data[start:at])))
             start = at
             if text is not None:
-                await self.punctuate(text)
+                out.append(self._punctuation(text))
+        return [b for b in out if b is not None]
 
-    async def finish(self) -> None:
-        """The source closed: a user wrapper's ``done`` may give last rows."""
-        if self.user:
-            try:
-                rows = _as_rows(self, self.user[2](self.state))
-            except Exception as e:            # noqa: BLE001 — a user function's failure
-                self._bad(self.line_no, f"wrapper done raised {type(e).__name__}: {e}")
-                return
-            await self._push(self._rows_typed(rows, [self.line_no] * len(rows),
-                                              ["done"] * len(rows)))
+    def _last_batches(self) -> list:
+        """The sender closed: a user wrapper's ``done`` may give last rows."""
+        if not self.user:
+            return []
+        try:
+            rows = _as_rows(self, self.user[2](self.state))
+        except Exception as e:            # noqa: BLE001 — a user function's failure
+            self._bad(self.line_no, f"wrapper done raised {type(e).__name__}: {e}")
+            return []
+        return [Batch(rows=self._rows_typed(rows, [self.line_no] * len(rows),
+                                            ["done"] * len(rows)))]
 
 
 class _BadLine(Exception):
@@ -385,7 +427,7 @@ def _wrapper_for(services: Services, obj, name: str) -> tuple[str, tuple | None]
         raise _BadLine(f'wrapper "{name}" cannot be loaded: {e}') from None
 
 
-def _source(services: Services, head: str, peer: str) -> Source:
+def _source(services: Services, head: str, peer: str, reader: SourceStream) -> Source:
     """The source a first line ``<wrapper>,<stream>[,<role>[,<password>]]`` asks for, or
     _BadLine saying why not."""
     wrapper, target, role, password = (head.split(",", 3) + [None, None, None])[:4]
@@ -400,7 +442,7 @@ def _source(services: Services, head: str, peer: str) -> Source:
     _may_feed(services, obj, role.strip() if role else None, password)
     kind, user = _wrapper_for(services, obj, wrapper)
     try:
-        return Source(services, obj, kind, peer, user)
+        return Source(services, obj, kind, peer, user, reader)
     except Exception as e:                # noqa: BLE001 — a user init's failure
         raise _BadLine(f'wrapper "{wrapper}" failed to start: {type(e).__name__}: {e}') \
             from None
@@ -450,26 +492,10 @@ async def handle(services: Services, stream: SourceStream) -> None:
     source = None
     try:
         head = (await stream.readline(limit)).decode("utf-8", "replace").strip()
-        source = _source(services, head, peer)
+        source = _source(services, head, peer, stream)
         log.info("source %s feeds stream %s with %s", peer, source.obj.name,
                  head.partition(",")[0].strip())
-        while True:
-            try:
-                data = await stream.read_lines(CHUNK, limit)
-            except LineTooLong:
-                raise _BadLine(f"a line is longer than the limit ({limit} bytes)") from None
-            if services.streams.objects.get(source.obj.key) is not source.obj:
-                raise _BadLine(f'stream "{source.obj.name}" was dropped')
-            if not data:
-                break
-            if not data.endswith(b"\n"):             # the last line, at the end of the stream
-                data += b"\n"
-            # no line of a chunk shorter than the limit can be over it: skip the scan
-            over = _first_long_line(data, limit) if limit < len(data) else -1
-            await source.feed_bytes(data[:over] if over >= 0 else data)
-            if over >= 0:
-                raise _BadLine(f"a line is longer than the limit ({limit} bytes)")
-        await source.finish()
+        await feed(source, services.ingest)
     except _BadLine as e:
         log.warning("source %s: %s; connection closed", peer, e)
         stream.write(f"ERROR: {e}\n".encode())
@@ -480,5 +506,4 @@ async def handle(services: Services, stream: SourceStream) -> None:
         if source is not None:
             log.info("source %s done: %d tuple(s), %d bad line(s)", peer, source.accepted,
                      source.bad)
-            source.con.close()
         stream.close()

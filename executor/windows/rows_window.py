@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from .. import duck
 from ..batches import INF, TE, TS, Watermark
-from .base import Operator
+from ..operators.base import Operator
 
 START, ORD, NEXT = "__start", "__ord", "__next"
 

@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..batches import TS, with_interval
-from ..windows.loops import iterations
-from .base import Stateless
+from ..operators.base import Stateless
+from .loops import iterations
 
 
 class LoopWindow(Stateless):

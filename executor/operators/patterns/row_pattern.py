@@ -14,12 +14,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import duck, kernels
-from .. import plan as P
-from ..batches import INF, TE, TS, Watermark, distinct_keys
-from .base import QueryError
-from .filter_map import Fast
-from .merge import Merger, Merging
+from ... import duck, kernels
+from ... import plan as P
+from ...batches import INF, TE, TS, Watermark, distinct_keys
+from ..base import QueryError
+from ..filter_map import Fast
+from ..merge import Merger, Merging
 from .row_define import Path, columns, holds, prev_reach
 
 _WAIT = object()          # a preferred path ran out of rows: more may change the match

@@ -31,12 +31,12 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import duck, udf
-from .. import plan as P
-from ..batches import INF, TE, TS, Watermark
-from ..udf import user_aggregate
-from .base import Operator
-from .filter_map import Projection
+from ... import duck, udf
+from ... import plan as P
+from ...batches import INF, TE, TS, Watermark
+from ...udf import user_aggregate
+from ..base import Operator
+from ..filter_map import Projection
 
 
 @dataclass(frozen=True)

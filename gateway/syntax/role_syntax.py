@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gateway.pgwire import errors as E
 from gateway.security.privileges import RELATION_PRIVILEGES, SCHEMA_PRIVILEGES
-from gateway.sessions.token_reader import TokenReader
+from gateway.syntax.token_reader import TokenReader
 
 
 class _RoleCommand:

@@ -4,16 +4,12 @@ PostgreSQL's columns; a session waiting for a continuous query's rows says so in
 from __future__ import annotations
 
 import datetime as dt
-import re
-
-from gateway.tables.catalog_live import rows_table
-
-_NAME = re.compile(r"\bpg_stat_activity\b", re.I)
 
 
-def wanted(sql: str) -> bool:
-    """Whether a statement names pg_stat_activity (only then are the rows gathered)."""
-    return _NAME.search(sql) is not None
+def wanted(reads: frozenset) -> bool:
+    """Whether a statement reads pg_stat_activity (``reads``: the catalog relations its
+    translation reads); only then are the rows gathered."""
+    return "pg_stat_activity" in reads
 
 
 def _when(seconds: float | None):
@@ -43,4 +39,4 @@ def tables(services, viewer: str) -> dict:
                             "Extension" if waiting else None,
                             "ContinuousQuery" if waiting else None, a.state, None, None, None,
                             a.query, "client backend"))
-    return {"pg_stat_activity": rows_table(services.store, "pg_stat_activity", rows)}
+    return {"pg_stat_activity": services.store.live_table("pg_stat_activity", rows)}

@@ -17,13 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import duck, kernels
-from .. import plan as P
-from ..batches import TE, TS, Watermark, distinct_keys
-from ..duck import quote
-from .base import QueryError
-from .filter_map import Fast
-from .merge import Merger, Merging
+from ... import duck, kernels
+from ... import plan as P
+from ...batches import TE, TS, Watermark, distinct_keys
+from ...duck import quote
+from ..base import QueryError
+from ..filter_map import Fast
+from ..merge import Merger, Merging
 
 PART = "__part"          # an event's partition id (the equivalence attributes' values)
 KNOWN = "__known"        # when a match became known: its event time as a stream tuple

@@ -10,7 +10,7 @@ import math
 import operator
 from decimal import Decimal
 
-from .base import QueryError
+from ..base import QueryError
 
 
 class Path:

@@ -3,7 +3,7 @@ readers of session commands (``command_syntax.py``, ``role_syntax.py``)."""
 from __future__ import annotations
 
 from gateway.pgwire import errors as E
-from gateway.sessions.lexer import Statement, Token, tokens
+from gateway.syntax.lexer import Statement, Token, tokens
 
 
 class TokenReader:
