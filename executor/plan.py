@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import typing
 from dataclasses import dataclass
 from typing import Union
 
@@ -300,11 +301,12 @@ class Plan:
 
 
 # --------------------------------------------------------------------------- serialisation
+# every window kind of executor/windows (its WindowKind union), and the plan's own nodes
 _TYPES = {cls.__name__: cls for cls in (
-    Column, Expr, NamedExpr, RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
-    FixedWindow, IntervalWindow, LoopWindow, StreamScan, TableScan, WindowRelationScan, Window,
-    Filter, Map, Join, Union_, Partial, Aggregate, Distinct, Difference, Intersection, Repeat,
-    Limit, Plan, PatternComponent, Pattern, RowMeasure, QualityJoin)}
+    *typing.get_args(WindowKind), Column, Expr, NamedExpr, StreamScan, TableScan,
+    WindowRelationScan, Window, Filter, Map, Join, Union_, Partial, Aggregate, Distinct,
+    Difference, Intersection, Repeat, Limit, Plan, PatternComponent, Pattern, RowMeasure,
+    QualityJoin)}
 
 
 def to_dict(obj):

@@ -336,10 +336,6 @@ def authentication_cleartext() -> bytes:
     return _msg(b"R", _I32.pack(3))
 
 
-def authentication_md5(salt: bytes) -> bytes:
-    return _msg(b"R", _I32.pack(5) + salt)
-
-
 def authentication_sasl(mechanisms: Sequence[str]) -> bytes:
     return _msg(b"R", _I32.pack(10) + b"".join(_cstr(m) for m in mechanisms) + b"\0")
 
@@ -372,17 +368,6 @@ def row_description(fields: Iterable[tuple]) -> bytes:
         parts.append(_cstr(name) + struct.pack("!IhIhih", table_oid, attnum, type_oid, typlen,
                                                 typmod, fmt))
     return _msg(b"T", b"".join(parts))
-
-
-def data_row(values: Sequence[bytes | None]) -> bytes:
-    parts = [_I16.pack(len(values))]
-    for v in values:
-        if v is None:
-            parts.append(b"\xff\xff\xff\xff")
-        else:
-            parts.append(_I32.pack(len(v)))
-            parts.append(v)
-    return _msg(b"D", b"".join(parts))
 
 
 _ROW_HEAD = np.dtype([("tag", "u1"), ("length", ">i4"), ("columns", ">i2")])
