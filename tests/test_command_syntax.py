@@ -79,9 +79,12 @@ def test_copy_forms():
     assert read('copy s."T" (a, "B") from stdin with (format csv, header true, '
                 "delimiter ';')") == C.CopyRequest(
         "in", 's."T"', ["a", "B"], None, True, True, ";", "", '"', '"', "csv")
-    out = read("COPY (SELECT a FROM t WHERE (x) = 1) TO STDOUT WITH CSV HEADER")
-    assert (out.direction, out.query, out.csv, out.header) == \
+    sql = "COPY (SELECT a FROM t WHERE (x) = 1) TO STDOUT WITH CSV HEADER"
+    out = read(sql)
+    assert (out.direction, out.query.text, out.csv, out.header) == \
         ("out", "SELECT a FROM t WHERE (x) = 1", True, True)
+    assert sql[out.query.offset:].startswith(out.query.text)     # placed where it was written
+    assert not out.query_is_command and read("COPY (SHOW x) TO STDOUT").query_is_command
     legacy = read("copy t to stdout delimiter as '|' null as ''")
     assert (legacy.delimiter, legacy.null, legacy.csv) == ("|", "", False)
     assert read("copy t to stdout (format binary)").format == "binary"

@@ -190,3 +190,20 @@ def test_a_client_that_goes_away_ends_its_copy(server):
     c.pgconn.finish()                  # the socket closes under the COPY
     wait_running(server.dsn, f"FROM {s}", count=0)
     t.join(10)
+
+
+@pytest.mark.parametrize("sql, sqlstate, position", [
+    # an error in COPY's query points into the statement the client sent, as PostgreSQL's does
+    ("COPY (SELECT nosuch FROM pg_class) TO STDOUT", "42703", 14),
+    ("COPY (SELEC 1) TO STDOUT", "42601", 13),
+    ("COPY () TO STDOUT", "0A000", None),
+    ("COPY (SHOW search_path) TO STDOUT", "0A000", None),
+])
+def test_copy_of_a_query_that_cannot_run_says_where_and_why(server, sql, sqlstate, position):
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.Error) as err:
+            with c.cursor().copy(sql) as copy:
+                list(copy)
+        assert (err.value.sqlstate, err.value.diag.statement_position) == (
+            sqlstate, None if position is None else str(position))
+        assert c.execute("SELECT 1").fetchone() == (1,)      # the session goes on

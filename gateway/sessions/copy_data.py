@@ -117,13 +117,15 @@ async def source(session, req) -> Rows | LiveRows:
     """The rows COPY … TO STDOUT sends: a table's or a one-time query's, or, for a query
     over streams, a continuous query's as they come (in cq.mode = snapshot: its rows at
     now), just as the same SELECT would give them."""
-    if req.query:
-        sql = req.query
+    if req.query is not None:       # read once: the COPY's tokens placed it and said what it is
+        p = None if req.query_is_command or not req.query.text.strip() else \
+            session.prepare_statement("", req.query, may_be_command=False)
     else:
         cols = "*" if req.columns is None else ", ".join(
             quote(c) for c in req.columns)
-        sql = f"SELECT {cols} FROM {req.table}"
-    p = session.prepare("", sql)
+        p = session.prepare("", f"SELECT {cols} FROM {req.table}")
+    if p is None:
+        raise E.FeatureNotSupported("COPY (query) TO needs a query that returns rows")
     res = await session.run_prepared(p, []) if p.kind in (Kind.STREAM, Kind.SQL) and \
         p.returns_rows else None
     if not isinstance(res, (Rows, LiveRows)):

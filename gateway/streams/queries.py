@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
+import weakref
 from dataclasses import dataclass
 
 import duckdb
@@ -46,6 +47,26 @@ def tables_of(ctx: StatementContext, p: P.Plan) -> dict:
 PLANS_KEPT = 32     # plans a session keeps for statements it runs again
 
 
+class _Kept:
+    """A session's plans and their settled result types, for statements it runs again (the
+    newest PLANS_KEPT of each)."""
+
+    def __init__(self):
+        self.plans: dict = {}
+        self.result_types: dict = {}
+
+
+# a statement context -> what its session keeps here; gone with the session
+_KEPT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _kept(ctx: StatementContext) -> _Kept:
+    kept = _KEPT.get(ctx)
+    if kept is None:
+        kept = _KEPT[ctx] = _Kept()
+    return kept
+
+
 def session_quality(ctx: StatementContext) -> dict | None:
     """The session's recall target for joins of two streams (cq.join_recall), or None."""
     return session_options(ctx.settings.get("cq.join_recall", "off"),
@@ -61,7 +82,8 @@ def plan_query(ctx: StatementContext, tree) -> P.Plan:
     access.check_reads(ctx, tree)       # again each time: a REVOKE holds at once
     key = (tree.sql("cql"), ctx.services.store.catalog_version,
            tuple(sorted(ctx.settings.items())))
-    kept = ctx.plans.get(key)
+    plans = _kept(ctx).plans
+    kept = plans.get(key)
     if kept is not None:
         return kept
     catalog = SessionCatalog(ctx.services.streams, ctx.columns)
@@ -73,9 +95,9 @@ def plan_query(ctx: StatementContext, tree) -> P.Plan:
     except PlanError as e:
         raise plan_error(e) from None
     if not _has_fixed_window(p.root) and not p.reads_now:
-        if len(ctx.plans) >= PLANS_KEPT:
-            ctx.plans.pop(next(iter(ctx.plans)))
-        ctx.plans[key] = p
+        if len(plans) >= PLANS_KEPT:
+            plans.pop(next(iter(plans)))
+        plans[key] = p
     return p
 
 
@@ -311,11 +333,12 @@ def order_and_limit(ctx: StatementContext, table: pa.Table, tail: dict) -> pa.Ta
 def typed_fields(ctx: StatementContext, p: P.Plan) -> tuple[list, pa.Schema]:
     """The result's fields, with the plan's types spelled as DuckDB spells them, and the
     Arrow schema rows are cast to before they are encoded; settled once per plan."""
-    kept = ctx.result_types.get(tuple(p.output))
+    types = _kept(ctx).result_types
+    kept = types.get(tuple(p.output))
     if kept is None:
-        kept = ctx.result_types[tuple(p.output)] = _settle_types(ctx, p)
-        if len(ctx.result_types) > PLANS_KEPT:
-            ctx.result_types.pop(next(iter(ctx.result_types)))
+        kept = types[tuple(p.output)] = _settle_types(ctx, p)
+        if len(types) > PLANS_KEPT:
+            types.pop(next(iter(types)))
     return kept
 
 

@@ -118,7 +118,7 @@ class CopyRequest(Command):
     direction: str            # "in" | "out"
     table: str | None         # target/source table (schema-qualified text as written)
     columns: list | None
-    query: str | None         # COPY (query) TO STDOUT
+    query: Statement | None   # COPY (query) TO STDOUT, placed in the client's query string
     csv: bool
     header: bool
     delimiter: str
@@ -127,6 +127,7 @@ class CopyRequest(Command):
     escape: str
     format: str = "text"
     file: str | None = None   # COPY … FROM/TO 'file' on the server, instead of STDIN/STDOUT
+    query_is_command: bool = False   # the query begins as a session command does (SHOW …)
 
 
 # ---------------------------------------------------------------------- transactions
@@ -287,8 +288,7 @@ def _declare(r: _Reader) -> Command:
     first = r.peek()
     query = None if first is None else Statement(
         r.stmt.text[first.start:], r.stmt.offset + first.start, r.stmt.max_param)
-    return Declare(name, hold == "with", query,
-                   first is not None and first.kind == "word" and first.value.lower() in READERS)
+    return Declare(name, hold == "with", query, _begins_command(first))
 
 
 _DIRECTIONS = ("next", "prior", "first", "last", "all", "forward", "backward")
@@ -390,15 +390,25 @@ def _copy_options(r: _Reader) -> dict:
     return opts
 
 
+def _begins_command(tok) -> bool:
+    """Whether a statement whose first token is ``tok`` is a session command."""
+    return tok is not None and tok.kind == "word" and tok.value.lower() in READERS
+
+
 def _copy_source(r: _Reader) -> tuple:
-    """(table as written, columns, query) of COPY's subject."""
+    """(table as written, columns, query, whether the query begins a session command) of
+    COPY's subject."""
     if r.symbol("("):
         start, depth = r.peek(), 1
         while depth:
             tok = r.take()
             if tok.kind == "symbol" and tok.value in "()":
                 depth += 1 if tok.value == "(" else -1
-        return None, None, r.stmt.text[start.start:tok.start] if start is not tok else ""
+        if start is tok:
+            return None, None, Statement("", r.stmt.offset + tok.start, r.stmt.max_param), False
+        return None, None, Statement(r.stmt.text[start.start:tok.start],
+                                     r.stmt.offset + start.start, r.stmt.max_param), \
+            _begins_command(start)
     first = r.take()
     r.i -= 1
     r.dotted()
@@ -410,11 +420,11 @@ def _copy_source(r: _Reader) -> tuple:
             columns.append(r.name())
         if not r.symbol(")"):
             r.error()
-    return table, columns, None
+    return table, columns, None, False
 
 
 def _copy(r: _Reader) -> Command:
-    table, columns, query = _copy_source(r)
+    table, columns, query, query_is_command = _copy_source(r)
     direction = "in" if r.expect("from", "to") == "from" else "out"
     file = None
     if not r.accept("stdin", "stdout"):
@@ -439,7 +449,8 @@ def _copy(r: _Reader) -> Command:
         opts.get("header", "false").lower() in ("true", "on", "1", "match"),
         opts.get("delimiter", "," if csv else "\t"),
         opts.get("null", "" if csv else "\\N"),
-        opts.get("quote", '"'), opts.get("escape", opts.get("quote", '"')), fmt, file)
+        opts.get("quote", '"'), opts.get("escape", opts.get("quote", '"')), fmt, file,
+        query_is_command)
 
 
 def _outside(r: _Reader) -> Command:

@@ -40,8 +40,6 @@ class StatementContext:
     on_commit: Callable                # (apply) -> None: now, or when the transaction commits
     notices: list = field(default_factory=list)   # (severity, sqlstate, text) to send
     file_tables: list = field(default_factory=list)   # server files read for the statement
-    plans: dict = field(default_factory=dict)          # gateway/streams/queries.py: plan_query
-    result_types: dict = field(default_factory=dict)   # … and typed_fields
 
     def _value(self, name: str) -> str | None:
         """The literal for a ``getvariable('cq_…')`` the translator left in the SQL."""
