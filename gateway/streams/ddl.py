@@ -14,6 +14,7 @@ from dialect.errors import PlanError, written_at
 from dialect.intervals import interval_us
 from dialect.names import folded
 from dialect.planner import plan, query_engine
+from dialect.planner.types import normalize
 from executor import plan as P
 
 from gateway.archive.priming import start_primed
@@ -91,7 +92,7 @@ def _options(items, known: dict, what: str) -> dict:
 def _duck_type(ctx: StatementContext, declared: str) -> str:
     """The DuckDB type a declared column type becomes (and a check that it exists)."""
     try:
-        duck = exp.DataType.build(declared, dialect="postgres").sql("duckdb")
+        duck = normalize(declared)        # PostgreSQL's spelling, or DuckDB's own (a plan's)
         return ctx.con.execute(f"SELECT typeof(CAST(NULL AS {duck}))").fetchall()[0][0]
     except (duckdb.Error, ValueError, ParseError):
         raise E.UndefinedObject(f'type "{declared}" does not exist') from None

@@ -125,7 +125,7 @@ class Oracle:
         return [bool(x[0]) for x in got]
 
     def _snapshot_table(self, index: int, rel, rows: list, spans: list) -> None:
-        cols = list(rel.columns) + [("t", "TIMESTAMP", "time")]
+        cols = list(rel.columns) + [("t", rel.time, "time")]
         if rel.own:
             cols.append(("te", "TIMESTAMP", "time"))
         self.con.execute(f"CREATE TABLE ref{index} (" + ", ".join(f"{n} {t}" for n, t, _ in cols)

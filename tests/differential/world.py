@@ -21,17 +21,20 @@ TAIL = 8 * S                                   # compared past the last tuple fo
 @dataclass(frozen=True)
 class Relation:
     """A stream or the table: its columns as (name, SQL type, kind) with kind one of int,
-    text, double; ``own``: a stream whose tuples carry their own [ts, te)."""
+    text, double; ``own``: a stream whose tuples carry their own [ts, te); ``time``: the type
+    of its event time, whose precision its tuples' times keep (``tick`` µs)."""
     name: str
     columns: tuple
     kind: str = "stream"
     own: bool = False
+    time: str = "TIMESTAMP"
+    tick: int = 1
 
     def create(self, real: str) -> str:
         cols = [f"{n} {t}" for n, t, _ in self.columns]
         if self.kind == "table":
             return f"CREATE TABLE {real} ({', '.join(cols)})"
-        cols.append("t TIMESTAMP TIMESTAMPCOLUMN")
+        cols.append(f"t {self.time} TIMESTAMPCOLUMN")
         if self.own:
             cols.append("te TIMESTAMP ENDTIMESTAMPCOLUMN")
         return f"CREATE STREAM {real} ({', '.join(cols)})"
@@ -39,7 +42,8 @@ class Relation:
 
 RELATIONS = {
     "s1": Relation("s1", (("k", "INT", "int"), ("v", "INT", "int"), ("s", "TEXT", "text"))),
-    "s2": Relation("s2", (("k", "INT", "int"), ("v", "INT", "int"), ("d", "DOUBLE", "double"))),
+    "s2": Relation("s2", (("k", "INT", "int"), ("v", "INT", "int"), ("d", "DOUBLE", "double")),
+                   time="TIMESTAMP(3)", tick=1000),       # event times in milliseconds
     "s3": Relation("s3", (("k", "INT", "int"), ("v", "INT", "int")), own=True),
     "tb": Relation("tb", (("k", "INT", "int"), ("name", "TEXT", "text"), ("z", "INT", "int")),
                    kind="table"),
@@ -151,7 +155,8 @@ def random_data(rng: random.Random, max_tuples: int = 14) -> Data:
     for name in STREAMS:
         rel, ts, rows = RELATIONS[name], T0, []
         for _ in range(rng.randint(0, max_tuples)):
-            ts += rng.choice(STEPS)
+            step = rng.choice(STEPS)
+            ts += step - step % rel.tick
             row = {c: rng.choice(DOMAINS[c]) for c, _, _ in rel.columns}
             row["ts"] = ts
             if rel.own:
