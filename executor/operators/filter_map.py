@@ -93,7 +93,10 @@ class GroupedFilter:
         out = [f.fast.run(kernels.mask, batch) for f in self.filters]
         rest = [i for i, m in enumerate(out) if m is None]
         if rest:
-            cols = ", ".join(f"({self.filters[i].predicate}) AS m{i}" for i in rest)
+            # a predicate DuckDB types as NULL (WHERE NULL) is a mask still: Arrow filters
+            # only by booleans
+            cols = ", ".join(f"CAST(({self.filters[i].predicate}) AS BOOLEAN) AS m{i}"
+                             for i in rest)
             table = duck.run(self.con, "b", batch, f"SELECT {cols} FROM b")
             for k, i in enumerate(rest):
                 out[i] = table.column(k).combine_chunks()
