@@ -9,8 +9,7 @@ Expressions are ``Expr``: DuckDB SQL text over the operator's input columns (quo
 the columns it reads and its DuckDB result type, so the back end evaluates them on whole Arrow
 batches without a SQL parser of its own. ``to_dict``/``from_dict`` turn a plan into plain data
 (JSON-able) for the plan queue; ``explain`` prints the tree with the algebra's symbols. The
-window kinds (``windows/``) and how far back each reaches (``windows.reach``) are re-exported
-here.
+window kinds (``windows/``, each knowing how far back it reaches) are re-exported here.
 """
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ from executor.udf import return_type as user_aggregate_type  # noqa: F401 - re-e
 # a query from the archive by it)
 from executor.windows import (  # noqa: F401 - re-exported
     FixedWindow, IntervalWindow, LoopWindow, NowWindow, RangeWindow, RowsWindow, SlideWindow,
-    UnboundedWindow, WindowKind, reach, reaches_back)
+    UnboundedWindow, WindowKind)
 
 # --------------------------------------------------------------------------- building blocks
 

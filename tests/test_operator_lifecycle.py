@@ -268,26 +268,26 @@ def test_reach_of_time_windows(w):
     """A tuple just before the reach is valid only before the query starts; for a range
     window the tuple at the reach is still valid then."""
     st = 1000 * S + 123
-    edge = P.reach(w, st)
-    assert P.reaches_back(w) and edge <= st
+    edge = w.reach(st)
+    assert w.reaches_back and edge <= st
     before = _kept(w, edge - 1)
     assert before is None or before[1] <= st
     if isinstance(w, P.RangeWindow):
         at = _kept(w, edge)
         assert at[0] <= st < at[1]
-    assert P.reach(w, None) is None              # it depends on when the query starts
+    assert w.reach(None) is None              # it depends on when the query starts
 
 
 def test_reach_of_a_fixed_window_is_its_low_end_whatever_the_start():
     w = P.FixedWindow(50 * S, 80 * S)
-    assert P.reach(w, 100 * S) == P.reach(w, None) == 50 * S
+    assert w.reach(100 * S) == w.reach(None) == 50 * S
     assert _kept(w, 50 * S) is not None and _kept(w, 50 * S - 1) is None
 
 
 @pytest.mark.parametrize("w", [P.UnboundedWindow(), P.NowWindow(), P.RowsWindow(3),
                                P.IntervalWindow()])
 def test_windows_that_start_with_the_query_reach_nothing(w):
-    assert not P.reaches_back(w) and P.reach(w, 100 * S) is None
+    assert not w.reaches_back and w.reach(100 * S) is None
 
 
 @pytest.mark.parametrize("loop, st, edge", [(FORWARD, 100 * S, 96 * S),
@@ -295,9 +295,9 @@ def test_windows_that_start_with_the_query_reach_nothing(w):
 def test_reach_of_a_loop_is_the_left_edge_of_its_first_window(loop, st, edge):
     cursors = Cursors()
     cursor = cursors()
-    assert P.reach(loop, st, cursor) == edge
+    assert loop.reach(st, cursor) == edge
     assert not _closed(cursor)                    # the caller's cursor stays the caller's
-    assert P.reaches_back(loop) and P.reach(loop, None) is None
+    assert loop.reaches_back and loop.reach(None) is None
     op = loop_window.LoopWindow(loop)             # the primed loop keeps exactly from there
     op.open(_context(st=st))
     assert _loop_rows(op, [edge - 1]) == [] and _loop_rows(op, [edge]) != []
@@ -312,7 +312,7 @@ def test_reach_of_a_loop_without_a_cursor_closes_the_database_it_opens(monkeypat
             opened.append(self)
 
     monkeypatch.setattr(duck, "Database", Recorded)
-    assert P.reach(FORWARD, 100 * S) == 96 * S
+    assert FORWARD.reach(100 * S) == 96 * S
     database, = opened
     assert database._db is None                   # closed again
 

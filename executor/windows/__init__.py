@@ -35,9 +35,19 @@ def _int64(a) -> np.ndarray:
 class _Kind:
     """What a kind does unless it says otherwise: it starts with its query (nothing from
     before it), a late tuple changes the answer from its time on, and its ω keeps state."""
-    reaches_back = False          # holds tuples from before its query started
-    late_bounded = False          # a late tuple's effect ends (``late_end``) before forever
     assign = None                 # (batch) -> batch with each tuple's interval, if stateless
+
+    @property
+    def reaches_back(self) -> bool:
+        """Whether the window holds tuples from before its query started (it says how far
+        back in ``reach``); [UNBOUNDED], [NOW] and count windows start with the query, as a
+        TelegraphCQ query does."""
+        return type(self).reach is not _Kind.reach
+
+    @property
+    def late_bounded(self) -> bool:
+        """Whether a late tuple's effect ends (it says where in ``late_end``) before forever."""
+        return type(self).late_end is not _Kind.late_end
 
     def reach(self, st: int | None, con=None) -> int | None:
         """The earliest instant (µs) whose tuples the window needs when its query starts at
@@ -60,7 +70,6 @@ class _Kind:
 class RangeWindow(_Kind):
     """[RANGE i]: te = ts + i. At instant t the window holds tuples with t - i < ts <= t."""
     size_us: int
-    reaches_back = late_bounded = True
 
     def assign(self, batch):
         return with_interval(batch, batch.column(TS), pc.add(batch.column(TS), self.size_us))
@@ -83,7 +92,6 @@ class SlideWindow(_Kind):
     size_us: int
     slide_us: int
     start_us: int | None = None
-    reaches_back = late_bounded = True
 
     def assign(self, batch):
         """A tuple is in the answers for the τ in [ts, ts + i), each valid for [τ, τ + j):
@@ -121,7 +129,6 @@ class RowsWindow(_Kind):
 @dataclass(frozen=True)
 class NowWindow(_Kind):
     """[NOW]: te = ts + 1 µs."""
-    late_bounded = True
 
     def assign(self, batch):
         return with_interval(batch, batch.column(TS), pc.add(batch.column(TS), 1))
@@ -146,7 +153,6 @@ class FixedWindow(_Kind):
     """[BETWEEN t1 AND t2]: the tuples with t1 <= ts < t2, valid over [t1, t2)."""
     low_us: int
     high_us: int
-    reaches_back = late_bounded = True
 
     def assign(self, batch):
         ts = batch.column(TS)
@@ -186,7 +192,6 @@ class LoopWindow(_Kind):
     next: object
     left: object
     right: object
-    reaches_back = True
 
     def reach(self, st, con=None):
         """The left edge of the loop's first window (iterations in time order; edges never
@@ -204,13 +209,3 @@ class LoopWindow(_Kind):
 WindowKind = Union[RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
                    FixedWindow, IntervalWindow, LoopWindow]
 
-
-def reach(window, st: int | None, con=None) -> int | None:
-    """``window.reach(st, con)``: see ``_Kind.reach``."""
-    return window.reach(st, con)
-
-
-def reaches_back(window) -> bool:
-    """Whether ``window`` holds tuples from before its query started; [UNBOUNDED], [NOW] and
-    count windows start with the query, as a TelegraphCQ query does."""
-    return window.reaches_back

@@ -70,7 +70,6 @@ class Source:
     def __init__(self, services: Services, obj, wrapper: str, peer: str, user=None,
                  reader: SourceStream | None = None):
         self.obj, self.wrapper, self.peer = obj, wrapper, peer
-        self.stream = obj                 # the seam's name for it
         self.services = services
         self.reader = reader              # the connection's lines
         self.pending: collections.deque = collections.deque()   # batches not yet handed out
@@ -225,6 +224,11 @@ class Source:
                     line, reason)
 
     # ------------------------------------------------------------------ the seam
+    @property
+    def stream(self):
+        """The stream it feeds (the seam's name for ``obj``)."""
+        return self.obj
+
     async def open(self) -> None:
         """Nothing to open: the connection is, and its head line was read."""
 

@@ -3,7 +3,6 @@
 snapshot mode, or over the archive on Spark). EXPLAIN prints the temporal-algebra plan."""
 from __future__ import annotations
 
-import functools
 import time
 import weakref
 from dataclasses import dataclass
@@ -249,17 +248,17 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
 def archive_reach(ctx: StatementContext, p: P.Plan) -> tuple:
     """The archived streams whose past the plan's windows reach into. [UNBOUNDED] (also a
     stream read without a window) starts with the query, as a TelegraphCQ query does; a window
-    written to reach back is primed from the archive, from where ``P.reach`` says: a fixed
+    written to reach back is primed from the archive, from where the window's ``reach`` says: a fixed
     window's edge is known now, the others' once the seam (the query's start) is."""
     out, reg = [], ctx.services.streams
 
     def visit(node):
         if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan) \
-                and P.reaches_back(node.window):
+                and node.window.reaches_back:
             obj = reg.by_relation(node.input.stream, kinds=("stream",))
             if obj is not None and obj.archived:
-                since = P.reach(node.window, None)
-                edge = functools.partial(P.reach, node.window) if since is None else None
+                since = node.window.reach(None)
+                edge = node.window.reach if since is None else None
                 out.append(History(node.input.stream, obj.key, obj.timestamp_column,
                                    obj.options.get("fragment"), since_us=since, edge=edge))
         for c in P.children(node):
