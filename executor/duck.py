@@ -66,7 +66,8 @@ def run(con: duckdb.DuckDBPyConnection, name, data, sql: str) -> pa.Table:
 def typed_empty(con: duckdb.DuckDBPyConnection, columns, extra: str = "") -> pa.Table:
     """No rows, with the Arrow types DuckDB gives ``columns`` (plan Columns: name, DuckDB
     type); ``extra`` adds more select items."""
-    cols = [f"CAST(NULL AS {c.type or 'VARCHAR'}) AS {quote(c.name)}" for c in columns]
+    cols = [("NULL" if c.type == "UNKNOWN" else f"CAST(NULL AS {c.type or 'VARCHAR'})")
+            + f" AS {quote(c.name)}" for c in columns]
     if extra:
         cols.append(extra)
     if not cols:                    # every column a NULL of no type (SELECT NULL … UNION …)
@@ -93,6 +94,14 @@ def _typed(sql: str) -> list:
     """``sql``'s result types, bound (not run) in the typing database."""
     with _typing_lock:
         return [str(t) for t in _typing_database().sql(sql).types]
+
+
+def query_columns(sql: str) -> list:
+    """(name, type) of each column of query ``sql``, bound (not run) in the typing database;
+    raises ``duckdb.Error`` where it cannot be bound."""
+    with _typing_lock:
+        rel = _typing_database().sql(sql)
+        return [(n, str(t)) for n, t in zip(rel.columns, rel.types)]
 
 
 def _names_where(condition: str) -> frozenset:

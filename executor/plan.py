@@ -281,8 +281,27 @@ class Pattern:                                             # SEQ (seed 004, SASE
     skip_to: str | None = None
 
 
+@dataclass(frozen=True)
+class SnapshotQuery:                                       # Σ
+    """A query its own SQL computes on each instant's snapshot of its inputs, at every
+    instant where one of them changes: outer joins, window functions and Top-N, subqueries,
+    DISTINCT ON and aggregates the aggregate index has no partials for. ``sql`` is DuckDB
+    SQL over the instants ``"__c"("__t")`` giving ``"__t"`` and the schema's columns; it reads
+    input k as ``"__in<k>"`` (its columns, ``__ts``, ``__te``) and lookup table j (``tables``,
+    reading the Columns ``table_columns[j]``, named as in a TableScan's schema) as
+    ``"__tb<j>"``.
+    ``reason``: what the algebra's other operators do not compute, for EXPLAIN."""
+    inputs: tuple
+    sql: str
+    schema: tuple
+    tables: tuple = ()
+    table_columns: tuple = ()
+    reason: str = ""
+
+
 Node = Union[StreamScan, TableScan, WindowRelationScan, Window, Filter, Map, Join, Union_,
-             Aggregate, Distinct, Difference, Intersection, Repeat, Limit, Pattern, QualityJoin]
+             Aggregate, Distinct, Difference, Intersection, Repeat, Limit, Pattern, QualityJoin,
+             SnapshotQuery]
 
 PSEUDO_COLUMNS = ("valid_from", "valid_to", "wtime")
 
@@ -305,7 +324,7 @@ _TYPES = {cls.__name__: cls for cls in (
     *typing.get_args(WindowKind), Column, Expr, NamedExpr, StreamScan, TableScan,
     WindowRelationScan, Window, Filter, Map, Join, Union_, Partial, Aggregate, Distinct,
     Difference, Intersection, Repeat, Limit, Plan, PatternComponent, Pattern, RowMeasure,
-    QualityJoin)}
+    QualityJoin, SnapshotQuery)}
 
 
 def to_dict(obj):
@@ -401,6 +420,8 @@ _LABELS = {
     f"delays chosen every {_us_text(n.adapt_us)} (granularity {_us_text(n.granularity_us)}, "
     f"basic windows {_us_text(n.basic_us)})" + _condition_text(n, "equal")
     + ("; results held to valid_from order" if n.in_order else ""),
+    SnapshotQuery: lambda n: f"Σ {n.reason}, on each instant's snapshot"
+    + (f" with table {', '.join(n.tables)}" if n.tables else ""),
 }
 
 def explain_label(node) -> str:
@@ -492,8 +513,13 @@ def _pattern_text(n: "Pattern") -> str:
 
 
 def tables_read(node) -> set:
-    """The names of the static tables a plan reads (through stream–table joins)."""
-    return _names_read(node, lambda n: n.table if isinstance(n, TableScan) else None)
+    """The names of the static tables a plan reads (through stream–table joins, and as a
+    Σ's lookup tables)."""
+    out = {node.table.lower()} if isinstance(node, TableScan) else \
+        {t.lower() for t in node.tables} if isinstance(node, SnapshotQuery) else set()
+    for c in children(node):
+        out |= tables_read(c)
+    return out
 
 
 ARRIVAL = "@arrival"   # the feed of a stream's tuples in arrival order, before its slack
@@ -536,7 +562,7 @@ def _names_read(node, name_of) -> set:
 def children(node) -> tuple:
     if isinstance(node, (Join, Difference, Intersection, QualityJoin)):
         return (node.left, node.right)
-    if isinstance(node, (Union_, Pattern)):
+    if isinstance(node, (Union_, Pattern, SnapshotQuery)):
         return node.inputs
     inp = getattr(node, "input", None)
     return (inp,) if inp is not None else ()

@@ -295,24 +295,6 @@ def test_a_named_window_whose_query_fails_fails_its_readers(server):
 
 # ---------------------------------------------------------------------- refused at DECLARE
 REFUSED = [
-    # computed per batch before: the top bid of a later batch came out as if alone
-    ("SELECT * FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn "
-     "FROM {s} [UNBOUNDED]) q WHERE rn <= 1", "0A000", "window functions"),
-    ("SELECT k, LAG(v) OVER (PARTITION BY k ORDER BY t) FROM {s} [RANGE '1 minute']", "0A000",
-     "window functions"),
-    # planned as DISTINCT of every column before
-    ("SELECT DISTINCT ON (k) k, v FROM {s}", "0A000", "DISTINCT ON"),
-    # XX000 "Unsupported expression type StreamRef", or 42P01 for the inner alias, before
-    ("SELECT k FROM {s} [RANGE '1 minute'] WHERE v > (SELECT AVG(v) FROM {s} "
-     "[RANGE '1 minute'])", "0A000", "subqueries in expressions"),
-    ("SELECT k FROM {s} [RANGE '1 minute'] a WHERE EXISTS (SELECT 1 FROM {s} [NOW] b "
-     "WHERE b.k = a.k)", "0A000", "subqueries in expressions"),
-    # 42803 "column must appear in the GROUP BY clause" before: the user did nothing wrong
-    ("SELECT k, string_agg(CAST(v AS TEXT), ',') FROM {s} [RANGE '1 minute'] GROUP BY k",
-     "0A000", "aggregate function string_agg()"),
-    ("SELECT quantile_cont(v, 0.5) FROM {s} [RANGE '1 minute']", "0A000",
-     "aggregate function quantile_cont()"),
-    ("SELECT array_agg(v) FROM {s} [RANGE '1 minute']", "0A000", "aggregate function"),
     # accepted before, then XX000 at the first row
     ("SELECT split_index(CAST(v AS TEXT), ',', 1) FROM {s}", "42883",
      "function split_index() does not exist"),

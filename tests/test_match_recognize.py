@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import dialect  # noqa: F401 - registers the cql dialect
 from dialect.planner import MemoryCatalog, Relation, plan
-from dialect.planner.row_pattern import parse as parse_pattern
+from dialect.planner.patterns.row_pattern import parse as parse_pattern
 from executor import plan as P
 from executor.graph import RunningQuery
 from executor.graph.running_graph import below

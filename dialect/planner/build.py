@@ -19,6 +19,7 @@ from ..errors import (AmbiguousColumn, DatatypeMismatch, GroupingError, InvalidC
                       InvalidWindow, UndefinedColumn, UndefinedRelation, Unsupported, written_at)
 from ..names import pg_column_name
 from . import quality_join
+from . import snapshot_query as SQ
 from ..window_kinds import apply_default_windows, window_of
 from .catalog import Catalog, Relation
 from .check_bounded_state import check_bounded_state
@@ -345,7 +346,11 @@ class Builder:
 
     def select(self, sel: exp.Select):
         """The session's recall target applies where it can: a query it cannot apply to is
-        planned without it; one written in the query must apply."""
+        planned without it; one written in the query must apply. What only Σ computes goes
+        there (``snapshot_query``)."""
+        why = SQ.reason(sel, self.catalog.is_aggregate)
+        if why is not None:
+            return self.snapshot_select(sel, why)
         try:
             return self._select(sel)
         except Unsupported:
@@ -356,6 +361,117 @@ class Builder:
             return self._select(sel)
         finally:
             self.join_quality = saved
+
+    # ------------------------------------------------------------------ Σ
+    def snapshot_select(self, sel: exp.Select, why: str):
+        """``sel`` as one Σ: the FROM items of it and of the subqueries in its expressions
+        planned as its inputs (streams with their windows), its SQL run by DuckDB on each
+        instant's snapshot."""
+        for key, what in (("match", "MATCH_RECOGNIZE"), ("streaquel", "a StreaQueL loop")):
+            if sel.args.get(key) is not None:
+                raise Unsupported(f"{what} cannot be combined with {why} yet")
+        if quality_join.written(sel):
+            raise Unsupported(f"a recall target cannot be combined with {why}",
+                              position=quality_join.where(sel))
+        sel = sel.copy()
+        limit = None
+        if sel.args.get("order") is None and sel.args.get("limit") is not None:
+            limit = sel.args["limit"]           # the first rows the query gives, as elsewhere
+            sel.set("limit", None)
+        lifted = _Lifted()
+        for part in [sel] + SQ.expression_selects(sel):
+            self._lift(part, lifted, top=part is sel)
+        if not lifted.inputs:
+            raise Unsupported("a continuous query reads at least one stream or window",
+                              hint="Over tables alone, run the query as it is (not as a "
+                                   "continuous query).")
+        items, pseudo, kept = [], [], []
+        for e in sel.expressions:
+            inner = e.this if isinstance(e, exp.Alias) else e
+            kind = None if isinstance(e, exp.Alias) or isinstance(inner, exp.Star) else (
+                inner.name.lower() if isinstance(inner, exp.Column) and not inner.table
+                and inner.name.lower() in SQ.PSEUDO and not lifted.has(inner.name) else None)
+            if kind is not None:
+                pseudo.append(kind)
+                items.append((kind, None))
+                continue
+            star = isinstance(inner, exp.Star) or (isinstance(inner, exp.Column)
+                                                   and isinstance(inner.this, exp.Star))
+            items.append((None if star else (e.alias if isinstance(e, exp.Alias)
+                                             else pg_column_name(e)), e))
+            kept.append(e)
+        if not kept:
+            raise Unsupported("a query needs a column besides valid_from and valid_to")
+        sel.set("expressions", kept)
+        SQ.refuse_pseudo(sel, lifted.has)
+        sel = checked(inlined(_unstream_dots(sel), self.catalog.sql_function), self.now_us,
+                      user_aggregate=self.catalog.is_aggregate, queries=True)
+        self.read_now = self.read_now or has_now(sel)
+        columns = self._snapshot_columns(sel, lifted)
+        # ties in ORDER BY … LIMIT are broken by the row itself, so that the rows kept do not
+        # change from instant to instant while the snapshot does not
+        if sel.args.get("order") is not None:
+            sel.set("order", exp.Order(expressions=sel.args["order"].expressions + [
+                exp.Ordered(this=exp.Literal.number(i + 1)) for i in range(len(columns))]))
+        # how many columns each select item gives: a star as many as its relations have
+        widths = iter(_star_widths(items, len(columns), lifted.widths))
+        counts = [0 if e is None else 1 if name is not None else next(widths)
+                  for name, e in items]
+        display, shown = [], iter(columns)
+        for (name, e), n in zip(items, counts):
+            display += [(name, next(shown)[1])] if name is not None and e is not None else \
+                [next(shown) for _ in range(n)]
+        internal = _unique([n for n, _ in display])
+        schema = tuple(P.Column(n, t) for n, (_, t) in zip(internal, display))
+        node = P.SnapshotQuery(tuple(lifted.inputs), SQ.lateral(sel.sql("duckdb"), internal),
+                               schema, tuple(lifted.tables), tuple(lifted.table_columns), why)
+        if limit is not None:
+            count = limit.expression
+            if not (isinstance(count, exp.Literal) and count.is_int):
+                raise Unsupported("LIMIT needs a constant row count")
+            node = P.Limit(node, int(count.name), schema)
+        output, real = [], iter(display)
+        for (name, e), n in zip(items, counts):
+            output += [P.Column(name, "TIMESTAMP")] if e is None else \
+                [P.Column(*next(real)) for _ in range(n)]
+        return node, tuple(output), tuple(pseudo)
+
+    def _lift(self, sel: exp.Select, lifted: "_Lifted", top: bool) -> None:
+        """Each FROM item of ``sel`` planned as an input of Σ, and read in ``sel`` as its
+        tuples valid at the instant."""
+        clause_windows = {w.this.name.lower(): w.args["window"]
+                          for w in sel.args.get("windows") or []
+                          if isinstance(w, X.StreamWindowClause)}
+        for item in SQ.from_items(sel):
+            src, specs = self.source(item, clause_windows)
+            node = src.node
+            if src.relation.kind == "stream":
+                node = self.windowed(src, self.window(src, specs, Scope([src]), {}), [])
+            cols = SQ.exposed([(c, col.name) for (c, _), col in
+                               zip(src.relation.columns, node.schema)])
+            lifted.names.update(n.lower() for n, _ in cols)
+            if top:
+                lifted.widths[src.alias.lower()] = len(cols)
+            if isinstance(node, P.TableScan):
+                new = SQ.input_read(len(lifted.tables), src.alias, cols, table=True)
+                lifted.tables.append(node.table)
+                lifted.table_columns.append(node.schema)
+            else:
+                new = SQ.input_read(len(lifted.inputs), src.alias, cols)
+                lifted.inputs.append(node)
+                lifted.schemas.append(node.schema)
+            item.replace(new)
+        if clause_windows:
+            raise UndefinedRelation(f'WINDOW names "{next(iter(clause_windows))}", which is '
+                                    "not in FROM")
+        SQ.strip_stream_windows(sel)
+
+    def _snapshot_columns(self, sel: exp.Select, lifted: "_Lifted") -> list:
+        """(name, type) of each column of Σ's query, as DuckDB binds it."""
+        sql = SQ.lateral(sel.sql("duckdb"), []).replace(' AS "__q"()', ' AS "__q"')
+        cols = SQ.typed(sql, list(lifted.schemas), list(lifted.table_columns), sel,
+                        self.catalog.function_exists)
+        return [(n, UNKNOWN if t == '"NULL"' else t) for n, t in cols[1:]]    # after __t
 
     def conjunct(self, part: exp.Expression, scope: Scope, clause: str = "WHERE") -> Conjunct:
         e = self.expr(part, scope.resolve, clause)
@@ -745,3 +861,30 @@ def _conjuncts(e: exp.Expression) -> list:
     return [e]
 
 
+class _Lifted:
+    """What lifting a SELECT into Σ found: its inputs (and their schemas), lookup tables (and
+    the columns read), each top FROM item's width (for ``alias.*``) and every column name."""
+
+    def __init__(self):
+        self.inputs: list = []
+        self.schemas: list = []
+        self.tables: list = []
+        self.table_columns: list = []
+        self.widths: dict = {}
+        self.names: set = set()
+
+    def has(self, name: str) -> bool:
+        return name.lower() in self.names
+
+
+def _star_widths(items: list, total: int, widths: dict) -> list:
+    """How many columns each star of a select list stands for: ``alias.*`` its relation's
+    columns, a bare ``*`` what the others leave of the ``total`` DuckDB bound."""
+    stars = [(e.this if isinstance(e, exp.Alias) else e) for name, e in items
+             if name is None and e is not None]
+    named = sum(1 for name, e in items if name is not None and e is not None)
+    qualified = [widths.get(s.table.lower(), 0) if isinstance(s, exp.Column) and s.table
+                 else None for s in stars]
+    bare = [q for q in qualified if q is None]
+    left = total - named - sum(q for q in qualified if q is not None)
+    return [q if q is not None else left // max(len(bare), 1) for q in qualified]

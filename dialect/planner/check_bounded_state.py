@@ -1,6 +1,6 @@
-"""Refuse plans whose state can grow without bound: a stream-stream join, a difference or an
-intersection with an input that keeps every tuple forever (an unbounded stream) can never
-purge its state.
+"""Refuse plans whose state can grow without bound: a stream-stream join, a difference, an
+intersection or a Σ over several inputs, with an input that keeps every tuple forever (an
+unbounded stream), can never purge its state.
 (A table is bounded by its size, and ``Stream(t)`` without a window reads as the table t.)
 
 >>> from executor import plan as P
@@ -54,5 +54,13 @@ def check_bounded_state(node) -> None:
         if endless:
             raise Unsupported(f"{what} with the unbounded stream {names[0]} would keep all "
                               "of its tuples forever", hint=_HINT.format(name=names[0]))
+    if isinstance(node, P.SnapshotQuery) and len(node.inputs) > 1:
+        # Σ keeps every input's valid tuples, as a join does; over one input alone its state
+        # is that input's (EXPLAIN says it grows)
+        endless = [_stream_name(i) for i in node.inputs if unbounded(i)]
+        if endless:
+            raise Unsupported(f"{node.reason} over the unbounded stream {endless[0]} and other "
+                              "inputs would keep all of its tuples forever",
+                              hint=_HINT.format(name=endless[0]))
     for child in P.children(node):
         check_bounded_state(child)

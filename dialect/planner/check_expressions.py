@@ -110,12 +110,15 @@ def inlined(e: exp.Expression, sql_function, depth: int = 0) -> exp.Expression:
 
 
 def checked(e: exp.Expression, now_us: int | None, *, clause: str | None = None,
-            user_aggregate=lambda name: False) -> exp.Expression:
+            user_aggregate=lambda name: False, queries: bool = False) -> exp.Expression:
     """``e`` with now() and its kin bound to ``now_us`` (Unix µs; None: the wall clock
     now), after refusing what a continuous query cannot compute; ``clause``: where ``e``
-    stands when SQL allows no aggregate there (WHERE, ON, GROUP BY)."""
+    stands when SQL allows no aggregate there (WHERE, ON, GROUP BY); ``queries``: window
+    functions and subqueries are allowed (Σ computes them)."""
     for node in e.walk():
-        _refuse(node)
+        if not queries:
+            _refuse_query(node)
+        _refuse_volatile(node)
         if clause is not None and is_aggregate_call(node, user_aggregate):
             raise GroupingError(f"aggregate functions are not allowed in {clause}",
                                 position=written_at(node),
@@ -128,10 +131,11 @@ def refuse_unsupported(e: exp.Expression) -> None:
     """Refuse window functions, subqueries and volatile functions anywhere in ``e`` (before
     its names are resolved: a subquery's own aliases are not in the outer scope)."""
     for node in e.walk():
-        _refuse(node)
+        _refuse_query(node)
+        _refuse_volatile(node)
 
 
-def _refuse(node: exp.Expression) -> None:
+def _refuse_query(node: exp.Expression) -> None:
     if isinstance(node, exp.Window):
         raise Unsupported("window functions are not supported in continuous queries yet: "
                           + node.sql("cql")[:80], position=written_at(node), hint=_WINDOW_HINT)
@@ -140,6 +144,9 @@ def _refuse(node: exp.Expression) -> None:
                           "yet", position=written_at(node),
                           hint="Join the stream or table the subquery reads instead, or SET "
                                "cq.mode = snapshot for a finite answer.")
+
+
+def _refuse_volatile(node: exp.Expression) -> None:
     if isinstance(node, (exp.Rand, exp.Uuid)) or (
             isinstance(node, exp.Func) and call_name(node) in _volatile()):
         raise Unsupported(f"{shown_name(node)}() is volatile: a continuous query's answer must "
@@ -189,10 +196,10 @@ def bound_type(sql: str, columns: dict, written: exp.Expression, function_exists
     try:
         return duck.expression_type(sql, tuple(sorted(columns.items())))
     except duckdb.Error as e:
-        raise _bind_error(e, written, function_exists) from None
+        raise binding_error(e, written, function_exists) from None
 
 
-def _bind_error(e: duckdb.Error, written: exp.Expression, function_exists) -> PlanError:
+def binding_error(e: duckdb.Error, written: exp.Expression, function_exists) -> PlanError:
     text = str(e).split("\n")[0]
     message = text.split(": ", 1)[-1] if ": " in text else text
     calls = [n for n in written.walk() if isinstance(n, exp.Func)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import plan as P
 from ..duck import quote
-from ..operators import filter_map, join, qjoin, repeat, union
+from ..operators import filter_map, join, qjoin, repeat, snapshot_query, union
 from ..operators.aggregates import aggregate, range_aggregate, slide_aggregate
 from ..operators.limit import Limit
 from ..operators.patterns import pattern, row_pattern
@@ -179,6 +179,7 @@ _BUILDERS = {
     P.Repeat: _each(repeat.Repeat),
     P.Join: _join,
     P.QualityJoin: _each(qjoin.QJoin),
+    P.SnapshotQuery: _each(snapshot_query.SnapshotQuery),
     P.Pattern: _each(lambda n: (row_pattern.RowPattern if n.regex is not None
                                 else pattern.Pattern)(n)),
 }

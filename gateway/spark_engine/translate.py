@@ -196,6 +196,9 @@ _CHECKS = {
     P.Intersection: _refuse("INTERSECT"),
     P.Limit: _refuse("LIMIT (fetch as many rows as you need instead)"),
     P.Pattern: _refuse("an event pattern (EVENT SEQ, MATCH_RECOGNIZE)"),
+    P.SnapshotQuery: _refuse("a query evaluated on each instant's snapshot (an outer join, a "
+                             "window function or Top-N, a subquery in an expression, DISTINCT "
+                             "ON or an aggregate without partials)"),
 }
 
 

@@ -208,18 +208,22 @@ def without_order(tree):
     """The query without ORDER BY / LIMIT / OFFSET, and those clauses; they apply to the
     answer's columns, so an ORDER BY expression that is in the select list becomes that
     output column (``ORDER BY date_trunc('minute', ts)``, as BI tools write it)."""
+    distinct = tree.args.get("distinct")
+    if isinstance(distinct, sqlglot.exp.Distinct) and distinct.args.get("on") is not None:
+        # ORDER BY says which row of each DISTINCT ON key is kept: it stays in the query
+        return tree, {"order": None, "limit": None, "offset": None}
     tree = tree.copy()
     tail = {k: tree.args.get(k) for k in ("order", "limit", "offset")}
     for k in tail:
         tree.set(k, None)
     items = getattr(tree, "expressions", [])
-    outputs = {e.unalias().sql(): e.alias_or_name for e in items if e.alias_or_name}
+    outputs = {e.unalias().sql("cql"): e.alias_or_name for e in items if e.alias_or_name}
     names = {e.alias_or_name for e in items}
     for ordered in tail["order"].expressions if tail["order"] is not None else []:
         item = ordered.this
         if isinstance(item, sqlglot.exp.Column) and not item.table and item.name in names:
             continue                # an output column's name: PostgreSQL reads it so first
-        name = outputs.get(item.sql())
+        name = outputs.get(item.sql("cql"))
         if name is not None:
             ordered.set("this", sqlglot.exp.column(name, quoted=True))
     return tree, tail

@@ -13,16 +13,16 @@ from sqlglot import exp
 
 from executor import plan as P
 
-from .. import expressions as X
-from ..errors import (DuplicateAlias, PatternSyntax, UndefinedColumn, UndefinedRelation,
+from ... import expressions as X
+from ...errors import (DuplicateAlias, PatternSyntax, UndefinedColumn, UndefinedRelation,
                       Unsupported, written_at)
-from ..parser import STRATEGIES
-from ..window_kinds import apply_default_windows, size_us
+from ...parser import STRATEGIES
+from ...window_kinds import apply_default_windows, size_us
 from . import row_define, row_pattern
-from .push_down_filters import conjunction
-from .catalog import Relation
-from .scope import Scope, Source
-from .types import check_boolean
+from ..push_down_filters import conjunction
+from ..catalog import Relation
+from ..scope import Scope, Source
+from ..types import check_boolean
 
 
 def pattern_source(builder, sel: exp.Select, pattern: X.EventPattern):

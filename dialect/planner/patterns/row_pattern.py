@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import PatternSyntax, Unsupported
+from ...errors import PatternSyntax, Unsupported
 
 _TOKEN = re.compile(r"\s*(?:(?P<var>[A-Za-z_][A-Za-z_0-9]*)|(?P<bound>\{\s*\d*\s*(?:,\s*\d*\s*)?\})"
                     r"|(?P<sym>\{-|-\}|[()|*+?^$!]))")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from ..errors import Unsupported, written_at
+from ...errors import Unsupported, written_at
 
 _OPS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
         exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%",

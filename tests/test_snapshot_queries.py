@@ -1,0 +1,123 @@
+"""Σ, the query on each instant's snapshot: outer joins, Top-N and window functions, ORDER BY …
+LIMIT, subqueries in expressions, DISTINCT ON and aggregates without partials, each through
+the shared server over several seeded data sets (tuples in several batches, NULLs, ties), as
+a cursor, a derived stream, a named window and in snapshot mode, and compared with DuckDB on
+the snapshots at every instant where either side changes (the differential tester's judge).
+Each of these queries was refused with 0A000 (or 42803) before Σ."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from differential.grammar import Case
+from differential.runner import Round
+from differential.world import Ref, Window, random_data
+
+
+@dataclass
+class Written:
+    """A query written by hand: its select list and the rest, in cqgate's SQL (relations as
+    ``{s1}``, ``{tb}`` … and windows after them) and in the oracle's (``snapN(@T@)``)."""
+    items: str
+    cql_rest: str
+    oracle_rest: str
+    pseudo: bool = True
+
+    def render(self, mode: str, names: dict) -> str:
+        if mode == "cql":
+            query = f"SELECT {self.items} {self.cql_rest.format(**names)}"
+            if not self.pseudo:
+                return query
+            if self.items.startswith("DISTINCT"):     # the pseudo-columns come first
+                return f"SELECT valid_from, valid_to, * FROM ({query}) AS top"
+            return f"SELECT valid_from, valid_to, {query[len('SELECT '):]}"
+        return f"SELECT {self.items} {self.oracle_rest}"
+
+
+def _range(seconds: float) -> Window:
+    return Window("range", size=int(seconds * 1_000_000))
+
+
+def _refs(*specs) -> list:
+    return [Ref(rel, window, alias, index=i) for i, (rel, window, alias) in enumerate(specs)]
+
+
+R2, R3 = _range(2), _range(3)
+CASES = {
+    "left join of two windowed streams": (
+        "a.k, a.v, b.v AS bv",
+        "FROM {s1} [RANGE '2 seconds'] AS a LEFT JOIN {s2} [RANGE '3 seconds'] AS b "
+        "ON a.k = b.k",
+        "FROM snap0(@T@) AS a LEFT JOIN snap1(@T@) AS b ON a.k = b.k",
+        _refs(("s1", R2, "a"), ("s2", R3, "b"))),
+    "full join": (
+        "a.k, b.k AS bk, a.v, b.v AS bv",
+        "FROM {s1} [RANGE '2 seconds'] AS a FULL JOIN {s3} AS b ON a.k = b.k AND a.v < b.v",
+        "FROM snap0(@T@) AS a FULL JOIN snap1(@T@) AS b ON a.k = b.k AND a.v < b.v",
+        _refs(("s1", R2, "a"), ("s3", Window("none"), "b"))),
+    "right join with a table": (
+        "t.k, t.name, a.v",
+        "FROM {s1} [RANGE '2 seconds'] AS a RIGHT JOIN {tb} AS t ON a.k = t.k",
+        "FROM snap0(@T@) AS a RIGHT JOIN tb AS t ON a.k = t.k",
+        _refs(("s1", R2, "a"))),
+    "Top-N per key with ROW_NUMBER": (
+        "q.k, q.v",
+        "FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC NULLS LAST, s) AS rn "
+        "FROM {s1} [RANGE '3 seconds']) AS q WHERE q.rn <= 1",
+        "FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC NULLS LAST, s) AS rn "
+        "FROM snap0(@T@)) AS q WHERE q.rn <= 1",
+        _refs(("s1", R3, "s1"))),
+    "RANK, DENSE_RANK and LAG": (
+        "k, v, RANK() OVER (PARTITION BY k ORDER BY v) AS r, DENSE_RANK() OVER (ORDER BY v) "
+        "AS dr, LAG(v) OVER (PARTITION BY k ORDER BY v, d) AS before",
+        "FROM {s2} [RANGE '3 seconds']",
+        "FROM snap0(@T@)",
+        _refs(("s2", R3, "s2"))),
+    "ORDER BY … LIMIT of the whole snapshot": (
+        "k, v",
+        "FROM {s1} [RANGE '3 seconds'] ORDER BY v DESC NULLS LAST, k LIMIT 2",
+        "FROM snap0(@T@) ORDER BY v DESC NULLS LAST, k, 1, 2 LIMIT 2",
+        _refs(("s1", R3, "s1"))),
+    "scalar subquery": (
+        "a.k, a.v",
+        "FROM {s1} [RANGE '2 seconds'] AS a WHERE a.v >= (SELECT AVG(b.v) FROM "
+        "{s2} [RANGE '3 seconds'] AS b WHERE b.k = a.k)",
+        "FROM snap0(@T@) AS a WHERE a.v >= (SELECT AVG(b.v) FROM snap1(@T@) AS b "
+        "WHERE b.k = a.k)",
+        _refs(("s1", R2, "a"), ("s2", R3, "b"))),
+    "IN and NOT EXISTS": (
+        "a.k, a.s",
+        "FROM {s1} [RANGE '3 seconds'] AS a WHERE a.k IN (SELECT k FROM {tb}) AND NOT EXISTS "
+        "(SELECT 1 FROM {s3} AS c WHERE c.k = a.k)",
+        "FROM snap0(@T@) AS a WHERE a.k IN (SELECT k FROM tb) AND NOT EXISTS "
+        "(SELECT 1 FROM snap1(@T@) AS c WHERE c.k = a.k)",
+        _refs(("s1", R3, "a"), ("s3", Window("none"), "c"))),
+    "DISTINCT ON": (
+        "DISTINCT ON (k) k, v",
+        "FROM {s1} [RANGE '3 seconds'] ORDER BY k, v DESC NULLS LAST, s LIMIT 5",
+        "FROM snap0(@T@) ORDER BY k, v DESC NULLS LAST, s, 1, 2 LIMIT 5",
+        _refs(("s1", R3, "s1"))),
+    "aggregates without partials": (
+        "k, string_agg(s, ',' ORDER BY s) AS names, quantile_cont(v, 0.5) AS med, "
+        "list(v ORDER BY v) FILTER (WHERE v IS NOT NULL) AS vs, bool_and(v > 0) AS pos",
+        "FROM {s1} [RANGE '3 seconds'] GROUP BY k",
+        "FROM snap0(@T@) GROUP BY k",
+        _refs(("s1", R3, "s1"))),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_queries_on_each_snapshot_are_right_at_every_instant(server, name):
+    items, cql, oracle, refs = CASES[name]
+    case = Case(Written(items, cql, oracle), refs)
+    outcomes = []
+    for seed in range(4):
+        data = random_data(random.Random(seed), max_tuples=10)
+        outcomes += Round(server.dsn, [case], data,
+                          variants=("derived", "snapshot")).run()
+    bad = [(o.how, o.status, o.sqlstate, o.message, o.detail) for o in outcomes
+           if o.status != "ok"]
+    assert not bad, bad
+    assert sum(o.rows for o in outcomes) > 0, "every answer was empty"
