@@ -42,6 +42,15 @@ def with_interval(batch: pa.RecordBatch, ts, te) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(cols)
 
 
+def one_table(chunks) -> pa.Table:
+    """Tables of one schema (or one table) as one table. A batch may type an all-NULL
+    column as null (an aggregate over nothing, such as q5's MAX before any count): it takes
+    the type of the others."""
+    if isinstance(chunks, pa.Table):
+        return chunks
+    return chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks, promote_options="default")
+
+
 def sort_by_interval(table: pa.Table) -> pa.Table:
     return table.sort_by([(TS, "ascending"), (TE, "ascending")])
 

@@ -66,13 +66,17 @@ def run(con: duckdb.DuckDBPyConnection, name, data, sql: str) -> pa.Table:
 def typed_empty(con: duckdb.DuckDBPyConnection, columns, extra: str = "") -> pa.Table:
     """No rows, with the Arrow types DuckDB gives ``columns`` (plan Columns: name, DuckDB
     type); ``extra`` adds more select items."""
+    if not columns and not extra:   # every column a NULL of no type (SELECT NULL … UNION …)
+        return pa.table({})
+    return con.sql(empty_select(columns, extra)).to_arrow_table()
+
+
+def empty_select(columns, extra: str = "") -> str:
+    """A query of no rows whose columns are ``columns`` (plan Columns: name, DuckDB type;
+    UNKNOWN: a NULL of no type, no type at all: VARCHAR), then ``extra`` select items."""
     cols = [("NULL" if c.type == "UNKNOWN" else f"CAST(NULL AS {c.type or 'VARCHAR'})")
             + f" AS {quote(c.name)}" for c in columns]
-    if extra:
-        cols.append(extra)
-    if not cols:                    # every column a NULL of no type (SELECT NULL … UNION …)
-        return pa.table({})
-    return con.sql(f"SELECT {', '.join(cols)} LIMIT 0").to_arrow_table()
+    return f"SELECT {', '.join(cols + ([extra] if extra else []))} LIMIT 0"
 
 
 # ---------------------------------------------------------------------- before a plan runs
@@ -90,10 +94,6 @@ def _typing_database() -> duckdb.DuckDBPyConnection:
     return _typing[0]
 
 
-def _typed(sql: str) -> list:
-    """``sql``'s result types, bound (not run) in the typing database."""
-    with _typing_lock:
-        return [str(t) for t in _typing_database().sql(sql).types]
 
 
 def query_columns(sql: str) -> list:
@@ -102,6 +102,11 @@ def query_columns(sql: str) -> list:
     with _typing_lock:
         rel = _typing_database().sql(sql)
         return [(n, str(t)) for n, t in zip(rel.columns, rel.types)]
+
+
+def _typed(sql: str) -> list:
+    """``sql``'s result types, bound (not run) in the typing database."""
+    return [t for _, t in query_columns(sql)]
 
 
 def _names_where(condition: str) -> frozenset:

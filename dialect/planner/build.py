@@ -388,10 +388,8 @@ class Builder:
         items, pseudo, kept = [], [], []
         for e in sel.expressions:
             inner = e.this if isinstance(e, exp.Alias) else e
-            kind = None if isinstance(e, exp.Alias) or isinstance(inner, exp.Star) else (
-                inner.name.lower() if isinstance(inner, exp.Column) and not inner.table
-                and inner.name.lower() in SQ.PSEUDO and not lifted.has(inner.name) else None)
-            if kind is not None:
+            kind = _pseudo(inner, lifted.has)
+            if kind in SQ.PSEUDO:          # (wtime(*) stays, for refuse_pseudo to refuse)
                 pseudo.append(kind)
                 items.append((kind, None))
                 continue
@@ -557,7 +555,8 @@ class Builder:
                 items += _star(inner, scope)
                 continue
             name = e.alias if isinstance(e, exp.Alias) else pg_column_name(e)
-            kind = _pseudo(inner, scope)
+            kind = _pseudo(inner, lambda n: any(s.relation.column_type(n)
+                                                for s in scope.sources))
             if kind is not None:
                 if kind == "wtime" and not any(isinstance(w, (P.SlideWindow, P.LoopWindow))
                                                for w in windows.values()):
@@ -844,11 +843,13 @@ def _partial_type(p: P.Partial, catalog) -> str:
     return p.arg.type if p.func in ("min", "max") else UNKNOWN
 
 
-def _pseudo(e: exp.Expression, scope: Scope) -> str | None:
+def _pseudo(e: exp.Expression, has_column) -> str | None:
+    """Which pseudo-column a select item is (None: none); ``has_column(name)``: a relation
+    read has a column of that name, which the name then means."""
     if isinstance(e, exp.Anonymous) and e.name.lower() == "wtime":
         return "wtime"
     if isinstance(e, exp.Column) and not e.table and e.name.lower() in ("valid_from", "valid_to"):
-        if not any(s.relation.column_type(e.name) for s in scope.sources):
+        if not has_column(e.name):
             return e.name.lower()
     return None
 

@@ -1,8 +1,10 @@
 """Correct or refused, for expressions: what a continuous query cannot compute with its snapshot
 meaning is refused at plan time (0A000, 42803), now() is the plan's instant, DuckDB binds the rest.
 
-Window functions and subqueries in expressions are refused (not yet), and so are volatile
-functions (random(): a continuous answer must be a function of its inputs); now() and its kin
+Window functions and subqueries in expressions are refused where the algebra's operators would
+compute them (a SELECT that has them is planned as Σ first, ``snapshot_query``, which allows
+them), and volatile functions everywhere (random(): a continuous answer must be a function of
+its inputs); now() and its kin
 are the instant the query is planned, as PostgreSQL holds now() still for a statement; an
 aggregate where SQL allows none (WHERE, ON, GROUP BY) is 42803. DuckDB, configured as the back
 end's, binds each expression before it runs, so a function that does not exist is 42883 at

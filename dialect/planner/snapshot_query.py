@@ -161,14 +161,11 @@ def typed(sql: str, inputs: list, tables: list, written: exp.Expression, functio
     """(name, DuckDB type) of each column of the lateral query ``sql`` (without its column
     names), bound over empty inputs (each a list of plan Columns): the user's error, when
     DuckDB cannot bind it."""
-    def empty(columns, extra=""):
-        cols = [(f"CAST(NULL AS {c.type})" if c.type not in ("", "UNKNOWN") else "NULL")
-                + f" AS {quote(c.name)}" for c in columns]
-        return "SELECT " + ", ".join(cols + ([extra] if extra else [])) + " LIMIT 0"
+    interval = f"0::BIGINT AS {TS}, 0::BIGINT AS {TE}"
     ctes = ['"__c" AS (SELECT 0::BIGINT AS "__t" LIMIT 0)']
-    ctes += [f'"__in{k}" AS ({empty(cols, f"0::BIGINT AS {TS}, 0::BIGINT AS {TE}")})'
+    ctes += [f'"__in{k}" AS ({duck.empty_select(cols, interval)})'
              for k, cols in enumerate(inputs)]
-    ctes += [f'"__tb{j}" AS ({empty(cols)})' for j, cols in enumerate(tables)]
+    ctes += [f'"__tb{j}" AS ({duck.empty_select(cols)})' for j, cols in enumerate(tables)]
     try:
         return duck.query_columns("WITH " + ", ".join(ctes) + " " + sql)
     except duckdb.Error as e:

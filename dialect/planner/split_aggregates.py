@@ -4,7 +4,8 @@ AVG(x) becomes sum(x) / count(x); (MIN(v) + MAX(v)) / 2 uses partials min and ma
 partials are computed once. ``DISTINCT`` inside COUNT, SUM and AVG counts each value once
 (``count_distinct``, ``sum_distinct``); ``FILTER (WHERE p)`` feeds the partial only the rows
 where p holds (its argument becomes ``CASE WHEN p THEN x END``, which every partial skips
-where NULL). An aggregate the back end does not compute is 0A000, naming it.
+where NULL). A SELECT with an aggregate that has no partials is planned as Σ instead
+(``snapshot_query.reason``); one that still reaches here is 0A000, naming it.
 
 >>> import sqlglot, dialect
 >>> e = sqlglot.parse_one("(MIN(v) + MAX(v)) / 2 + AVG(v)", read="cql")

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import duck
-from ..batches import TE, TS, Watermark
+from ..batches import TE, TS, Watermark, one_table
 from ..duck import quote
 from .base import Operator
 from .merge import Merger, Merging
@@ -84,7 +84,7 @@ class StreamJoin(Merging):
                 chunks = [c for c in (_unexpired(c, f"__te{suffix}", limit) for c in chunks)
                           if c is not None]
             if len(chunks) > COMPACT:         # many small batches: one table again
-                chunks = [_bounded(_one([c for c, _, _ in chunks]).combine_chunks(),
+                chunks = [_bounded(one_table([c for c, _, _ in chunks]).combine_chunks(),
                                    f"__te{suffix}")]
             self.stored[i] = chunks
         if limit is not None:
@@ -94,8 +94,8 @@ class StreamJoin(Merging):
     def _join(self, pairs: list) -> pa.Table:
         tables, selects = {}, []
         for k, (left, right) in enumerate(pairs):
-            tables[f"l{k}"] = _one(left)
-            tables[f"r{k}"] = _one(right)
+            tables[f"l{k}"] = one_table(left)
+            tables[f"r{k}"] = one_table(right)
             selects.append(self.pair.format(l=f"l{k}", r=f"r{k}"))
         sql = " UNION ALL ".join(f"({q})" for q in selects) + f" ORDER BY {TS}, {TE}"
         return duck.run(self.con, tables, None, sql)
@@ -103,14 +103,6 @@ class StreamJoin(Merging):
     def state_size(self) -> int:
         held = sum(b.num_rows for q in self.merger.pending for b in q)
         return held + sum(t.num_rows for side in self.stored for t, _, _ in side)
-
-
-def _one(chunks) -> pa.Table:
-    if isinstance(chunks, pa.Table):
-        return chunks
-    # a side's batches may type an all-NULL column as null (an aggregate over nothing, such
-    # as q5's MAX before any count): it takes the type of the others
-    return chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks, promote_options="default")
 
 
 def _bounded(chunk: pa.Table, te: str) -> tuple:

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from .. import duck, kernels
 from .. import plan as P
-from ..batches import TE, TS, Watermark
+from ..batches import TE, TS, Watermark, one_table
 from .base import Operator
 from .filter_map import Fast
 
@@ -293,7 +293,7 @@ class QJoin(Operator):
         over the intervals both keep), then the join condition on those, reading only the
         columns it names (the kernels, or DuckDB when they cannot); each result valid where
         both are, with every column."""
-        other = _one(side.chunks)
+        other = one_table(side.chunks)
         o_ts, o_te = np.concatenate(side.ts), np.concatenate(side.te)
         i, j = np.nonzero((n_ts[:, None] < o_te[None, :]) & (o_ts[None, :] < n_te[:, None]))
         if not len(i):
@@ -366,7 +366,7 @@ class QJoin(Operator):
     @staticmethod
     def _evict(side: _Side) -> None:
         if len(side.chunks) > COMPACT:   # many small arrivals: one table again
-            side.chunks = [_one(side.chunks).combine_chunks()]
+            side.chunks = [one_table(side.chunks).combine_chunks()]
             side.ts, side.te = [np.concatenate(side.ts)], [np.concatenate(side.te)]
         chunks, starts, ends = [], [], []
         for chunk, ts, te in zip(side.chunks, side.ts, side.te):
@@ -482,7 +482,3 @@ def _below(weights: np.ndarray) -> np.ndarray:
     below /= below[-1]
     below[-1] = 1.0                     # exactly: a span the bound misses loses nothing
     return below
-
-
-def _one(chunks: list) -> pa.Table:
-    return chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks)

@@ -18,8 +18,9 @@ import pyarrow.compute as pc
 
 from .. import duck
 from .. import plan as P
-from ..batches import INF, TE, TS, Watermark, sort_by_interval
+from ..batches import INF, TE, TS, Watermark, one_table, sort_by_interval
 from ..duck import quote
+from .join import COMPACT
 from .merge import Merger, Merging
 
 _START = "__s"      # an open row's valid_from
@@ -52,8 +53,8 @@ class SnapshotQuery(Merging):
             f"FROM open), runs AS (SELECT *, __i - row_number() OVER (PARTITION BY {cols}, "
             f"{_COPY} ORDER BY __i) AS __g FROM seen) "
             f"SELECT {cols}, {_COPY}, min(__t) AS {TS}, max(__next) AS {TE}, "
-            f"max(__i) = @LAST@ AS __open FROM runs GROUP BY ALL ORDER BY {TS}, {TE}"
-        ).replace("GROUP BY ALL", f"GROUP BY {cols}, {_COPY}, __g")
+            f"max(__i) = @LAST@ AS __open FROM runs GROUP BY {cols}, {_COPY}, __g "
+            f"ORDER BY {TS}, {TE}")
 
     def open(self, context):
         self.con = context.cursor()
@@ -94,18 +95,22 @@ class SnapshotQuery(Merging):
             if part is not None and part.num_rows:
                 self.stored[i].append(part.select(self.in_cols[i] + [TS, TE]))
         if self.done is None:
-            first = [pc.min(p.column(TS)).as_py() for p in parts
-                     if p is not None and p.num_rows]
-            self.done = self.start if self.start is not None else \
-                min(first) if first else (None if everything else limit)
+            self.done = self._first_instant(parts, limit, everything)
             if self.done is None:
                 return []
-        out = []
         if limit > self.done or everything:
-            out = self._answer(limit)
-        return out + self._release(limit)
+            self._answer(limit)
+        return self._release()
 
-    def _answer(self, limit: int) -> list:
+    def _first_instant(self, parts: list, limit: int, everything: bool) -> int | None:
+        """Where the answer begins: when the streams read began (a COUNT(*) of nothing
+        answers from there), else the first tuple, else the first watermark."""
+        if self.start is not None:
+            return self.start
+        first = [pc.min(p.column(TS)).as_py() for p in parts if p is not None and p.num_rows]
+        return min(first) if first else (None if everything else limit)
+
+    def _answer(self, limit: int) -> None:
         """The rows that end before ``limit``; those still in the answer stay open."""
         bounds = [np.concatenate([c.column(TS).to_numpy(), c.column(TE).to_numpy()])
                   for side in self.stored for c in side]
@@ -125,31 +130,31 @@ class SnapshotQuery(Merging):
         ended = ended.filter(pc.less(ended.column(TS), ended.column(TE)))
         kept = runs.filter(pa.array(still))
         if self.cut and limit < INF and kept.num_rows:       # a BOUNDARY: cut open rows there
-            ended = pa.concat_tables([ended, kept.select(self.names + [TS]).append_column(
-                TE, pa.array(np.full(kept.num_rows, limit, np.int64)))],
-                promote_options="default")
             starts = pa.array(np.full(kept.num_rows, limit, np.int64))
+            ended = pa.concat_tables([ended, kept.select(self.names + [TS]).append_column(
+                TE, starts)], promote_options="default")
         else:
             starts = kept.column(TS)
         self.live = kept.select(self.names + [_COPY]).append_column(_START, starts)
         if ended.num_rows:
             self.held.append(ended)
         self.done = int(min(limit, INF))
-        # tuples that ended by now meet no later instant
-        self.stored = [[c for c in (_unexpired(c, self.done) for c in side) if c is not None]
-                       for side in self.stored]
-        return []
+        # tuples that ended by now meet no later instant; many small batches become one
+        for i, side in enumerate(self.stored):
+            side = [c for c in (_unexpired(c, self.done) for c in side) if c is not None]
+            self.stored[i] = [one_table(side).combine_chunks()] if len(side) > COMPACT \
+                else side
 
     def _query(self, points: np.ndarray) -> pa.Table:
         """The plan's query at each of ``points``: ``__t`` and the answer's columns."""
-        tables = {f"__in{i}": _one(side) if side else self.empty[i]
+        tables = {f"__in{i}": one_table(side) if side else self.empty[i]
                   for i, side in enumerate(self.stored)}
         for j, name in enumerate(self.tables):       # a table not sent yet has no rows
             tables[f"__tb{j}"] = self.current.get(f"__tb{j}", self.no_rows[j])
         tables["__c"] = pa.table({"__t": pa.array(points, pa.int64())})
         return duck.run(self.con, tables, None, self.node.sql)
 
-    def _release(self, limit: int) -> list:
+    def _release(self) -> list:
         """The held rows no open row precedes, in valid_from order, and how far that goes."""
         opens = self.live.column(_START)
         bound = pc.min(opens).as_py() if len(opens) else None
@@ -163,7 +168,7 @@ class SnapshotQuery(Merging):
                 ready, rest = held, held.slice(0, 0)
             self.held = [rest] if rest.num_rows else []
             out.extend(b for b in ready.to_batches() if b.num_rows)
-        marks = [x for x in (bound, self.done if self.done is not None else limit) if x is not None]
+        marks = [x for x in (bound, self.done) if x is not None]
         if self.held:
             marks.append(self.held[0].column(TS)[0].as_py())
         if marks and min(marks) < INF:
@@ -173,11 +178,8 @@ class SnapshotQuery(Merging):
     def state_size(self) -> int:
         held = sum(b.num_rows for q in self.merger.pending for b in q)
         return held + sum(c.num_rows for side in self.stored for c in side) + \
+            sum(t.num_rows for t in self.held) + \
             (self.live.num_rows if self.live is not None else 0)
-
-
-def _one(chunks: list) -> pa.Table:
-    return chunks[0] if len(chunks) == 1 else pa.concat_tables(chunks, promote_options="default")
 
 
 def _unexpired(chunk: pa.Table, now: int) -> pa.Table | None:
