@@ -10,7 +10,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 
-class WindowSpec(exp.Expression):
+class StreamWindow(exp.Expression):
     """What stands between the brackets after a stream.
 
     ``kind`` is one of range, slide, rows, now, unbounded, between; ``style`` remembers how it

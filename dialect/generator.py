@@ -12,7 +12,7 @@ from .window_kinds import KINDS
 class CQLGenerator(PostgresGenerator):
     TYPE_MAPPING = {**PostgresGenerator.TYPE_MAPPING, exp.DType.UINT: "OID"}
 
-    def windowspec_sql(self, e: X.WindowSpec) -> str:
+    def streamwindow_sql(self, e: X.StreamWindow) -> str:
         return f"[{KINDS[e.args['kind']].text(self, e)}]"
 
     def streamref_sql(self, e: X.StreamRef) -> str:

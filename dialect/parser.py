@@ -93,7 +93,7 @@ class CQLParser(PostgresParser):
             if alias is not None:
                 this = exp.Table(this=this, alias=alias)
         if this is not None and self._match(TokenType.L_BRACKET):
-            window = self._parse_window_spec()
+            window = self._parse_stream_window()
             alias = this.args.pop("alias", None) if isinstance(this, exp.Table) else None
             alias_first = alias is not None
             if alias is None:
@@ -256,7 +256,7 @@ class CQLParser(PostgresParser):
             self.raise_error(f"Expected {what} in the window")
         return node
 
-    def _parse_window_spec(self) -> X.WindowSpec:
+    def _parse_stream_window(self) -> X.StreamWindow:
         """Everything between ``[`` (already matched) and ``]``."""
         bracket = self._prev
         spec: dict = {}
@@ -294,7 +294,7 @@ class CQLParser(PostgresParser):
                                                                   "UNBOUNDED or BETWEEN"))
         if not self._match(TokenType.R_BRACKET):
             self.raise_error("Expected ] to close the window")
-        node = self.expression(X.WindowSpec(**spec))
+        node = self.expression(X.StreamWindow(**spec))
         node.meta["start"] = bracket.start      # where errors about the window point
         return node
 
@@ -322,7 +322,7 @@ class CQLParser(PostgresParser):
         if not self._match(TokenType.L_BRACKET):
             self.raise_error("Expected [ after the stream alias in WINDOW")
         return self.expression(X.StreamWindowClause(this=alias,
-                                                    window=self._parse_window_spec()))
+                                                    window=self._parse_stream_window()))
 
     def _parse_alias(self, this, explicit: bool = False):
         # PostgreSQL takes any keyword as a column label after AS (Metabase writes

@@ -1,12 +1,12 @@
 """Each window kind the dialect reads between a stream's brackets, one class each: how it prints
 back as written (``text``) and the algebra's window it plans to (``window``, an invalid one a
 22023 pointing at what is wrong in it). Its syntax is read by the parser
-(``CQLParser._parse_window_spec``, which knows sqlglot's token reader) into a ``WindowSpec``
+(``CQLParser._parse_stream_window``, which knows sqlglot's token reader) into a ``StreamWindow``
 whose ``kind`` names the class here; the executor's side of a kind (its interval, reach and
 late reach) is its class in ``executor/windows``. Adding a kind: its words in the parser, a
 class here and one there, and an operator if its ω keeps state.
 
->>> window_of(X.WindowSpec(kind="range", size=exp.Literal.string("2 seconds")), None, None)
+>>> window_of(X.StreamWindow(kind="range", size=exp.Literal.string("2 seconds")), None, None)
 RangeWindow(size_us=2000000)
 """
 from __future__ import annotations
@@ -56,11 +56,11 @@ class Now:
     """``[NOW]``: each tuple for one instant."""
 
     @staticmethod
-    def text(gen, e: X.WindowSpec) -> str:
+    def text(gen, e: X.StreamWindow) -> str:
         return "NOW"
 
     @staticmethod
-    def window(spec: X.WindowSpec, to_expr, to_us):
+    def window(spec: X.StreamWindow, to_expr, to_us):
         return P.NowWindow()
 
 
@@ -68,11 +68,11 @@ class Unbounded:
     """``[UNBOUNDED]`` or ``[RANGE UNBOUNDED]``: every tuple from its time on."""
 
     @staticmethod
-    def text(gen, e: X.WindowSpec) -> str:
+    def text(gen, e: X.StreamWindow) -> str:
         return "RANGE UNBOUNDED" if e.args.get("style") == "range" else "UNBOUNDED"
 
     @staticmethod
-    def window(spec: X.WindowSpec, to_expr, to_us):
+    def window(spec: X.StreamWindow, to_expr, to_us):
         return P.UnboundedWindow()
 
 
@@ -80,11 +80,11 @@ class Between:
     """``[BETWEEN t1 AND t2]``: a fixed window."""
 
     @staticmethod
-    def text(gen, e: X.WindowSpec) -> str:
+    def text(gen, e: X.StreamWindow) -> str:
         return f"BETWEEN {gen.sql(e, 'low')} AND {gen.sql(e, 'high')}"
 
     @staticmethod
-    def window(spec: X.WindowSpec, to_expr, to_us):
+    def window(spec: X.StreamWindow, to_expr, to_us):
         low, high = (_timestamp_us(spec.args[k], to_us) for k in ("low", "high"))
         if high <= low:
             raise InvalidWindow("[BETWEEN t1 AND t2] needs t1 < t2")
@@ -96,7 +96,7 @@ class Rows:
     partition)."""
 
     @staticmethod
-    def text(gen, e: X.WindowSpec) -> str:
+    def text(gen, e: X.StreamWindow) -> str:
         part = e.args.get("partition_by")
         body = (f"PARTITION BY {gen.expressions(e, key='partition_by', flat=True)} "
                 if part else "") + f"ROWS {gen.sql(e, 'rows')}"
@@ -105,7 +105,7 @@ class Rows:
         return body
 
     @staticmethod
-    def window(spec: X.WindowSpec, to_expr, to_us):
+    def window(spec: X.StreamWindow, to_expr, to_us):
         n = spec.args["rows"]
         if not (isinstance(n, exp.Literal) and n.is_int and int(n.name) > 0):
             raise InvalidWindow(f"ROWS needs a positive integer, not {n.sql('cql')}",
@@ -121,7 +121,7 @@ class Range:
     size."""
 
     @staticmethod
-    def text(gen, e: X.WindowSpec) -> str:
+    def text(gen, e: X.StreamWindow) -> str:
         style = e.args.get("style")
         if style == "short":
             return gen.sql(e, "size")
@@ -134,14 +134,14 @@ class Range:
         return body
 
     @staticmethod
-    def size(spec: X.WindowSpec) -> int:
+    def size(spec: X.StreamWindow) -> int:
         size = size_us(spec.args["size"])
         if size <= 0:
             raise InvalidWindow("a window's size must be positive")
         return size
 
     @staticmethod
-    def window(spec: X.WindowSpec, to_expr, to_us):
+    def window(spec: X.StreamWindow, to_expr, to_us):
         size = Range.size(spec)
         if spec.args.get("start") is not None:
             raise Unsupported("START AT needs SLIDE BY", hint="Write [RANGE BY '5 seconds' "
@@ -154,7 +154,7 @@ class Slide:
     text = Range.text
 
     @staticmethod
-    def window(spec: X.WindowSpec, to_expr, to_us):
+    def window(spec: X.StreamWindow, to_expr, to_us):
         size = Range.size(spec)
         slide = size_us(spec.args["slide"])
         if slide <= 0:
@@ -184,12 +184,12 @@ def apply_default_windows(written, from_clause, *, has_end_column: bool):
     return P.IntervalWindow() if has_end_column else P.UnboundedWindow()
 
 
-# WindowSpec.kind -> its class
+# StreamWindow.kind -> its class
 KINDS = {"now": Now, "unbounded": Unbounded, "between": Between, "rows": Rows, "range": Range,
          "slide": Slide}
 
 
-def window_of(spec: X.WindowSpec, to_expr, to_us):
+def window_of(spec: X.StreamWindow, to_expr, to_us):
     """The algebra's window for a parsed ``[...]``; an invalid one is a 22023 that points at
     what is wrong in it."""
     try:

@@ -1,6 +1,6 @@
-"""Σ, the query on each instant's snapshot: outer joins, Top-N and window functions, ORDER BY …
-LIMIT, subqueries in expressions, DISTINCT ON and aggregates without partials, each through
-the shared server over several seeded data sets (tuples in several batches, NULLs, ties), as
+"""Σ, the query on each instant's snapshot: outer joins, Top-N and window functions (frames,
+QUALIFY), ORDER BY … LIMIT, subqueries in expressions, DISTINCT ON and aggregates without
+partials, each through the shared server over several seeded data sets (tuples in several batches, NULLs, ties), as
 a cursor, a derived stream, a named window and in snapshot mode, and compared with DuckDB on
 the snapshots at every instant where either side changes (the differential tester's judge).
 Each of these queries was refused with 0A000 (or 42803) before Σ."""
@@ -74,6 +74,13 @@ CASES = {
         "AS dr, LAG(v) OVER (PARTITION BY k ORDER BY v, d) AS before",
         "FROM {s2} [RANGE '3 seconds']",
         "FROM snap0(@T@)",
+        _refs(("s2", R3, "s2"))),
+    "a frame of rows and a Top-N by QUALIFY": (
+        "k, v, AVG(v) OVER (PARTITION BY k ORDER BY v, d ROWS BETWEEN 1 PRECEDING AND "
+        "CURRENT ROW) AS recent",
+        "FROM {s2} [RANGE '3 seconds'] QUALIFY RANK() OVER (PARTITION BY k ORDER BY v DESC "
+        "NULLS LAST) <= 2",
+        "FROM snap0(@T@) QUALIFY RANK() OVER (PARTITION BY k ORDER BY v DESC NULLS LAST) <= 2",
         _refs(("s2", R3, "s2"))),
     "ORDER BY … LIMIT of the whole snapshot": (
         "k, v",

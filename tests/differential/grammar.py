@@ -2,8 +2,9 @@
 sqlsmith) over the world's streams and table: projections, CASE, COALESCE, NULL tests, every
 window kind and its spellings, inner and outer joins, stream–table joins, GROUP BY with every
 aggregate (DISTINCT, FILTER), HAVING, DISTINCT, DISTINCT ON, UNION / EXCEPT / INTERSECT [ALL],
-derived tables, scalar / IN / EXISTS subqueries, window functions with and without a Top-N
-filter, ORDER BY … LIMIT and LIMIT, and the functions whose value is not the snapshot's.
+derived tables, scalar / IN / EXISTS subqueries, window functions (ranks, LAG / LEAD,
+FIRST_VALUE, frames) with and without a Top-N filter (in a query over them, or QUALIFY),
+ORDER BY … LIMIT and LIMIT, and the functions whose value is not the snapshot's.
 
 A query is a small tree that renders twice: as cqgate's SQL (windows after the streams, the
 pseudo-columns valid_from and valid_to first) and as the oracle's plain SQL, where each stream
@@ -12,6 +13,7 @@ tuples of text and nodes (a subquery renders in both forms)."""
 from __future__ import annotations
 
 import random
+import string
 from dataclasses import dataclass, field, replace
 
 from .world import RELATIONS, STREAMS, T0, Ref, Window, random_window, timestamp
@@ -113,6 +115,7 @@ class Select:
     limit: int | None = None
     clause: list = field(default_factory=list)   # refs whose window is in the WINDOW clause
     pseudo: bool = False              # cqgate's form selects valid_from, valid_to first
+    qualify: str | None = None        # a filter over window functions (text, both dialects)
 
     def outputs(self) -> list:
         return [(a, k) for _, a, k in self.items]
@@ -138,6 +141,8 @@ class Select:
             text += " HAVING " + render(self.having, mode, names)
         if self.clause and mode == "cql":
             text += " WINDOW " + ", ".join(f"{r.alias} {r.window.cql()}" for r in self.clause)
+        if self.qualify is not None:
+            text += " QUALIFY " + self.qualify
         if self.order:
             text += " ORDER BY " + ", ".join(self.order)
         if self.limit is not None:
@@ -275,8 +280,10 @@ class Generator:
             form, kind = rng.choice(OTHER_AGGREGATES)
             parts = {"i": self.expr("int", cols, 1), "t": self.expr("text", cols, 0),
                      "p": self.predicate(cols, 1), "d": self.expr("double", cols, 1)}
-            text = form.format(**{k: render(v, "cql", {}) for k, v in parts.items()})
-            call = (text,)
+            # the arguments stay nodes, rendered with the round's names (its fn) and in
+            # each dialect
+            call = J(*[J(text, parts[field]) if field else text
+                       for text, field, _, _ in string.Formatter().parse(form)])
         else:
             call, kind = _AGG_FORMS[pick](self.expr("int", cols, 1), self.expr("text", cols, 0))
         if rng.random() < 0.2:
@@ -442,10 +449,18 @@ class Generator:
                            f"RANK() OVER (PARTITION BY {k} ORDER BY {v})",
                            f"DENSE_RANK() OVER (ORDER BY {v})",
                            f"LAG({v}) OVER (PARTITION BY {k} ORDER BY {order})",
+                           f"LEAD({v}, 2) OVER (ORDER BY {order})",
+                           f"FIRST_VALUE({v}) OVER (PARTITION BY {k} ORDER BY {order})",
+                           f"SUM({v}) OVER (PARTITION BY {k} ORDER BY {order} ROWS BETWEEN 1 "
+                           "PRECEDING AND CURRENT ROW)",
                            f"SUM({v}) OVER (PARTITION BY {k})"])
         inner = Select([((k,), "c0", "int"), ((v,), "c1", "int"), ((func,), "c2", "int")],
                        items, joins)
         if rng.random() < 0.5 or not func.startswith(("ROW", "RANK", "DENSE")):
+            return inner
+        if rng.random() < 0.3:                 # the same Top-N filter, as QUALIFY
+            inner.qualify = f"{func} <= {rng.randint(1, 2)}"
+            inner.items = inner.items[:2]
             return inner
         alias = state.alias()
         return Select([((f"{alias}.c0",), "c0", "int"), ((f"{alias}.c1",), "c1", "int")],
