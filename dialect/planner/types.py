@@ -27,9 +27,15 @@ def normalize(type_sql: str) -> str:
     """A declared type (any PostgreSQL spelling, or DuckDB's own, as a stream's columns keep
     TIMESTAMP(3) as TIMESTAMP_MS) as DuckDB spells it."""
     try:
-        return exp.DataType.build(type_sql, dialect="postgres").sql("duckdb")
+        typ = exp.DataType.build(type_sql, dialect="postgres").sql("duckdb")
     except ParseError:
-        return exp.DataType.build(type_sql, dialect="duckdb").sql("duckdb")
+        typ = exp.DataType.build(type_sql, dialect="duckdb").sql("duckdb")
+    return _DUCKDB_NAMES.get(typ, typ)
+
+
+# sqlglot writes DuckDB's 128-bit integers by their aliases; the planner's type rules (and
+# DuckDB's own type names) know them as HUGEINT
+_DUCKDB_NAMES = {"INT128": "HUGEINT", "UINT128": "UHUGEINT"}
 
 
 def family(t: str) -> str:

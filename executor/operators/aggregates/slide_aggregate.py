@@ -50,6 +50,8 @@ class SlideAggregate(Operator):
         self.empty: pa.Table | None = None      # no rows: keys, partials and TAU, typed
         self.started: int | None = None         # keyless: first slide to answer for
         self.emitted_until: int | None = None   # keyless: slides up to here are out
+        # the latest watermark: at the end, the slide holding then is final too
+        self.marked: int | None = None
         self.input = self.final = None          # Projections over the cursor ``open`` takes
 
     def open(self, context):
@@ -119,6 +121,7 @@ class SlideAggregate(Operator):
 
     def on_watermark(self, ts, port=0):
         self.on_start(ts)
+        self.marked = ts if self.marked is None else max(self.marked, ts)
         out = self._emit(ts, inclusive=False)
         return out + [Watermark(ts)]
 
@@ -149,8 +152,12 @@ class SlideAggregate(Operator):
         if self.started is None:
             return ready
         have = set(ready.column(TAU).to_pylist()) if ready is not None else set()
-        hi = max(have) if now is None and have else (
-            int(self._grid_up(np.array([now]))[0]) - self.slide if now is not None else None)
+        if now is not None:
+            hi = int(self._grid_up(np.array([now]))[0]) - self.slide
+        else:               # the end: every slide up to the one the last watermark is in
+            last = [self.offset + (self.marked - self.offset) // self.slide * self.slide] \
+                if self.marked is not None else []
+            hi = max([*have, *last], default=None)
         if hi is None:
             return ready
         lo = self.emitted_until if self.emitted_until is not None else self.started

@@ -1,0 +1,38 @@
+"""Queries written by hand for the differential judge: a select list and the rest of the query
+in cqgate's SQL and in the oracle's, with the stream references they read (the tests of a
+construct run them over seeded data sets, as the generator's cases run)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .world import Ref, Window
+
+
+@dataclass
+class Written:
+    """A query written by hand: its select list and the rest, in cqgate's SQL (relations as
+    ``{s1}``, ``{tb}`` … and windows after them) and in the oracle's (``snapN(@T@)``)."""
+    items: str
+    cql_rest: str
+    oracle_rest: str
+    pseudo: bool = True
+    oracle_items: str | None = None       # the select list in the oracle's SQL, if not items
+
+    def render(self, mode: str, names: dict) -> str:
+        if mode == "cql":
+            query = f"SELECT {self.items} {self.cql_rest.format(**names)}"
+            if not self.pseudo:
+                return query
+            if self.items.startswith("DISTINCT"):     # the pseudo-columns come first
+                return f"SELECT valid_from, valid_to, * FROM ({query}) AS top"
+            return f"SELECT valid_from, valid_to, {query[len('SELECT '):]}"
+        return f"SELECT {self.oracle_items or self.items} {self.oracle_rest}"
+
+
+def range_window(seconds: float) -> Window:
+    return Window("range", size=int(seconds * 1_000_000))
+
+
+def refs(*specs) -> list:
+    """(relation, window, alias) each, as the references snap0, snap1 … read."""
+    return [Ref(rel, window, alias, index=i) for i, (rel, window, alias) in enumerate(specs)]
