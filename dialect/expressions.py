@@ -13,7 +13,8 @@ from sqlglot import exp
 class StreamWindow(exp.Expression):
     """What stands between the brackets after a stream.
 
-    ``kind`` is one of range, slide, rows, now, unbounded, between; ``style`` remembers how it
+    ``kind`` is one of range, slide, rows, now, unbounded, between, session (its gap is
+    ``size``); ``style`` remembers how it
     was written (short ``['2 minutes']``, ``RANGE``, ``RANGE BY``, ``RANGE UNBOUNDED``) so that
     it prints back as written.
     """

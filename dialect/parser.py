@@ -272,7 +272,12 @@ class CQLParser(PostgresParser):
             spec["high"] = edge("a timestamp after AND")
         elif self._match(TokenType.PARTITION_BY) or self._match_text_seq("PARTITION", "BY"):
             spec["partition_by"] = self._parse_csv(self._parse_bitwise)
-            self._parse_rows_window(spec)
+            if self._match_text_seq("SESSION"):
+                spec.update(kind="session", size=size("a gap after SESSION"))
+            else:
+                self._parse_rows_window(spec)
+        elif self._match_text_seq("SESSION"):
+            spec.update(kind="session", size=size("a gap after SESSION"))
         elif self._match(TokenType.ROWS):
             self._retreat(self._index - 1)
             self._parse_rows_window(spec)
@@ -300,7 +305,7 @@ class CQLParser(PostgresParser):
 
     def _parse_rows_window(self, spec: dict) -> None:
         if not self._match(TokenType.ROWS):
-            self.raise_error("Expected ROWS in a partitioned window")
+            self.raise_error("Expected ROWS or SESSION in a partitioned window")
         spec.update(kind="rows", rows=self._window_operand(self._parse_bitwise,
                                                            "a count after ROWS"))
         if self._match(TokenType.WHERE):

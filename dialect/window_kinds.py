@@ -164,6 +164,25 @@ class Slide:
                              else None)
 
 
+class Session:
+    """``[SESSION gap]``, ``[PARTITION BY keys SESSION gap]``: each partition's sessions (runs
+    of tuples less than the gap apart), each the answer for one gap after it ends."""
+
+    @staticmethod
+    def text(gen, e: X.StreamWindow) -> str:
+        part = e.args.get("partition_by")
+        return (f"PARTITION BY {gen.expressions(e, key='partition_by', flat=True)} "
+                if part else "") + f"SESSION {gen.sql(e, 'size')}"
+
+    @staticmethod
+    def window(spec: X.StreamWindow, to_expr, to_us):
+        gap = size_us(spec.args["size"])
+        if gap <= 0:
+            raise InvalidWindow("a session's gap must be positive")
+        return P.SessionWindow(gap, tuple(to_expr(p) for p in
+                                          spec.args.get("partition_by") or ()))
+
+
 def apply_default_windows(written, from_clause, *, has_end_column: bool):
     """The window a stream reference gets (DESIGN §5): ``written`` (after the reference), else
     the one TelegraphCQ's ``WINDOW alias [...]`` clause (``from_clause``) names for it, both
@@ -186,7 +205,7 @@ def apply_default_windows(written, from_clause, *, has_end_column: bool):
 
 # StreamWindow.kind -> its class
 KINDS = {"now": Now, "unbounded": Unbounded, "between": Between, "rows": Rows, "range": Range,
-         "slide": Slide}
+         "slide": Slide, "session": Session}
 
 
 def window_of(spec: X.StreamWindow, to_expr, to_us):

@@ -34,8 +34,8 @@ from executor.udf import return_type as user_aggregate_type  # noqa: F401 - re-e
 # ω's configurations, and how far back each reaches when a query starts (the gateway primes
 # a query from the archive by it)
 from executor.windows import (  # noqa: F401 - re-exported
-    FixedWindow, IntervalWindow, LoopWindow, NowWindow, RangeWindow, RowsWindow, SlideWindow,
-    UnboundedWindow, WindowKind)
+    FixedWindow, IntervalWindow, LoopWindow, NowWindow, RangeWindow, RowsWindow, SessionWindow,
+    SlideWindow, UnboundedWindow, WindowKind)
 
 # --------------------------------------------------------------------------- building blocks
 
@@ -124,13 +124,19 @@ class Map:                                                 # μ
 class Join:                                                # ⋈
     """Result interval = intersection. ``equi`` pairs (left Expr, right Expr) go through a
     hash index; ``residual`` is the rest of the predicate. ``kind`` is stream-stream or
-    stream-table (the right side is then a time-tabular table)."""
+    stream-table (the right side is then a time-tabular table). ``keep``: per side, an Expr
+    (BIGINT µs over that side's columns; NULL: at once) after which a stored tuple can meet
+    no later tuple of the other side, so it is dropped then although still valid (an
+    interval join); ``ttl_us``: the query's state_ttl, whose condition (event times less than
+    that apart) is in ``residual`` and whose bound is in ``keep``."""
     left: "Node"
     right: "Node"
     equi: tuple = ()              # tuple[tuple[Expr, Expr]]
     residual: Expr | None = None
     kind: str = "stream-stream"
     schema: tuple = ()
+    keep: tuple = (None, None)    # tuple[Expr | None, Expr | None]
+    ttl_us: int | None = None
 
 
 @dataclass(frozen=True)
@@ -379,6 +385,8 @@ def window_text(w) -> str:
         FixedWindow: lambda w: f"between {_timestamp_text(w.low_us)} and "
                                f"{_timestamp_text(w.high_us)}",
         IntervalWindow: lambda w: "own intervals",
+        SessionWindow: lambda w: (f"partition by {', '.join(e.sql for e in w.partition_by)} "
+                                  if w.partition_by else "") + f"session {_us_text(w.gap_us)}",
         LoopWindow: lambda w: f"loop {w.var} = {w.init.sql}; {w.condition.sql}; "
                               f"{w.var} = {w.next.sql} → [{w.left.sql}, {w.right.sql}]",
     }
@@ -403,7 +411,7 @@ _LABELS = {
     Window: lambda n: f"ω {window_text(n.window)}",
     Filter: lambda n: f"σ {n.predicate.sql}",
     Map: lambda n: f"μ {_names(n.outputs)}",
-    Join: lambda n: f"⋈ {n.kind}" + _condition_text(n, "hash"),
+    Join: lambda n: f"⋈ {n.kind}" + _condition_text(n, "hash") + _state_text(n),
     Union_: lambda n: "∪ all",
     Aggregate: lambda n: "α" + (f" keys {_names(n.keys)}" if n.keys else "")
     + " partial " + ", ".join(f"{p.name} = {p.func}({p.arg.sql if p.arg else '*'})"
@@ -434,6 +442,14 @@ def _condition_text(n, equalities: str) -> str:
     return ((f" {equalities} " + " AND ".join(f"{a.sql} = {b.sql}" for a, b in n.equi)
              if n.equi else "")
             + (f" residual {n.residual.sql}" if n.residual is not None else ""))
+
+
+def _state_text(n) -> str:
+    """What frees a join's stored tuples beyond their windows (interval join, state_ttl)."""
+    kept = [f"{side} tuples until {k.sql}" for side, k in zip(("left", "right"), n.keep)
+            if k is not None]
+    return (f"; keeps {', '.join(kept)}" if kept else "") + (
+        f"; state_ttl {_us_text(n.ttl_us)}" if n.ttl_us is not None else "")
 
 
 _STRATEGIES = {"any": "skip till any match", "next": "skip till next match",

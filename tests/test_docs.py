@@ -98,6 +98,18 @@ def test_timeline_picture_is_current_and_shows_the_rows_the_server_returns(tmp_p
         assert f.read() == draw_timeline.svg(), "run: python scripts/draw_timeline.py"
 
 
+def test_snapshot_query_picture_is_current_and_shows_the_rows_the_server_returns():
+    """scripts/draw_snapshot_query.py evaluates the LEFT JOIN and the LIMIT 1 of
+    continuous.md's Σ example at every instant on its own; the page's result blocks (checked
+    against the server above) must be exactly those rows, and the SVG what it draws now."""
+    drawn = _script("draw_snapshot_query")
+    joined, top = drawn.rows()
+    shown = [b.strip().splitlines() for b in blocks("continuous.md", "text")]
+    assert joined in shown and top in shown
+    with open(os.path.join(DOCS, "img", "snapshot_query.svg"), encoding="utf-8") as f:
+        assert f.read() == drawn.svg(), "run: python scripts/draw_snapshot_query.py"
+
+
 def test_pattern_picture_is_current_and_its_match_is_what_the_server_returns():
     """scripts/draw_pattern.py decides which tags match on its own; the SVG in docs/img must
     be what it draws now, and patterns.md's result (checked against the server above) must

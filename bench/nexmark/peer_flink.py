@@ -1,5 +1,6 @@
-"""NEXMark q0, q1, q2, q5, q7 and q8 through PyFlink's local engine (streaming mode), reading
-the CSV files the generator wrote; run by ``bench.nexmark.peers`` in PyFlink's own venv.
+"""NEXMark q0, q1, q2, q5, q7, q8 and the interval join ``ij`` through PyFlink's local engine
+(streaming mode), reading the CSV files the generator wrote; run by ``bench.nexmark.peers`` in
+PyFlink's own venv.
 
     python peer_flink.py EVENTS_DIR [--queries q0,q1] [--parallelism 2]
 
@@ -64,6 +65,10 @@ QUERIES = {
            f"(SELECT seller, window_start, window_end FROM {_tumble('auctions')} GROUP BY "
            "seller, window_start, window_end) a ON p.id = a.seller AND "
            "p.window_start = a.window_start AND p.window_end = a.window_end"),
+    # a regular join to Flink (expires is no time attribute): its state is never freed
+    "ij": ("id BIGINT, seller BIGINT, price BIGINT, date_time TIMESTAMP(3)",
+           "SELECT a.id, a.seller, b.price, b.date_time FROM auctions a JOIN bids b ON "
+           "a.id = b.auction AND b.date_time BETWEEN a.date_time AND a.expires"),
 }
 
 

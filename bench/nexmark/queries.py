@@ -1,5 +1,6 @@
-"""The NEXMark queries q0, q1, q2, q5, q7 and q8 in cqgate's dialect, each with its definition
-in DuckDB SQL over the generated files (the oracle the tests compare with).
+"""The NEXMark queries q0, q1, q2, q5, q7 and q8 in cqgate's dialect, and the interval join of
+q4, q6 and q9 (``ij``), each with its definition in DuckDB SQL over the generated files (the
+oracle the tests compare with).
 
 Windows follow cqgate's semantics: ``[RANGE r SLIDE s]`` has windows ending at multiples of s,
 each holding the tuples with end − r < date_time <= end, answered from the end on; the DuckDB
@@ -64,6 +65,13 @@ QUERIES = {q.name: q for q in [
           "SELECT p.id, p.name FROM " + _ends("{persons}", 10, 10) + " p JOIN "
           "(SELECT DISTINCT seller, e FROM " + _ends("{auctions}", 10, 10) + ") a "
           "ON p.id = a.seller AND p.e = a.e", ("persons", "auctions")),
+    Query("ij", "interval join: each bid with its auction while the auction is open (the join "
+          "of q4, q6 and q9), two streams without windows",
+          "SELECT a.id, a.seller, b.price, b.date_time FROM auctions a JOIN bids b ON "
+          "a.id = b.auction AND b.date_time BETWEEN a.date_time AND a.expires",
+          "SELECT a.id, a.seller, b.price, b.date_time FROM {auctions} a JOIN {bids} b ON "
+          "a.id = b.auction AND b.date_time BETWEEN a.date_time AND a.expires",
+          ("auctions", "bids")),
 ]}
 
 

@@ -7,6 +7,7 @@ aggregates into two phases (``split_aggregates``), refuses unbounded state
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 from sqlglot import exp
@@ -18,7 +19,7 @@ from .. import expressions as X
 from ..errors import (AmbiguousColumn, DatatypeMismatch, GroupingError, InvalidColumnReference,
                       InvalidWindow, UndefinedColumn, UndefinedRelation, Unsupported, written_at)
 from ..names import pg_column_name
-from . import quality_join
+from . import join_state, quality_join
 from . import snapshot_query as SQ
 from ..window_kinds import apply_default_windows, window_of
 from .catalog import Catalog, Relation
@@ -28,11 +29,14 @@ from .check_expressions import (bound_type, checked, has_now, inlined, is_aggreg
 from ..kernel_trees import kernel_tree
 from .patterns import match_recognize_source, pattern_source
 from .push_down_filters import Conjunct, conjunction, push_down_filters
-from .scope import PLAN_NAME, Scope, Source
-from .split_aggregates import is_aggregate, split_aggregates
+from .scope import PLAN_NAME, SESSION_BOUND, Scope, Source
+from .split_aggregates import split_aggregates
 from .types import INTEGERS, UNKNOWN, check_boolean, family, infer, normalize
 
 _RELATION_TO_STREAM = ("istream", "rstream", "dstream")
+_SESSION_BOUNDS = ("wstart", "wend")
+# the windows whose answers hold from an instant wtime(*) names: a slide's, a session's end
+_TIMED = (P.SlideWindow, P.LoopWindow, P.SessionWindow)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -57,6 +61,26 @@ def _unstream_dots(e: exp.Expression) -> exp.Expression:
             return exp.column(node.expression.name, table=node.this.expressions[0].name)
         return node
     return e.transform(fix)
+
+
+def session_bound(e: exp.Expression) -> int | None:
+    """0 for ``wstart(*)``, 1 for ``wend(*)``, None for anything else."""
+    if isinstance(e, exp.Anonymous) and e.name.lower() in _SESSION_BOUNDS:
+        return _SESSION_BOUNDS.index(e.name.lower())
+    return None
+
+
+def _session_bounds(e: exp.Expression) -> exp.Expression:
+    """``wstart(*)`` and ``wend(*)`` as the columns the query's session window adds."""
+    def column(node):
+        which = session_bound(node)
+        if which is None:
+            return node
+        col = exp.column(_SESSION_BOUNDS[which])
+        col.meta[SESSION_BOUND] = which
+        col.meta["start"] = node.meta.get("start")
+        return col
+    return e.transform(column)
 
 
 def _group_item(g, real: list, scope: Scope):
@@ -117,8 +141,8 @@ class Builder:
         """``e`` as the algebra computes it (before its columns are renamed): ``Stream(R).c``
         read as R.c, SQL functions inlined, int / int an integer division. A GROUP BY key
         and the select item that names it compare equal this way."""
-        return _integer_division(inlined(_unstream_dots(e.copy()), self.catalog.sql_function),
-                                 _column_type(resolve))
+        return _integer_division(inlined(_session_bounds(_unstream_dots(e.copy())),
+                                         self.catalog.sql_function), _column_type(resolve))
 
     # ------------------------------------------------------------------ sources
     def source(self, node: exp.Expression, clause_windows: dict) -> tuple[Source, object]:
@@ -163,7 +187,10 @@ class Builder:
                                   hint=f"Put the window inside the definition of {rel.name}.")
             scan = P.WindowRelationScan(rel.name, alias, cols, rel.kind,
                                         follow=changes or rel.kind == "derived")
-        return Source(alias, rel, scan, rel.kind == "stream"), (spec, clause)
+        written = spec if spec is not None else clause
+        session = (f"{alias}.__wstart", f"{alias}.__wend") if rel.kind == "stream" and \
+            written is not None and written.args.get("kind") == "session" else ()
+        return Source(alias, rel, scan, rel.kind == "stream", session), (spec, clause)
 
     def subquery(self, node: exp.Subquery, spec) -> Source:
         """A query in FROM: planned on its own, its columns renamed to ``alias.column``."""
@@ -231,10 +258,13 @@ class Builder:
             if written is not None or clause is not None:
                 raise Unsupported(f"{src.alias} has both a window and a WindowIs in the loop")
             return loop
-        return apply_default_windows(
+        window = apply_default_windows(
             window_of(written, to_expr, timestamp_us) if written is not None else None,
             window_of(clause, to_expr, timestamp_us) if clause is not None else None,
             has_end_column=src.relation.end_column is not None)
+        if isinstance(window, P.SessionWindow):     # the columns wstart(*), wend(*) read
+            window = dataclasses.replace(window, columns=src.session)
+        return window
 
     # ------------------------------------------------------------------ SELECT
     def _select(self, sel: exp.Select):
@@ -317,6 +347,7 @@ class Builder:
             raise UndefinedRelation(f'WindowIs names "{next(iter(loop_windows))}", which is not '
                                     "in FROM")
         quality = quality_join.options(sel, self.join_quality)
+        ttl = join_state.state_ttl(sel)
         node = None
         for k, i in enumerate(order):
             src = sources[i]
@@ -326,8 +357,16 @@ class Builder:
                 continue
             equi, residual = placement.joins.get(k, ([], []))
             kind = "stream-table" if src.relation.kind == "table" else "stream-stream"
+            keep, ttl_here = (None, None), None
+            if kind == "stream-stream":
+                kept = None
+                if ttl is not None:         # its condition joins the others
+                    cond, kept = join_state.ttl_condition(node, part, ttl,
+                                                          join_state.ttl_at(sel))
+                    residual, ttl_here = residual + [cond], ttl
+                keep = join_state.join_keep(placement.bounds.get(k, []), node, part, kept)
             node = P.Join(node, part, tuple(equi), conjunction(residual), kind,
-                          node.schema + part.schema)
+                          node.schema + part.schema, keep, ttl_here)
             if quality is not None and (quality_join.written(sel) or (
                     kind == "stream-stream" and len(order) == 2)):
                 node = quality_join.quality_join(node, (sources[order[0]].alias, src.alias),
@@ -340,6 +379,7 @@ class Builder:
         for pred in placement.top:
             node = P.Filter(node, pred, node.schema)
         check_bounded_state(node)
+        join_state.check_ttl_used(sel, node)
         root = self.project(sel, node, scope, windows)
         quality_join.check_above(root[0], quality_join.where(sel), self.joins_in_order)
         return root
@@ -373,6 +413,10 @@ class Builder:
         if quality_join.written(sel):
             raise Unsupported(f"a recall target cannot be combined with {why}",
                               position=quality_join.where(sel))
+        if join_state.state_ttl(sel) is not None:
+            raise Unsupported(f"state_ttl cannot be combined with {why}: its joins are "
+                              "evaluated on each instant's snapshot, which keeps every valid "
+                              "tuple", hint="Give the streams windows instead.")
         sel = sel.copy()
         limit = None
         if sel.args.get("order") is None and sel.args.get("limit") is not None:
@@ -474,13 +518,15 @@ class Builder:
     def conjunct(self, part: exp.Expression, scope: Scope, clause: str = "WHERE") -> Conjunct:
         e = self.expr(part, scope.resolve, clause)
         aliases = frozenset(c.split(".", 1)[0] for c in e.columns)
+        facts = join_state.bounds(part, lambda x: self.expr(x, scope.resolve)) \
+            if len(aliases) > 1 else ()
         if isinstance(part, exp.EQ):
             left, right = (self.expr(x, scope.resolve) for x in (part.this, part.expression))
             la = frozenset(c.split(".", 1)[0] for c in left.columns)
             ra = frozenset(c.split(".", 1)[0] for c in right.columns)
             if la and ra and not (la & ra):
-                return Conjunct(e, aliases, (left, right), (set(la), set(ra)))
-        return Conjunct(e, aliases)
+                return Conjunct(e, aliases, (left, right), (set(la), set(ra)), facts)
+        return Conjunct(e, aliases, bounds=facts)
 
     def windowed(self, src: Source, window, filters: list):
         node = src.node
@@ -489,13 +535,14 @@ class Builder:
                 node = P.Filter(node, f, node.schema)
             return node
         # a filter commutes with time windows (it keeps or drops single tuples) but would
-        # change which tuples a count window counts, and when a loop's ST (its first tuple)
-        # is, so it stays above ROWS windows and loops
-        below = not isinstance(window, (P.RowsWindow, P.LoopWindow))
+        # change which tuples a count window counts, where a session's gaps are, and when a
+        # loop's ST (its first tuple) is, so it stays above ROWS and session windows and loops
+        below = not isinstance(window, (P.RowsWindow, P.LoopWindow, P.SessionWindow))
         if below:
             for f in filters:
                 node = P.Filter(node, f, node.schema)
-        node = P.Window(node, window, node.schema)
+        added = tuple(P.Column(c, "TIMESTAMP") for c in getattr(window, "columns", ()))
+        node = P.Window(node, window, node.schema + added)
         if not below:
             for f in filters:
                 node = P.Filter(node, f, node.schema)
@@ -558,11 +605,10 @@ class Builder:
             kind = _pseudo(inner, lambda n: any(s.relation.column_type(n)
                                                 for s in scope.sources))
             if kind is not None:
-                if kind == "wtime" and not any(isinstance(w, (P.SlideWindow, P.LoopWindow))
-                                               for w in windows.values()):
-                    raise UndefinedColumn("wtime(*) needs a window with SLIDE or a StreaQueL "
-                                          "loop", hint="Write [RANGE '10 seconds' SLIDE "
-                                                       "'2 seconds'].")
+                if kind == "wtime" and not any(isinstance(w, _TIMED) for w in windows.values()):
+                    raise UndefinedColumn("wtime(*) needs a window with SLIDE, a session "
+                                          "window or a StreaQueL loop",
+                                          hint="Write [RANGE '10 seconds' SLIDE '2 seconds'].")
                 pseudo.append(kind)
                 items.append((name, None, kind))
                 continue
@@ -602,8 +648,9 @@ class Builder:
         return node, tuple(output), tuple(pseudo)
 
     def aggregate(self, sel, node, scope: Scope, real: list, having):
-        group = [_group_item(g, real, scope) for g in
-                 (sel.args.get("group").expressions if sel.args.get("group") else [])]
+        written = list(sel.args.get("group").expressions if sel.args.get("group") else [])
+        group = [_group_item(g, real, scope) for g in written + _session_keys(real, having,
+                                                                              written)]
         keys = [P.NamedExpr(f"k{i}", self.expr(g, scope.resolve, "GROUP BY"))
                 for i, g in enumerate(group)]
         exprs = [e for _, e in real] + ([having] if having is not None else [])
@@ -664,6 +711,17 @@ class Builder:
         # the final phase already computed the select list; the Map just names it
         return node, [P.NamedExpr(n.name, P.Expr(f'"{n.name}"', (n.name,), n.expr.type))
                       for n in named]
+
+
+def _session_keys(real: list, having, group: list) -> list:
+    """wstart(*) and wend(*) in a grouped query group by the session too (as Flink's GROUP BY
+    SESSION(…)): both, when either is read and the GROUP BY does not name them."""
+    exprs = [e for _, e in real] + ([having] if having is not None else [])
+    if not any(session_bound(n) is not None for e in exprs for n in e.walk()):
+        return []
+    named = {session_bound(g) for g in group}
+    return [exp.Anonymous(this=name, expressions=[exp.Star()])
+            for i, name in enumerate(_SESSION_BOUNDS) if i not in named]
 
 
 def _star(star: exp.Expression, scope: Scope) -> list:

@@ -1,6 +1,7 @@
 """Refuse plans whose state can grow without bound: a stream-stream join, a difference, an
 intersection or a Σ over several inputs, with an input that keeps every tuple forever (an
-unbounded stream), can never purge its state.
+unbounded stream), can never purge its state, unless the join's condition or state_ttl frees
+that input's tuples (``join_state``).
 (A table is bounded by its size, and ``Stream(t)`` without a window reads as the table t.)
 
 >>> from executor import plan as P
@@ -17,6 +18,10 @@ from ..errors import Unsupported
 
 _HINT = ("Give one of them a window, e.g. {name} [RANGE '1 minute'] or {name} [ROWS 100]; "
          "a stream without a window is [UNBOUNDED].")
+_JOIN_HINT = ("Give {name} a window (e.g. {name} [RANGE '1 minute']), bound the join by "
+              "event time (e.g. b.t BETWEEN a.t AND a.t + INTERVAL '1 hour', with b.t the "
+              "other stream's TIMESTAMPCOLUMN), or write WITH (state_ttl = '1 hour') after the "
+              "query.")
 
 
 def unbounded(node) -> bool:
@@ -45,15 +50,19 @@ def check_bounded_state(node) -> None:
     if (isinstance(node, P.Join) and node.kind == "stream-stream") or \
             isinstance(node, (P.Difference, P.Intersection)):
         what = _WHAT[type(node)]
-        endless = [side for side in (node.left, node.right) if unbounded(side)]
+        # (a join's state_ttl sets both sides' keep)
+        freed = node.keep if isinstance(node, P.Join) else (None, None)
+        endless = [side for side, kept in zip((node.left, node.right), freed)
+                   if unbounded(side) and kept is None]
         names = [_stream_name(side) for side in endless]
+        hint = _JOIN_HINT if isinstance(node, P.Join) else _HINT
         if len(endless) == 2:
             raise Unsupported(f"{what} of two unbounded streams ({names[0]}, {names[1]}) "
                               "would keep every tuple forever",
-                              hint=_HINT.format(name=names[1]))
+                              hint=hint.format(name=names[1]))
         if endless:
             raise Unsupported(f"{what} with the unbounded stream {names[0]} would keep all "
-                              "of its tuples forever", hint=_HINT.format(name=names[0]))
+                              "of its tuples forever", hint=hint.format(name=names[0]))
     if isinstance(node, P.SnapshotQuery) and len(node.inputs) > 1:
         # Σ keeps every input's valid tuples, as a join does; over one input alone its state
         # is that input's (EXPLAIN says it grows)

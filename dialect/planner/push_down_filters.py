@@ -1,7 +1,8 @@
 """Place each conjunct of WHERE and ON as low as it keeps its meaning: a conjunct over one
 relation filters that relation (below a time window, with which it commutes; above a ROWS
 window, whose count it would change); one over several relations goes to the first join that
-has them all, as a hash key when it is an equality between the two sides, else as a residual.
+has them all, as a hash key when it is an equality between the two sides, else as a residual;
+that join also gets its order facts (``join_state``: what lets it drop stored tuples).
 
 >>> c = [Conjunct("a>1", frozenset("a")),
 ...      Conjunct("b.k=a.k", frozenset("ab"), ("b.k", "a.k"), ({"b"}, {"a"})),
@@ -24,12 +25,14 @@ class Conjunct:
     aliases: frozenset            # relations it reads
     equi: tuple | None = None     # (side expr, side expr) when it is an equality of two sides
     sides: tuple = ()             # (aliases of equi[0], aliases of equi[1])
+    bounds: tuple = ()            # its order facts (join_state.Bound)
 
 
 @dataclass
 class Placement:
     scan: dict = field(default_factory=dict)     # alias -> [Expr]
     joins: dict = field(default_factory=dict)    # join step k -> ([equi], [residual])
+    bounds: dict = field(default_factory=dict)   # join step k -> [Bound]
     top: list = field(default_factory=list)
 
 
@@ -46,6 +49,7 @@ def push_down_filters(conjuncts: list, order: list) -> Placement:
             continue
         k = max(position[a] for a in c.aliases)
         equi, residual = out.joins.setdefault(k, ([], []))
+        out.bounds.setdefault(k, []).extend(c.bounds)
         before = set(order[:k])
         if c.equi is not None and _splits(c.sides, before, order[k]):
             # (earlier side, new side): the hash index is built on the new relation

@@ -17,6 +17,7 @@ from executor import plan as P
 
 from ..errors import InvalidWindow, PlanError, Unsupported, written_at
 from ..intervals import interval_us
+from .join_state import STATE_TTL
 
 DEFAULTS = {"period": 60_000_000, "adapt": 1_000_000, "granularity": 10_000,
             "basic_window": 10_000}
@@ -64,12 +65,15 @@ def session_options(recall: str, period: str) -> dict | None:
 
 
 ENGINE_OPTION = "engine"     # WITH (engine = …) beside them says where the query runs
+# the query's own options beside a recall target's
+_NOT_QUALITY = (ENGINE_OPTION, STATE_TTL)
 
 
 def written(sel: exp.Select) -> list:
-    """The join options written after the SELECT (not ``engine``, which is the query's)."""
+    """The join options written after the SELECT (not ``engine``, which is the query's, nor
+    ``state_ttl``)."""
     return [o for o in sel.args.get("join_options") or []
-            if o.this.name.lower() != ENGINE_OPTION]
+            if o.this.name.lower() not in _NOT_QUALITY]
 
 
 def options(sel: exp.Select, session: dict | None) -> dict | None:
@@ -84,7 +88,8 @@ def options(sel: exp.Select, session: dict | None) -> dict | None:
         if parse is None:
             raise InvalidWindow(f'unrecognized join option "{name}"', position=written_at(opt),
                                 hint="The options are recall, period, adapt, granularity, "
-                                     "basic_window, and engine (where the query runs).")
+                                     "basic_window, state_ttl (how long a join keeps a "
+                                     "tuple), and engine (where the query runs).")
         try:
             out[name] = parse(text)
         except ValueError:

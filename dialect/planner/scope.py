@@ -17,6 +17,11 @@ class Source:
     relation: Relation
     node: object                  # the scan (and window) in the algebra
     is_stream: bool
+    session: tuple = ()           # a session window's (start, end) columns: wstart(*), wend(*)
+
+
+# marks the column a session's wstart(*) or wend(*) stands for (its value: 0 start, 1 end)
+SESSION_BOUND = "session_bound"
 
 
 class Scope:
@@ -37,6 +42,8 @@ class Scope:
 
     def resolve(self, col: exp.Column) -> tuple[str, str]:
         """(internal name, type) of a column reference."""
+        if SESSION_BOUND in col.meta:
+            return self._session_bound(col)
         name = col.name
         if col.table:
             src = self.find(col.table)
@@ -66,6 +73,20 @@ class Scope:
                                   hint="Qualify it: " + " or ".join(
                                       f"{s.alias}.{name}" for s, _ in hits))
         return hits[0][1][0]
+
+    def _session_bound(self, col: exp.Column) -> tuple[str, str]:
+        what = ("wstart", "wend")[col.meta[SESSION_BOUND]]
+        found = [s for s in self.sources if s.session]
+        if not found:
+            raise UndefinedColumn(f"{what}(*) needs a session window",
+                                  hint="Write s [SESSION '10 seconds'] or [PARTITION BY k "
+                                       "SESSION '10 seconds'].")
+        if len(found) > 1:
+            raise AmbiguousColumn(f"{what}(*) is ambiguous: {found[0].alias} and "
+                                  f"{found[1].alias} both have session windows",
+                                  hint="Read one of them in a query in FROM that selects "
+                                       f"{what}(*) AS a name.")
+        return found[0].session[col.meta[SESSION_BOUND]], "TIMESTAMP"
 
 
 # marks a column reference that names a query's column by its plan name (what ``*`` expands

@@ -141,9 +141,11 @@ def strip_stream_windows(sel: exp.Select) -> None:
 def refuse_pseudo(sel: exp.Select, has_column) -> None:
     """valid_from and valid_to belong to the outer query's select list alone."""
     for node in sel.walk():
-        if isinstance(node, exp.Anonymous) and node.name.lower() == "wtime":
-            raise Unsupported("wtime(*) cannot be read in this query", position=written_at(node),
-                              hint="Select it in a query over this one.")
+        if isinstance(node, exp.Anonymous) and node.name.lower() in ("wtime", "wstart", "wend"):
+            raise Unsupported(f"{node.name.lower()}(*) cannot be read in this query",
+                              position=written_at(node),
+                              hint="Select it in a query over this one, or (wstart, wend) in "
+                                   "a query in FROM under a name.")
         if isinstance(node, exp.Column) and not node.table and \
                 node.name.lower() in PSEUDO and not has_column(node.name):
             raise Unsupported(f"{node.name.lower()} can only be selected, in the select list of "

@@ -11,7 +11,7 @@ from ..operators.aggregates import aggregate, range_aggregate, slide_aggregate
 from ..operators.limit import Limit
 from ..operators.patterns import pattern, row_pattern
 from ..operators.scan import RelationScan, Scan
-from ..windows import loop_window, rows_window
+from ..windows import loop_window, rows_window, session_window
 from ..windows import time_window as window
 
 
@@ -124,7 +124,8 @@ def _slide_of(node) -> P.SlideWindow | None:
     return None
 
 
-_WINDOWS = {P.RowsWindow: rows_window.RowsWindow, P.LoopWindow: loop_window.LoopWindow}
+_WINDOWS = {P.RowsWindow: rows_window.RowsWindow, P.LoopWindow: loop_window.LoopWindow,
+            P.SessionWindow: session_window.SessionWindow}
 
 
 def _window(node: P.Window):

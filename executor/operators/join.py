@@ -4,7 +4,8 @@ Stream–stream: both inputs go through the Algorithm-1 merge, so tuples are joi
 timestamp order and results leave in valid_from order; each stable chunk is joined against
 the other side's stored tuples and against itself in one DuckDB query (the equi-join part
 becomes DuckDB's hash join, the residual a filter), and a stored tuple is purged as soon as no
-later tuple can meet it (te <= the frontier).
+later tuple can meet it: te <= the frontier, or, for an interval join or a state_ttl, the
+side's ``keep`` bound (``Join.keep``) <= the frontier, although still valid.
 
 Stream–table: the table is a lookup relation the gateway sends whole whenever it changes;
 each stream tuple joins the table as it stood when the tuple was processed and keeps its own
@@ -42,9 +43,12 @@ class StreamJoin(Merging):
         self.left_cols = [c.name for c in node.left.schema]
         self.right_cols = [c.name for c in node.right.schema]
         self.merger = Merger(2)
-        # per side: stored chunks (columns + __ts_l/__te_l), each with its least and
-        # greatest te, so purging looks at a chunk's rows only when it is partly expired
+        # per side: stored chunks (columns + __ts_l/__te_l/__keep_l), each with its least
+        # and greatest __keep (when it may go: te, or sooner by the join's keep bound), so
+        # purging looks at a chunk's rows only when it is partly expired
         self.stored: list = [[], []]
+        # a NULL bound: the condition holds for no later tuple, so the tuple goes at once
+        self.keep = [f"coalesce({k.sql}, {TS})" if k is not None else None for k in node.keep]
         cond = _condition(node)
         self.pair = (f"SELECT {_column_list(self.left_cols)}, "
                      f"{_column_list(self.right_cols)}, greatest(__ts_l, __ts_r) AS {TS}, "
@@ -56,16 +60,21 @@ class StreamJoin(Merging):
     def open(self, context):
         self.con = context.cursor()
 
-    @staticmethod
-    def _side(table: pa.Table, cols: list, suffix: str) -> pa.Table:
-        return table.select(cols + [TS, TE]).rename_columns(cols + [f"__ts{suffix}",
-                                                                   f"__te{suffix}"])
+    def _side(self, table: pa.Table, i: int) -> pa.Table:
+        """A side's new tuples as stored: its columns, interval and __keep (when it goes)."""
+        cols, suffix = (self.left_cols, self.right_cols)[i], ("_l", "_r")[i]
+        names = cols + [f"__ts{suffix}", f"__te{suffix}"]
+        if self.keep[i] is None:
+            side = table.select(cols + [TS, TE]).rename_columns(names)
+            return side.append_column(f"__keep{suffix}", side.column(f"__te{suffix}"))
+        return duck.run(self.con, "side", table, f"SELECT {_column_list(cols)}, {TS} AS "
+                        f"__ts{suffix}, {TE} AS __te{suffix}, least({TE}, {self.keep[i]}) "
+                        f"AS __keep{suffix} FROM side")
 
     def advance(self, limit: int, parts: list, everything: bool) -> list:
         limit = None if everything else limit
         out = []
-        new = [self._side(p, cols, sfx) if p is not None else None
-               for p, cols, sfx in zip(parts, (self.left_cols, self.right_cols), ("_l", "_r"))]
+        new = [self._side(p, i) if p is not None else None for i, p in enumerate(parts)]
         # the pairs with a new tuple in them: new left × every right, old left × new right
         # (stored × stored was joined when the later of the two came)
         right_all = [c for c, _, _ in self.stored[1]] + ([new[1]] if new[1] is not None else [])
@@ -79,13 +88,13 @@ class StreamJoin(Merging):
         for i, suffix in enumerate(("_l", "_r")):
             chunks = self.stored[i]
             if new[i] is not None and new[i].num_rows:
-                chunks.append(_bounded(new[i], f"__te{suffix}"))
+                chunks.append(_bounded(new[i], f"__keep{suffix}"))
             if limit is not None:           # no later tuple starts before the frontier
-                chunks = [c for c in (_unexpired(c, f"__te{suffix}", limit) for c in chunks)
+                chunks = [c for c in (_unexpired(c, f"__keep{suffix}", limit) for c in chunks)
                           if c is not None]
             if len(chunks) > COMPACT:         # many small batches: one table again
                 chunks = [_bounded(one_table([c for c, _, _ in chunks]).combine_chunks(),
-                                   f"__te{suffix}")]
+                                   f"__keep{suffix}")]
             self.stored[i] = chunks
         if limit is not None:
             out.append(Watermark(limit))

@@ -4,9 +4,9 @@ kind: the interval it gives a tuple (``assign``, on whole batches, for the kinds
 from the tuple alone), how far back it reaches when its query starts (``reach``: what a query
 over an archived stream is primed with), and how far a late tuple's effect reaches
 (``late_end`` / ``late_since``: what RECOMPUTE reads again). A kind whose ω keeps state (ROWS,
-loops) has its operator beside it (``rows_window.py``, ``loop_window.py``; ``time_window.py``
-runs every ``assign``). A new kind is a class here, its syntax in ``dialect/window_kinds.py``
-and, where its ω keeps state, its operator here.
+sessions, loops) has its operator beside it (``rows_window.py``, ``session_window.py``,
+``loop_window.py``; ``time_window.py`` runs every ``assign``). A new kind is a class here, its
+syntax in ``dialect/window_kinds.py`` and, where its ω keeps state, its operator here.
 
 >>> RangeWindow(10).reach(100), SlideWindow(10, 5).reach(100), FixedWindow(2, 5).reach(100)
 (91, 86, 2)
@@ -172,6 +172,18 @@ class FixedWindow(_Kind):
 
 
 @dataclass(frozen=True)
+class SessionWindow(_Kind):
+    """[SESSION gap] / [PARTITION BY keys SESSION gap]: a session is a run of a partition's
+    tuples each less than ``gap_us`` after the one before; it ends ``gap_us`` after its last
+    tuple, and from then on its tuples are valid for one gap: [end, end + gap), as a tumbling
+    window's answer holds for one slide. Its tuples gain its start and end as the columns
+    ``columns`` names (``wstart(*)``, ``wend(*)``; ``session_window.py``)."""
+    gap_us: int
+    partition_by: tuple = ()      # tuple[Expr]
+    columns: tuple = ()           # (start column, end column) the window adds
+
+
+@dataclass(frozen=True)
 class IntervalWindow(_Kind):
     """A stream with an ENDTIMESTAMPCOLUMN keeps each tuple's own [ts, te)."""
 
@@ -207,5 +219,4 @@ class LoopWindow(_Kind):
 
 
 WindowKind = Union[RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
-                   FixedWindow, IntervalWindow, LoopWindow]
-
+                   FixedWindow, IntervalWindow, LoopWindow, SessionWindow]

@@ -154,6 +154,9 @@ def _check_join(n: P.Join, kids) -> Kind:
         if kids[0].name not in ("ranged", "unbounded", "slid") or kids[1].name != "table":
             raise Refused("a join with a table over anything but a stream's windowed rows")
         return Kind("tabled")
+    if n.ttl_us is not None:
+        raise Refused("a join with state_ttl (only tuples less than that apart meet, by their "
+                      "valid_from)")
     names = [k.name for k in kids]
     gridded = all(k in _GRIDDED for k in names) and kids[0].grid == kids[1].grid
     if names == ["slid", "slid"]:

@@ -51,6 +51,29 @@ class Col:
         return (f"{self.qual}.{self.name}",)
 
 
+@dataclass
+class SessionCol(Col):
+    """A session window's start or end: ``wstart(*)`` / ``wend(*)`` in cqgate's SQL, the
+    snapshot's column of that name in the oracle's (which then groups by both, as cqgate
+    does when a grouped query reads either)."""
+
+    @property
+    def sql(self) -> tuple:
+        return (self,)
+
+    def render(self, mode, names):
+        return f"{self.name}(*)" if mode == "cql" else f"{self.qual}.{self.name}"
+
+
+def reads_session(e) -> SessionCol | None:
+    """The session bound an expression reads (not inside a subquery), if any."""
+    if isinstance(e, SessionCol):
+        return e
+    if isinstance(e, tuple):
+        return next((c for c in map(reads_session, e) if c is not None), None)
+    return None
+
+
 # ---------------------------------------------------------------------- the tree
 @dataclass
 class RefItem:
@@ -72,6 +95,8 @@ class RefItem:
         cols = [Col(self.ref.alias, n, k) for n, _, k in rel.columns]
         if rel.kind == "stream":
             cols.append(Col(self.ref.alias, "t", "time"))
+        if self.ref.window is not None and self.ref.window.kind == "session":
+            cols += [SessionCol(self.ref.alias, n, "time") for n in ("wstart", "wend")]
         return cols
 
 
@@ -116,6 +141,10 @@ class Select:
     clause: list = field(default_factory=list)   # refs whose window is in the WINDOW clause
     pseudo: bool = False              # cqgate's form selects valid_from, valid_to first
     qualify: str | None = None        # a filter over window functions (text, both dialects)
+    # WITH (state_ttl = seconds) in cqgate's form; the oracle's form joins only the tuples
+    # whose event times (their valid_from) are that close: the condition's text
+    ttl: tuple | None = None
+    aggregated: bool = False          # grouped, or one global aggregate
 
     def outputs(self) -> list:
         return [(a, k) for _, a, k in self.items]
@@ -133,10 +162,18 @@ class Select:
         text = head + ", ".join(items) + " FROM " + ", ".join(
             f.render(mode, names) for f in self.from_)
         text += "".join(j.render(mode, names) for j in self.joins)
-        if self.where is not None:
-            text += " WHERE " + render(self.where, mode, names)
-        if self.group is not None:
-            text += " GROUP BY " + ", ".join(render(g, mode, names) for g in self.group)
+        where = self.where
+        if self.ttl is not None and mode == "oracle":
+            where = self.ttl[1] if where is None else J("(", where, ") AND ", self.ttl[1])
+        if where is not None:
+            text += " WHERE " + render(where, mode, names)
+        group = [render(g, mode, names) for g in self.group or []]
+        session = next((c for e in [e for e, _, _ in self.items] + [self.having]
+                        if (c := reads_session(e)) is not None), None)
+        if mode == "oracle" and session is not None and self.aggregated:
+            group += [f"{session.qual}.wstart", f"{session.qual}.wend"]
+        if group:
+            text += " GROUP BY " + ", ".join(group)
         if self.having is not None:
             text += " HAVING " + render(self.having, mode, names)
         if self.clause and mode == "cql":
@@ -147,6 +184,8 @@ class Select:
             text += " ORDER BY " + ", ".join(self.order)
         if self.limit is not None:
             text += f" LIMIT {self.limit}"
+        if self.ttl is not None and mode == "cql":
+            text += f" WITH (state_ttl = '{self.ttl[0]} seconds')"
         return text
 
 
@@ -231,6 +270,9 @@ OTHER_AGGREGATES = [
     ("sum({d})", "double"), ("avg({d})", "double"), ("bit_or({i})", "int"),
 ]
 VOLATILE = ["random()", "gen_random_uuid()::TEXT"]
+# the windows under which a tuple's valid_from is its event time t, so that a join may be
+# bounded by t (an interval join) or by state_ttl
+STARTS_AT_T = ("none", "range", "now", "unbounded", "rows")
 
 
 class Generator:
@@ -334,6 +376,12 @@ class Generator:
                 and rng.random() < 0.85 else self.predicate(cols + icols, 1)
             if rng.random() < 0.2:
                 cond = J(cond, " AND ", self.predicate(cols + icols, 1))
+            times = [c for c in cols if c.kind == "time" and c.name == "t"]
+            if times and isinstance(item, RefItem) and item.ref.relation in STREAMS \
+                    and rng.random() < 0.3:       # an interval join
+                pair = [rng.choice(times), next(c for c in icols if c.name == "t")]
+                rng.shuffle(pair)
+                cond = J(cond, " AND ", self.time_bound(*pair))
             if rng.random() < 0.4:
                 items.append(item)
                 conjuncts.append(cond)
@@ -352,6 +400,32 @@ class Generator:
                     joins.append(JoinItem("JOIN" if kind == "USING" else kind, item, on=cond))
             cols = cols + icols
         return items, joins, cols, conjuncts
+
+    def time_bound(self, a: Col, b: Col) -> tuple:
+        """A condition between two streams' event times that bounds a join's state (or only
+        one side's: the other is then refused unless windowed)."""
+        n = self.rng.choice([0, 1, 2])
+        return self.rng.choice([
+            J(a.sql, " BETWEEN ", b.sql, " AND ", b.sql, f" + INTERVAL '{n} seconds'"),
+            J(a.sql, " = ", b.sql),
+            J(a.sql, " >= ", b.sql, " - INTERVAL '1 seconds' AND ", a.sql, " <= ", b.sql,
+              " + INTERVAL '500 milliseconds'"),
+            J(a.sql, " < ", b.sql, f" + INTERVAL '{n} seconds'"),
+        ])
+
+    def state_ttl(self, sel: Select) -> None:
+        """Perhaps WITH (state_ttl = …) on a top SELECT that joins two streams whose tuples
+        start at their event times, inner joins only (an outer join is Σ, which refuses it)."""
+        refs = [f for f in sel.from_ + [j.item for j in sel.joins]]
+        streams = [f.ref for f in refs if isinstance(f, RefItem) and f.ref.relation in STREAMS]
+        if len(streams) != 2 or any(isinstance(f, Derived) for f in refs) or any(
+                j.kind not in ("JOIN", "CROSS JOIN") for j in sel.joins) or any(
+                r.window is None or r.window.kind not in STARTS_AT_T for r in streams) \
+                or self.rng.random() >= 0.25:
+            return
+        n = self.rng.choice([1, 2, 3])
+        a, b = (r.alias for r in streams)
+        sel.ttl = (n, f"abs(epoch_us({a}.t) - epoch_us({b}.t)) < {n * 1_000_000}")
 
     def source(self, state, table=False):
         """A FROM item: a stream under a random window, the table, or a derived query."""
@@ -387,6 +461,7 @@ class Generator:
                 if all(render(e, "cql", {}) != render(k, "cql", {}) for k, _ in keys):
                     keys.append((e, kind))
             sel.group = [k for k, _ in keys] or None
+            sel.aggregated = True
             for i, want in enumerate(wants):
                 e, kind = self.grouped_item(keys, cols, want)
                 sel.items.append((e, f"c{i}", kind))
@@ -435,6 +510,8 @@ class Generator:
             sel.limit = rng.randint(1, 3)
         elif top and rng.random() < 0.04:
             sel.limit = rng.randint(1, 4)
+        if top:
+            self.state_ttl(sel)
         return sel
 
     def window_function(self, state):
@@ -444,7 +521,7 @@ class Generator:
         items, joins, cols = [src], [], src.columns()
         ints = [c for c in cols if c.kind == "int"]
         k, v = ints[0].sql[0], ints[-1].sql[0]
-        order = ", ".join(c.sql[0] for c in cols)            # a total order: deterministic
+        order = ", ".join(c.sql[0] for c in cols if not isinstance(c, SessionCol))  # total
         func = rng.choice([f"ROW_NUMBER() OVER (PARTITION BY {k} ORDER BY {order})",
                            f"RANK() OVER (PARTITION BY {k} ORDER BY {v})",
                            f"DENSE_RANK() OVER (ORDER BY {v})",
@@ -677,6 +754,8 @@ def simpler(case: Case):
                 yield replace(case, query=rewrap(replace(inner, **{attr: None})))
         if inner.distinct:
             yield replace(case, query=rewrap(replace(inner, distinct=False)))
+        if inner.ttl is not None:
+            yield replace(case, query=rewrap(replace(inner, ttl=None)))
         if len(inner.items) > 1 and inner.distinct_on is None:
             for i in range(len(inner.items)):
                 items = inner.items[:i] + inner.items[i + 1:]

@@ -17,7 +17,8 @@ from collections import Counter
 import duckdb
 
 from .grammar import INSTANT
-from .world import INF, ORACLE_FUNCTION, RELATIONS, T0, Data, Window, validity
+from .world import (INF, ORACLE_FUNCTION, RELATIONS, T0, Data, Window, session_bounds,
+                    validity)
 
 
 def normal(v):
@@ -103,7 +104,9 @@ class Oracle:
             rows = data.tuples[r.relation]
             spans = validity(r.window or Window("none"), rel, rows,
                              lambda pred, rel=rel, rows=rows: self._passes(rel, rows, pred))
-            self._snapshot_table(r.index, rel, rows, spans)
+            bounds = session_bounds(r.window, rows) if r.window is not None and \
+                r.window.kind == "session" else None
+            self._snapshot_table(r.index, rel, rows, spans, bounds)
             for span in spans:
                 if span is not None and span[0] < span[1]:
                     points.update(x for x in span if T0 <= x < data.end)
@@ -124,19 +127,26 @@ class Oracle:
                                ).fetchall()
         return [bool(x[0]) for x in got]
 
-    def _snapshot_table(self, index: int, rel, rows: list, spans: list) -> None:
+    def _snapshot_table(self, index: int, rel, rows: list, spans: list,
+                        sessions: list | None = None) -> None:
+        """``sessions``: under a session window, each tuple's session (start, end), read as
+        the columns wstart and wend (cqgate's wstart(*), wend(*))."""
         cols = list(rel.columns) + [("t", rel.time, "time")]
         if rel.own:
             cols.append(("te", "TIMESTAMP", "time"))
+        if sessions is not None:
+            cols += [("wstart", "TIMESTAMP", "time"), ("wend", "TIMESTAMP", "time")]
         self.con.execute(f"CREATE TABLE ref{index} (" + ", ".join(f"{n} {t}" for n, t, _ in cols)
                          + ", vf BIGINT, vt BIGINT)")
         values = []
-        for r, span in zip(rows, spans):
+        for i, (r, span) in enumerate(zip(rows, spans)):
             if span is None or span[0] >= span[1]:
                 continue
             row = [r[n] for n, _, _ in rel.columns] + [_ts(r["ts"])]
             if rel.own:
                 row.append(_ts(r["te"]))
+            if sessions is not None:
+                row += [_ts(x) for x in sessions[i]]
             values.append(row + [span[0], min(span[1], INF)])
         if values:
             self.con.executemany(f"INSERT INTO ref{index} VALUES "

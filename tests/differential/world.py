@@ -185,8 +185,9 @@ def random_data(rng: random.Random, max_tuples: int = 14) -> Data:
 @dataclass(frozen=True)
 class Window:
     """A window as written after a stream: ``kind`` one of none, range, now, unbounded,
-    rows, slide, between; sizes in µs; ``partition``: column names; ``where``: a predicate
-    over the stream's columns (SQL both dialects read); ``start``: a slide's START AT."""
+    rows, slide, between, session (its gap is ``size``); sizes in µs; ``partition``: column
+    names; ``where``: a predicate over the stream's columns (SQL both dialects read);
+    ``start``: a slide's START AT."""
     kind: str
     size: int = 0
     slide: int = 0
@@ -225,13 +226,15 @@ _CQL = {
                         f"{timestamp(w.start)[10:]}]" if w.start is not None else
                         f"[RANGE {_span(w.size)} SLIDE {_span(w.slide)}]"),
     "between": lambda w: f"[BETWEEN {timestamp(w.low)[10:]} AND {timestamp(w.high)[10:]}]",
+    "session": lambda w: "[" + (f"PARTITION BY {', '.join(w.partition)} " if w.partition
+                                else "") + f"SESSION {_span(w.size)}]",
 }
 
 
 def random_window(rng: random.Random, rel: Relation, where_of) -> Window:
     """A window for a reference to ``rel``; ``where_of(rng)`` makes a count window's WHERE."""
     kind = rng.choice(["none", "range", "range", "range", "now", "unbounded", "rows", "rows",
-                       "slide", "slide", "between"])
+                       "slide", "slide", "between", "session"])
     spelling = rng.randint(0, 3)
     if kind == "range":
         return Window("range", size=rng.choice([500_000, S, 2 * S, 3 * S, 5 * S]),
@@ -245,6 +248,9 @@ def random_window(rng: random.Random, rel: Relation, where_of) -> Window:
                                   (3 * S, 1_500_000), (4 * S, 2 * S)])
         start = T0 + rng.choice([0, 500_000, S]) if rng.random() < 0.3 else None
         return Window("slide", size=size, slide=slide, start=start)
+    if kind == "session":
+        return Window("session", size=rng.choice([500_000, S, 2 * S]),
+                      partition=("k",) if rng.random() < 0.5 else ())
     if kind == "between":
         low = T0 + rng.choice([0, S, 2 * S, 3 * S])
         return Window("between", low=low, high=low + rng.choice([2 * S, 4 * S, 8 * S]))
@@ -286,6 +292,25 @@ def _slide_validity(w: Window, rows: list, passes) -> list:
     return out
 
 
+def session_bounds(w: Window, rows: list) -> list:
+    """Each tuple's session (start, end): a partition's tuples less than the gap apart
+    are one session, which ends a gap after its last tuple."""
+    out: list = [None] * len(rows)
+    parts: dict = {}
+    for i, r in enumerate(rows):
+        parts.setdefault(tuple(r[c] for c in w.partition), []).append(i)
+    for idx in parts.values():
+        runs = [[idx[0]]]
+        for before, i in zip(idx, idx[1:]):
+            if rows[i]["ts"] - rows[before]["ts"] >= w.size:
+                runs.append([])
+            runs[-1].append(i)
+        for run in runs:
+            for i in run:
+                out[i] = (rows[run[0]]["ts"], rows[run[-1]]["ts"] + w.size)
+    return out
+
+
 _VALIDITY = {
     "range": lambda w, rows, p: [(r["ts"], r["ts"] + w.size) for r in rows],
     "now": lambda w, rows, p: [(r["ts"], r["ts"] + 1) for r in rows],
@@ -295,6 +320,8 @@ _VALIDITY = {
     "slide": _slide_validity,
     "between": lambda w, rows, p: [(r["ts"], w.high) if w.low <= r["ts"] < w.high else None
                                    for r in rows],
+    # a session's tuples hold for one gap after it ends
+    "session": lambda w, rows, p: [(end, end + w.size) for _, end in session_bounds(w, rows)],
 }
 
 
