@@ -23,8 +23,9 @@ from executor.graph import Graph
 from executor.graph.running_graph import below
 from executor.windows.loops import NotLive
 from executor.operators import filter_map, join
-from executor.operators.aggregates import aggregate, range_aggregate, slide_aggregate
-from executor.windows import loop_window, rows_window
+from executor.operators.aggregates import (aggregate, range_aggregate, session_aggregate,
+                                           slide_aggregate)
+from executor.windows import loop_window, rows_window, session_window
 from executor.windows import time_window as window
 
 S = 1_000_000
@@ -89,6 +90,7 @@ SUM_BY_V = P.Aggregate(SCAN, (P.NamedExpr("k", V),), (P.Partial("total", "sum", 
                        (P.NamedExpr("k", _col("k", "INTEGER")),
                         P.NamedExpr("total", _col("total", "BIGINT"))),
                        (P.Column("k", "INTEGER"), P.Column("total", "BIGINT")))
+SESSION = P.SessionWindow(S, (), ("s.__wstart", "s.__wend"))
 FORWARD = P.LoopWindow(
     "t", P.Expr('"ST"', ("ST",), "TIMESTAMP", ("col", "ST")),
     P.Expr('"t" < "ST" + INTERVAL \'50\' SECOND', ("t", "ST"), "BOOLEAN"),
@@ -162,6 +164,8 @@ def _operators() -> dict:
         "slide aggregate": lambda: slide_aggregate.SlideAggregate(
             SUM_BY_V, P.SlideWindow(5 * S, 1 * S)),
         "count window": lambda: rows_window.RowsWindow(P.RowsWindow(2)),
+        "session window": lambda: session_window.SessionWindow(SESSION),
+        "session aggregate": lambda: session_aggregate.SessionAggregate(SUM_BY_V, SESSION),
         "loop window": lambda: loop_window.LoopWindow(FORWARD),
         "stream join": lambda: join.StreamJoin(stream_join),
         "table join": lambda: join.TableJoin(table_join, "t", []),

@@ -3,10 +3,12 @@ partition's tuples less than the gap apart form a session, which ends a gap afte
 tuple and from then on holds for one gap, with ``wstart(*)`` and ``wend(*)`` readable. Right at
 every instant through the shared server over seeded data sets (tuples in several batches,
 NULL keys, ties), compared with DuckDB on the snapshots (the differential tester's judge,
-whose world computes sessions on its own); the window's state is the open sessions alone.
+whose world computes sessions on its own); the window's state is the open sessions alone,
+and a session grouped by its end comes whole.
 Each query here was a syntax error (42601) before."""
 from __future__ import annotations
 
+import datetime as dt
 import random
 
 import duckdb
@@ -17,7 +19,7 @@ import sqlglot
 
 import dialect  # noqa: F401
 from dialect import errors as DE
-from dialect.planner import plan
+from dialect.planner import MemoryCatalog, Relation, plan
 from differential.grammar import Case
 from differential.runner import Round
 from differential.world import Window, random_data
@@ -26,6 +28,7 @@ from executor import duck
 from executor import plan as P
 from executor.batches import INF, TE, TS, Watermark
 from executor.context import OperatorContext
+from executor.graph import RunningQuery
 from executor.windows.session_window import SessionWindow
 from planner_catalog import seed_catalog
 
@@ -129,3 +132,30 @@ def test_the_window_holds_only_open_sessions():
     assert (rows.column(TE).to_numpy() == ends + S).all()
     starts = rows.column("s.__wstart").cast(pa.int64()).to_numpy()
     assert (starts == (ends - 750_000 - S)).all()
+
+
+def test_a_grouped_session_comes_whole_whatever_the_boundaries():
+    """GROUP BY k reading wend(*) runs fused with the window: each session's row is sent once,
+    valid [end, end + gap), though BOUNDARYs fall every 250 ms inside it (α would send it in
+    pieces); a count without wend(*) goes through α and holds at the same instants."""
+    catalog = MemoryCatalog().add(Relation("s", "stream", (("k", "INT"), ("t", "TIMESTAMP")),
+                                           "t"))
+    fused = RunningQuery(plan(sqlglot.parse_one(
+        "SELECT k, COUNT(*) AS n, wend(*) AS e, valid_from, valid_to FROM s [PARTITION BY k "
+        "SESSION '1 second'] GROUP BY k", read="cql"), catalog))
+    times = [0, 400_000, 3 * S, 3 * S + 100_000, 3 * S + 900_000]
+    keys = [1, 1, 1, 2, 1]
+    batch = pa.RecordBatch.from_pydict({"k": pa.array(keys, pa.int32()),
+                                        "t": pa.array(times).cast(pa.timestamp("us"))})
+    out = fused.push("s", batch)
+    for q in range(1, 30):
+        out += fused.watermark("s", q * 250_000)
+    rows = [(r["k"], r["n"], _us(r["e"]), _us(r["valid_from"]), _us(r["valid_to"]))
+            for b in out if not isinstance(b, Watermark) for r in b.to_pylist()]
+    assert sorted(rows) == [(1, 2, 1_400_000, 1_400_000, 2_400_000),
+                            (1, 2, 4_900_000, 4_900_000, 5_900_000),
+                            (2, 1, 4_100_000, 4_100_000, 5_100_000)]
+
+
+def _us(t: dt.datetime) -> int:
+    return (t - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from .. import plan as P
 from ..duck import quote
 from ..operators import filter_map, join, qjoin, repeat, snapshot_query, union
-from ..operators.aggregates import aggregate, range_aggregate, slide_aggregate
+from ..operators.aggregates import (aggregate, range_aggregate, session_aggregate,
+                                    slide_aggregate)
 from ..operators.limit import Limit
 from ..operators.patterns import pattern, row_pattern
 from ..operators.scan import RelationScan, Scan
@@ -190,6 +191,7 @@ _BUILDERS = {
 _FUSED = {
     P.SlideWindow: (slide_aggregate.SlideAggregate, slide_aggregate.supports),
     P.RangeWindow: (range_aggregate.RangeAggregate, range_aggregate.supports),
+    P.SessionWindow: (session_aggregate.SessionAggregate, session_aggregate.supports),
 }
 
 

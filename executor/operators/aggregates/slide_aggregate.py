@@ -35,6 +35,11 @@ _VECTOR = {
 
 
 def supports(node: P.Aggregate) -> bool:
+    return groupable(node)
+
+
+def groupable(node: P.Aggregate) -> bool:
+    """Whether Arrow's hash aggregation computes every partial of ``node`` (``grouped``)."""
     return all(p.func in _VECTOR for p in node.partials)
 
 
@@ -83,10 +88,7 @@ class SlideAggregate(Operator):
         # slides — then spread those partials over their slides: far fewer rows to explode
         t = t.drop_columns([TS]).append_column("__first", pa.array(first)) \
             .append_column("__last", pa.array(last)).filter(pa.array(counts > 0))
-        pre = t.group_by(self.keys + ["__first", "__last"], use_threads=False).aggregate(
-            [(p, _VECTOR[f][0]) if f != "count_star" else (p, "count", pc.CountOptions("all"))
-             for p, f in zip(self.partials, self.funcs)])
-        pre = pre.rename_columns([_strip(n, self.partials) for n in pre.column_names])
+        pre = grouped(t, self.keys + ["__first", "__last"], self.partials, self.funcs)
         f0 = pre.column("__first").to_numpy()
         n = (pre.column("__last").to_numpy() - f0) // self.slide + 1
         rows = np.repeat(np.arange(pre.num_rows), n)
@@ -177,6 +179,14 @@ class SlideAggregate(Operator):
 
     def state_size(self) -> int:
         return sum(t.num_rows for parts in self.slides.values() for t in parts)
+
+
+def grouped(table: pa.Table, by: list, partials: list, funcs: list) -> pa.Table:
+    """``table``'s partials aggregated by Arrow per ``by``, under their own names."""
+    out = table.group_by(by, use_threads=False).aggregate(
+        [(p, _VECTOR[f][0]) if f != "count_star" else (p, "count", pc.CountOptions("all"))
+         for p, f in zip(partials, funcs)])
+    return out.rename_columns([_strip(n, partials) for n in out.column_names])
 
 
 def _strip(name: str, partials: list) -> str:
