@@ -3,9 +3,11 @@ in cqgate's SQL and in the oracle's, with the stream references they read (the t
 construct run them over seeded data sets, as the generator's cases run)."""
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
-from .world import Ref, Window
+from .runner import Round
+from .world import Ref, Window, random_data
 
 
 @dataclass
@@ -36,3 +38,16 @@ def range_window(seconds: float) -> Window:
 def refs(*specs) -> list:
     """(relation, window, alias) each, as the references snap0, snap1 … read."""
     return [Ref(rel, window, alias, index=i) for i, (rel, window, alias) in enumerate(specs)]
+
+
+def judged(dsn: str, case, max_tuples: int = 12, seeds=range(4)) -> tuple[list, int]:
+    """``case`` as a cursor, a derived stream and in snapshot mode, over a seeded data set per
+    seed (tuples in several batches, NULLs, ties): (what was not right, as (how, status,
+    SQLSTATE, message, detail); the rows the answers held)."""
+    outcomes = []
+    for seed in seeds:
+        data = random_data(random.Random(seed), max_tuples=max_tuples)
+        outcomes += Round(dsn, [case], data, variants=("derived", "snapshot")).run()
+    bad = [(o.how, o.status, o.sqlstate, o.message, o.detail) for o in outcomes
+           if o.status != "ok"]
+    return bad, sum(o.rows for o in outcomes)
