@@ -94,8 +94,6 @@ def _typing_database() -> duckdb.DuckDBPyConnection:
     return _typing[0]
 
 
-
-
 def query_columns(sql: str) -> list:
     """(name, type) of each column of query ``sql``, bound (not run) in the typing database;
     raises ``duckdb.Error`` where it cannot be bound."""

@@ -29,12 +29,11 @@ from .check_expressions import (bound_type, checked, has_now, inlined, is_aggreg
 from ..kernel_trees import kernel_tree
 from .patterns import match_recognize_source, pattern_source
 from .push_down_filters import Conjunct, conjunction, push_down_filters
-from .scope import PLAN_NAME, SESSION_BOUND, Scope, Source
+from .scope import PLAN_NAME, SESSION_BOUND, SESSION_BOUNDS, Scope, Source
 from .split_aggregates import split_aggregates
 from .types import INTEGERS, UNKNOWN, check_boolean, family, infer, normalize
 
 _RELATION_TO_STREAM = ("istream", "rstream", "dstream")
-_SESSION_BOUNDS = ("wstart", "wend")
 # the windows whose answers hold from an instant wtime(*) names: a slide's, a session's end
 _TIMED = (P.SlideWindow, P.LoopWindow, P.SessionWindow)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -65,8 +64,8 @@ def _unstream_dots(e: exp.Expression) -> exp.Expression:
 
 def session_bound(e: exp.Expression) -> int | None:
     """0 for ``wstart(*)``, 1 for ``wend(*)``, None for anything else."""
-    if isinstance(e, exp.Anonymous) and e.name.lower() in _SESSION_BOUNDS:
-        return _SESSION_BOUNDS.index(e.name.lower())
+    if isinstance(e, exp.Anonymous) and e.name.lower() in SESSION_BOUNDS:
+        return SESSION_BOUNDS.index(e.name.lower())
     return None
 
 
@@ -76,7 +75,7 @@ def _session_bounds(e: exp.Expression) -> exp.Expression:
         which = session_bound(node)
         if which is None:
             return node
-        col = exp.column(_SESSION_BOUNDS[which])
+        col = exp.column(SESSION_BOUNDS[which])
         col.meta[SESSION_BOUND] = which
         col.meta["start"] = node.meta.get("start")
         return col
@@ -357,16 +356,13 @@ class Builder:
                 continue
             equi, residual = placement.joins.get(k, ([], []))
             kind = "stream-table" if src.relation.kind == "table" else "stream-stream"
-            keep, ttl_here = (None, None), None
+            keep = (None, None)
             if kind == "stream-stream":
-                kept = None
-                if ttl is not None:         # its condition joins the others
-                    cond, kept = join_state.ttl_condition(node, part, ttl,
-                                                          join_state.ttl_at(sel))
-                    residual, ttl_here = residual + [cond], ttl
-                keep = join_state.join_keep(placement.bounds.get(k, []), node, part, kept)
+                residual, keep = join_state.stream_join(node, part, placement.bounds.get(k, []),
+                                                        residual, ttl, join_state.ttl_at(sel))
             node = P.Join(node, part, tuple(equi), conjunction(residual), kind,
-                          node.schema + part.schema, keep, ttl_here)
+                          node.schema + part.schema, keep,
+                          ttl if kind == "stream-stream" else None)
             if quality is not None and (quality_join.written(sel) or (
                     kind == "stream-stream" and len(order) == 2)):
                 node = quality_join.quality_join(node, (sources[order[0]].alias, src.alias),
@@ -721,7 +717,7 @@ def _session_keys(real: list, having, group: list) -> list:
         return []
     named = {session_bound(g) for g in group}
     return [exp.Anonymous(this=name, expressions=[exp.Star()])
-            for i, name in enumerate(_SESSION_BOUNDS) if i not in named]
+            for i, name in enumerate(SESSION_BOUNDS) if i not in named]
 
 
 def _star(star: exp.Expression, scope: Scope) -> list:

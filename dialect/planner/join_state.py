@@ -107,18 +107,21 @@ def keep_expr(facts: list, times: frozenset, columns: set):
     return P.Expr(f"{least} + 1", tuple(read), "BIGINT")
 
 
-def join_keep(facts: list, left, right, ttl: tuple | None = None) -> tuple:
-    """(left's, right's) keep Exprs for a stream–stream join of ``left`` and ``right``;
-    ``ttl``: its state_ttl's keeps (``ttl_condition``), the sooner of the two wins."""
+def stream_join(left, right, facts: list, residual: list, ttl_us: int | None, at) -> tuple:
+    """What a join of streams ``left`` and ``right`` keeps: (its residual, with state_ttl's
+    condition when ``ttl_us`` is set; (left's, right's) keep Exprs, the sooner of what its
+    order ``facts`` and the ttl allow). ``at``: where an error about the ttl points."""
     keeps = (keep_expr(facts, time_columns(right), {c.name for c in left.schema}),
              keep_expr(facts, time_columns(left), {c.name for c in right.schema}))
-    if ttl is None:
-        return keeps
-    return tuple(b if a is None else P.Expr(f"least({a.sql}, {b.sql})", tuple(
-        dict.fromkeys(a.columns + b.columns)), "BIGINT") for a, b in zip(keeps, ttl))
+    if ttl_us is None:
+        return residual, keeps
+    cond, ttl = _ttl_condition(left, right, ttl_us, at)
+    return residual + [cond], tuple(
+        b if a is None else P.Expr(f"least({a.sql}, {b.sql})", tuple(
+            dict.fromkeys(a.columns + b.columns)), "BIGINT") for a, b in zip(keeps, ttl))
 
 
-def ttl_condition(left, right, ttl_us: int, at) -> tuple:
+def _ttl_condition(left, right, ttl_us: int, at) -> tuple:
     """State_ttl on one join: (the condition it adds, both sides' keeps). It reads each
     side's event time, which a side that is not a stream read by it lacks."""
     times = [sorted(time_columns(side)) for side in (left, right)]

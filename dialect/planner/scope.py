@@ -20,8 +20,10 @@ class Source:
     session: tuple = ()           # a session window's (start, end) columns: wstart(*), wend(*)
 
 
-# marks the column a session's wstart(*) or wend(*) stands for (its value: 0 start, 1 end)
+# marks the column a session's wstart(*) or wend(*) stands for (its value: the index of its
+# name in SESSION_BOUNDS)
 SESSION_BOUND = "session_bound"
+SESSION_BOUNDS = ("wstart", "wend")
 
 
 class Scope:
@@ -75,7 +77,7 @@ class Scope:
         return hits[0][1][0]
 
     def _session_bound(self, col: exp.Column) -> tuple[str, str]:
-        what = ("wstart", "wend")[col.meta[SESSION_BOUND]]
+        what = SESSION_BOUNDS[col.meta[SESSION_BOUND]]
         found = [s for s in self.sources if s.session]
         if not found:
             raise UndefinedColumn(f"{what}(*) needs a session window",

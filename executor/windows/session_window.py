@@ -8,6 +8,7 @@ one, as the input comes in event-time order.
 """
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -27,6 +28,9 @@ class SessionWindow(Operator):
         self.held: pa.Table | None = None     # the open sessions' tuples: columns, __ts
         self.columns: list | None = None      # the input's columns (without ts/te)
         self.seq = 0
+        # no open session ends before this (a tuple can only push an end later, or start a
+        # session ending a gap after it): a frontier short of it closes nothing
+        self.next_end = INF
 
     def open(self, context):
         self.con = context.cursor()
@@ -49,15 +53,15 @@ class SessionWindow(Operator):
     def on_batch(self, batch, port=0):
         if self.columns is None:
             self.columns = [n for n in batch.schema.names if n not in (TS, TE)]
-        new = pa.table(batch).select(self.columns + [TS]) if isinstance(
-            batch, pa.RecordBatch) else batch.select(self.columns + [TS])
-        new = new.append_column(ORD, pa.array(range(self.seq, self.seq + new.num_rows),
-                                              pa.int64()))
+        new = pa.table(batch).select(self.columns + [TS])
+        new = new.append_column(ORD, pa.array(np.arange(self.seq, self.seq + new.num_rows)))
         self.seq += new.num_rows
         self.held = new if self.held is None else pa.concat_tables([self.held, new])
+        first, last = pc.min_max(batch.column(TS)).values()
+        self.next_end = min(self.next_end, first.as_py() + self.gap)
         # every later tuple starts at or after this batch's last: a session that ended by
         # then can take no more
-        return self._close(pc.max(batch.column(TS)).as_py())
+        return self._close(last.as_py())
 
     def on_watermark(self, ts, port=0):
         return self._close(ts) + [Watermark(ts)]
@@ -67,12 +71,14 @@ class SessionWindow(Operator):
 
     def _close(self, frontier: int) -> list:
         """Emit the sessions that ended by ``frontier``; keep the others' tuples."""
-        if self.held is None or self.held.num_rows == 0:
+        if self.held is None or self.held.num_rows == 0 or frontier < self.next_end:
             return []
         seen = duck.run(self.con, "held", self.held, self._sql(frontier))
         closed = seen.column("__closed")
         done = seen.filter(closed)
-        self.held = seen.filter(pc.invert(closed)).select(self.columns + [TS, ORD])
+        still = seen.filter(pc.invert(closed))
+        self.held = still.select(self.columns + [TS, ORD])
+        self.next_end = pc.min(still.column(END)).as_py() if still.num_rows else INF
         if done.num_rows == 0:
             return []
         end = done.column(END)

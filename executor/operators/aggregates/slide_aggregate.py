@@ -34,13 +34,12 @@ _VECTOR = {
 }
 
 
-def supports(node: P.Aggregate) -> bool:
-    return groupable(node)
-
-
 def groupable(node: P.Aggregate) -> bool:
     """Whether Arrow's hash aggregation computes every partial of ``node`` (``grouped``)."""
     return all(p.func in _VECTOR for p in node.partials)
+
+
+supports = groupable
 
 
 class SlideAggregate(Operator):
