@@ -9,6 +9,8 @@ import threading
 import duckdb
 import pyarrow as pa
 
+from . import python_functions
+
 
 def quote(name: str) -> str:
     """``name`` as a DuckDB identifier, whatever characters it holds.
@@ -34,15 +36,28 @@ def configured(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
 class Database:
     """Cursors of one in-memory database, made when the first is asked for (a graph that
-    needs no SQL costs no database). Calling it gives a new cursor; its taker closes it."""
+    needs no SQL costs no database). Calling it gives a new cursor; its taker closes it.
+    ``define`` adds the Python functions a plan calls (python_functions.PythonFunction)."""
 
     def __init__(self):
         self._db: duckdb.DuckDBPyConnection | None = None
+        self._functions: dict = {}          # DuckDB name -> PythonFunction
 
     def __call__(self) -> duckdb.DuckDBPyConnection:
         if self._db is None:
             self._db = duckdb.connect(config=LOCKED)
+            for f in self._functions.values():
+                f.install(self._db)
         return configured(self._db.cursor())
+
+    def define(self, functions) -> None:
+        """Make ``functions`` callable by their DuckDB names (each once: a name is a hash of
+        its definition)."""
+        for f in functions:
+            if f.duck_name not in self._functions:
+                self._functions[f.duck_name] = f
+                if self._db is not None:
+                    f.install(self._db)
 
     def close(self) -> None:
         if self._db is not None:
@@ -92,6 +107,17 @@ def _typing_database() -> duckdb.DuckDBPyConnection:
     if not _typing:
         _typing.append(configured(duckdb.connect(config={**LOCKED, "threads": 1})))
     return _typing[0]
+
+
+def define_for_typing(functions) -> None:
+    """Make Python functions known to the typing database, so that calls of them bind."""
+    with _typing_lock:
+        db = _typing_database()
+        known = {r[0] for r in db.sql("SELECT function_name FROM duckdb_functions() "
+                                      "WHERE function_name LIKE 'py\\_%' ESCAPE '\\'").fetchall()}
+        for f in functions:
+            if f.duck_name not in known:
+                f.install(db)
 
 
 def query_columns(sql: str) -> list:
@@ -164,6 +190,9 @@ def data_error(e: duckdb.Error) -> tuple[str, str] | None:
     ("Conversion Error: 'x' is not INT32", '22P02')
     """
     message = str(e).split("\n", 1)[0]
+    raised = python_functions.error_message(message)
+    if raised is not None:      # a user's Python function raised: PostgreSQL's external
+        return raised, "38000"  # routine exception
     if "Division by zero" in message:
         return "division by zero", "22012"
     for cls, state in _DATA_ERRORS:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import re
 import typing
 from dataclasses import dataclass
 from typing import Union
@@ -28,6 +29,10 @@ from executor.duck import LOCKED as EXPRESSION_CONFIG  # noqa: F401 - re-exporte
 from executor.duck import configured as expression_settings  # noqa: F401 - re-exported
 # User-defined aggregates a plan may name (loaded from the server's configuration in both
 # processes); the planner asks for their names and result types.
+# Python functions a plan may call: defined by the gateway, carried in the plan
+from executor.python_functions import FunctionError, PythonFunction  # noqa: F401 - re-exported
+from executor.python_functions import error_message as python_error  # noqa: F401 - re-exported
+from executor.python_functions import load as load_python_functions  # noqa: F401 - re-exported
 from executor.udf import load as load_user_aggregates  # noqa: F401 - re-exported
 from executor.udf import names as user_aggregate_names  # noqa: F401 - re-exported
 from executor.udf import return_type as user_aggregate_type  # noqa: F401 - re-exported
@@ -322,6 +327,7 @@ class Plan:
     pseudo: tuple = ()            # which of valid_from / valid_to / wtime were selected
     sql: str = ""
     reads_now: bool = False       # now() in it is the instant it was planned, a constant
+    functions: tuple = ()         # tuple[PythonFunction]: the Python functions it calls
 
 
 # --------------------------------------------------------------------------- serialisation
@@ -330,7 +336,7 @@ _TYPES = {cls.__name__: cls for cls in (
     *typing.get_args(WindowKind), Column, Expr, NamedExpr, StreamScan, TableScan,
     WindowRelationScan, Window, Filter, Map, Join, Union_, Partial, Aggregate, Distinct,
     Difference, Intersection, Repeat, Limit, Plan, PatternComponent, Pattern, RowMeasure,
-    QualityJoin, SnapshotQuery)}
+    QualityJoin, SnapshotQuery, PythonFunction)}
 
 
 def to_dict(obj):
@@ -617,5 +623,14 @@ def explain_head(plan: Plan) -> str:
 
 
 def explain(plan: Plan) -> list[str]:
-    """The plan as indented lines, root first."""
-    return [explain_head(plan)] + tree_lines(plan.root, children, explain_label)
+    """The plan as indented lines, root first; a Python function by the name it was called,
+    then "(python)"."""
+    lines = [explain_head(plan)] + tree_lines(plan.root, children, explain_label)
+    for f in plan.functions:
+        named = re.compile(re.escape(f.duck_name) + r"\(", re.I)
+        lines = [named.sub(f"{f.name}(", line) for line in lines]
+    if plan.functions:
+        lines.append("Python functions: " + ", ".join(
+            f"{f.name}({', '.join(f.types)}) → {f.returns}"
+            + (" vectorised" if f.vectorized else " per row") for f in plan.functions))
+    return lines

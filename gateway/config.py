@@ -33,6 +33,7 @@ class Config:
     workers: int = 16                    # threads running DuckDB work
     log_level: str = "INFO"
     aggregates: str | None = None        # user aggregates: "name=module:Class,..."
+    functions: str | None = None         # Python functions: "name=module:function,..."
     spark_master: str = "local[*]"       # where archive queries run: local, or spark://host:port
     spark_warm: bool = False             # start Spark with the server, not at the first query
     wrapper_path: str | None = None      # more folders of CREATE WRAPPER modules (os.pathsep)

@@ -54,6 +54,16 @@ def test_a_past_window_runs_on_spark_and_matches_duckdb(server):
                        f"FROM {{s}} WHERE t >= TIMESTAMP {_lit(lo)} AND t < TIMESTAMP {_lit(hi)} "
                        "GROUP BY k ORDER BY k")
         assert got == want and len(got) == 4
+        # a Python function runs in Spark's workers (an Arrow UDF), with the same values
+        f = unique("pastf")
+        c.execute(f"CREATE FUNCTION {f}(k INT, v DOUBLE) RETURNS DOUBLE LANGUAGE python "
+                  "STRICT AS $$ return round(v * 3 + k, 2) $$")
+        got = c.execute(f"SELECT k, sum({f}(k, v)) FROM {s} [BETWEEN {_lit(lo)} AND {_lit(hi)}] "
+                        "GROUP BY k ORDER BY k").fetchall()
+        rows = [(k, v) for k, v, t in ROWS if at(lo) <= t < at(hi)]
+        assert [(k, round(x, 6)) for k, x in got] == [
+            (key, round(sum(round(v * 3 + k, 2) for k, v in rows if k == key), 6))
+            for key in sorted({k for k, _ in rows})]
         # parameters ($1) are bound before Spark sees the query
         got = c.execute(f"SELECT count(*) FROM {s} [BETWEEN {_lit(lo)} AND {_lit(hi)}] "
                         "WHERE k = %s", (2,)).fetchall()

@@ -40,6 +40,8 @@ SHAPES = [
                   "SLIDE '2 seconds'] GROUP BY k) m ON b.k = m.k", 3),
     ("table_join", "SELECT a.k, n.name, a.v, valid_from, valid_to FROM {s} [RANGE '2 seconds'] a "
                    "JOIN {t} n ON a.k = n.k WHERE a.v > n.lim OR n.name = 'three'", 3),
+    ("python_function", "SELECT k, {f}(v) AS w, valid_from, valid_to FROM {s} [RANGE '2 seconds'] "
+                        "WHERE {f}(v) % 3 <> 0", 2),
     ("equi_join", "SELECT a.k, a.v AS av, b.v AS bv, valid_from, valid_to FROM "
                   "{s} [RANGE '2 seconds'] a JOIN {s2} [RANGE '3 seconds'] b ON a.k = b.k "
                   "WHERE a.v > b.v", 3),
@@ -89,17 +91,20 @@ def _stream(c, name: str) -> None:
 
 
 def test_both_engines_give_the_same_rows(server):
-    s, s2, t = unique("sp"), unique("sp2"), unique("spt")
+    s, s2, t, f = unique("sp"), unique("sp2"), unique("spt"), unique("spf")
     with psycopg.connect(server.dsn, autocommit=True) as admin, \
             psycopg.connect(server.dsn) as back, psycopg.connect(server.dsn) as spark:
         _stream(admin, s)
         _stream(admin, s2)
         admin.execute(f"CREATE TABLE {t} (k INT PRIMARY KEY, name TEXT, lim INT)")
         admin.execute(f"INSERT INTO {t} VALUES (0, 'zero', 10), (1, 'one', 50), (3, 'three', 90)")
+        # a Python function: Spark's workers run it as an Arrow UDF
+        admin.execute(f"CREATE FUNCTION {f}(x INT) RETURNS INT LANGUAGE python STRICT AS "
+                      "$$ return x * 7 // 3 $$")
         spark.execute("SET cq.engine = spark")
         for conn in (back, spark):
             for name, sql, _ in SHAPES:
-                conn.execute(f"DECLARE {name} CURSOR FOR " + sql.format(s=s, s2=s2, t=t))
+                conn.execute(f"DECLARE {name} CURSOR FOR " + sql.format(s=s, s2=s2, t=t, f=f))
         wait_running(server.dsn, s, count=2 * len(SHAPES), timeout=60)
         engines = dict(admin.execute(
             "SELECT name, string_agg(DISTINCT engine, ',' ORDER BY engine) FROM cq_queries "

@@ -97,7 +97,7 @@ def plan(tree: exp.Expression, catalog: Catalog, *, now_us: int | None = None,
     root, output, pseudo = builder.statement(tree)
     check_bounded_state(root)
     return P.Plan(root, _mode(root, snapshot, now_us), output, pseudo, tree.sql("cql"),
-                  builder.read_now)
+                  builder.read_now, tuple(builder.functions.values()))
 
 
 def explain(p: P.Plan) -> list[str]:

@@ -13,6 +13,7 @@ import datetime as dt
 from sqlglot import exp
 
 from executor import plan as P
+from executor import duck
 from executor.duck import quote, union_type
 
 from .. import expressions as X
@@ -112,6 +113,16 @@ class Builder:
         self.join_quality = join_quality      # the session's recall target for joins
         self.joins_in_order = joins_in_order  # … whose rows a stored relation holds
         self.read_now = False                 # an expression read now(): the plan's instant
+        self.functions: dict = {}             # DuckDB name -> the Python functions it calls
+
+    def python_function(self, name: str):
+        """The Python function ``name`` (None: there is none), kept as one the plan calls and
+        made known to the typing database."""
+        fn = self.catalog.python_function(name)
+        if fn is not None and fn.duck_name not in self.functions:
+            duck.define_for_typing([fn])
+            self.functions[fn.duck_name] = fn
+        return fn
 
     # ------------------------------------------------------------------ expressions
     def expr(self, e: exp.Expression, resolve, clause: str | None = None) -> P.Expr:
@@ -141,7 +152,9 @@ class Builder:
         read as R.c, SQL functions inlined, int / int an integer division. A GROUP BY key
         and the select item that names it compare equal this way."""
         return _integer_division(inlined(_session_bounds(_unstream_dots(e.copy())),
-                                         self.catalog.sql_function), _column_type(resolve))
+                                         self.catalog.sql_function,
+                                         python_function=self.python_function),
+                                 _column_type(resolve))
 
     # ------------------------------------------------------------------ sources
     def source(self, node: exp.Expression, clause_windows: dict) -> tuple[Source, object]:
@@ -442,7 +455,8 @@ class Builder:
             raise Unsupported("a query needs a column besides valid_from and valid_to")
         sel.set("expressions", kept)
         SQ.refuse_pseudo(sel, lifted.has)
-        sel = checked(inlined(_unstream_dots(sel), self.catalog.sql_function), self.now_us,
+        sel = checked(inlined(_unstream_dots(sel), self.catalog.sql_function,
+                              python_function=self.python_function), self.now_us,
                       user_aggregate=self.catalog.is_aggregate, queries=True)
         self.read_now = self.read_now or has_now(sel)
         columns = self._snapshot_columns(sel, lifted)

@@ -47,11 +47,17 @@ class Catalog(Protocol):
         ...
 
 
+    def python_function(self, name: str):
+        """A user's Python function (executor.python_functions.PythonFunction), or None."""
+        ...
+
+
 @dataclass
 class MemoryCatalog:
     relations: dict = field(default_factory=dict)      # lower-case qualified name -> Relation
     aggregates: set = field(default_factory=set)       # user-defined aggregate names
     functions: dict = field(default_factory=dict)      # name -> (parameters, DuckDB body)
+    python: dict = field(default_factory=dict)         # name -> PythonFunction
 
     def add(self, rel: Relation) -> "MemoryCatalog":
         self.relations[rel.name.lower()] = rel
@@ -75,3 +81,6 @@ class MemoryCatalog:
 
     def sql_function(self, name: str, schema: str | None = None) -> tuple | None:
         return self.functions.get(f"{schema}.{name}".lower() if schema else name.lower())
+
+    def python_function(self, name: str):
+        return self.python.get(name.lower())

@@ -26,7 +26,7 @@ import duckdb
 import sqlglot
 from sqlglot import exp
 
-from executor import duck
+from executor import duck, python_functions
 
 from ..errors import (DatatypeMismatch, GroupingError, InvalidTextRepresentation, PlanError,
                       UndefinedFunction, Unsupported, written_at)
@@ -81,11 +81,14 @@ def is_aggregate_call(node: exp.Expression, user_aggregate) -> bool:
     return name in duck.aggregate_names() or bool(user_aggregate(name))
 
 
-def inlined(e: exp.Expression, sql_function, depth: int = 0) -> exp.Expression:
+def inlined(e: exp.Expression, sql_function, depth: int = 0,
+            python_function=lambda name: None) -> exp.Expression:
     """``e`` with each call of a user's SQL function replaced by its body, the arguments in
     place of the parameters (PostgreSQL inlines SQL functions too): what a table query can
     call, a continuous query computes. ``sql_function(name, schema)``: (parameter names,
-    body as DuckDB SQL) or None; ``schema.f(…)`` is a Dot over the call."""
+    body as DuckDB SQL) or None; ``schema.f(…)`` is a Dot over the call. A call of a Python
+    function (``python_function(name)``: its PythonFunction, or None) becomes a call of its
+    DuckDB name; a volatile one is refused, as volatile built-ins are."""
     def expand(whole):
         node, schema = whole, None
         if isinstance(whole, exp.Dot) and isinstance(whole.expression, exp.Anonymous) \
@@ -96,7 +99,12 @@ def inlined(e: exp.Expression, sql_function, depth: int = 0) -> exp.Expression:
             return whole            # not a call; or one of another schema's, not a SQL function
         found = sql_function(node.name, schema)
         if found is None:
-            return whole
+            call = _python_call(whole, node, python_function(node.name)
+                                if schema in (None, "public") else None)
+            if call is not whole:       # its arguments may call functions too
+                call.set("expressions", [inlined(a, sql_function, depth, python_function)
+                                         for a in call.expressions])
+            return call
         params, body = found
         if len(params) != len(node.expressions):
             return whole                    # no such overload: DuckDB's binding says so
@@ -107,8 +115,20 @@ def inlined(e: exp.Expression, sql_function, depth: int = 0) -> exp.Expression:
         tree = sqlglot.parse_one(body, read="duckdb").transform(
             lambda n: exp.Paren(this=args[n.name.lower()].copy())
             if isinstance(n, exp.Column) and not n.table and n.name.lower() in args else n)
-        return exp.Paren(this=inlined(tree, sql_function, depth + 1))
+        return exp.Paren(this=inlined(tree, sql_function, depth + 1, python_function))
     return e.transform(expand)
+
+
+def _python_call(whole: exp.Expression, node: exp.Anonymous, fn) -> exp.Expression:
+    """A call of Python function ``fn`` (None: not one) as a call of its DuckDB name."""
+    if fn is None or len(fn.params) != len(node.expressions):
+        return whole                        # no such overload: DuckDB's binding says so
+    if fn.volatile:
+        raise Unsupported(f"{node.name}() is volatile: a continuous query's answer must be a "
+                          "function of its inputs", position=written_at(node),
+                          hint="Declare the function IMMUTABLE if its value depends on its "
+                               "arguments only, or read it from a table query.")
+    return exp.Anonymous(this=fn.duck_name, expressions=[a.copy() for a in node.expressions])
 
 
 def checked(e: exp.Expression, now_us: int | None, *, clause: str | None = None,
@@ -202,7 +222,7 @@ def bound_type(sql: str, columns: dict, written: exp.Expression, function_exists
 
 
 def binding_error(e: duckdb.Error, written: exp.Expression, function_exists) -> PlanError:
-    text = str(e).split("\n")[0]
+    text = python_functions.shown_names(str(e).split("\n")[0])
     message = text.split(": ", 1)[-1] if ": " in text else text
     calls = [n for n in written.walk() if isinstance(n, exp.Func)]
     if isinstance(e, duckdb.CatalogException) and "does not exist" in message:

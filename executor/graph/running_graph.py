@@ -144,6 +144,7 @@ class RunningGraph:
         ``private``: share no vertex; the query is about to be primed with history
         (``open_query``), which opens its operators with the seam as ST."""
         q = _Query(qid, plan, feeds.lower() if feeds else None)
+        self.database.define(plan.functions)      # the Python functions its SQL calls
         sink = _Vertex(None)
         sink.sinks.append(qid)
         q.sink = sink

@@ -47,10 +47,11 @@ def _stream(ctx: StatementContext, ref: X.StreamRef):
 
 
 def spark_sql(ctx: StatementContext, tree: exp.Expression,
-              holds: contextlib.ExitStack) -> tuple[str, dict]:
-    """The Spark SQL of ``tree`` and the views it reads; ``holds`` keeps each stream's files
-    still (no compaction) from when they are listed until the query is done."""
-    tree = tree.copy()
+              holds: contextlib.ExitStack) -> tuple[str, dict, tuple]:
+    """The Spark SQL of ``tree``, the views it reads and the Python functions it calls (by
+    their DuckDB names); ``holds`` keeps each stream's files still (no compaction) from when
+    they are listed until the query is done."""
+    tree, functions = _python_calls(tree.copy(), ctx.services.store.functions)
     views, lows, highs = {}, [], []
     archive = ctx.services.archive
     for ref in list(tree.find_all(X.StreamRef)):
@@ -74,7 +75,21 @@ def spark_sql(ctx: StatementContext, tree: exp.Expression,
                                  exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")))
     if low >= high and isinstance(tree, exp.Select):
         tree = tree.where("1 = 0")                 # the windows do not meet: no rows
-    return tree.sql(dialect="spark"), views
+    return tree.sql(dialect="spark"), views, functions
+
+
+def _python_calls(tree: exp.Expression, known) -> tuple:
+    """``tree`` with each call of a Python function spelled by its DuckDB name, and those
+    functions."""
+    used: dict = {}
+
+    def swap(node):
+        fn = known.get(node.name) if isinstance(node, exp.Anonymous) else None
+        if fn is None or len(fn.params) != len(node.expressions):
+            return node
+        used[fn.duck_name] = fn
+        return exp.Anonymous(this=fn.duck_name, expressions=node.expressions)
+    return tree.transform(swap), tuple(used.values())
 
 
 class PastRows(LiveRows):
@@ -116,7 +131,7 @@ def run(ctx: StatementContext, tree: exp.Expression, fields: list, schema: pa.Sc
     loop = ctx.services.backend.loop
     rows = PastRows(fields, schema, ctx.services.clock, ctx.result_bounds())
     holds = contextlib.ExitStack()
-    sql, views = spark_sql(ctx, tree, holds)
+    sql, views, functions = spark_sql(ctx, tree, holds)
 
     def batch(b: pa.RecordBatch) -> None:
         table = pa.Table.from_batches([b]).rename_columns(schema.names).cast(schema)
@@ -131,7 +146,7 @@ def run(ctx: StatementContext, tree: exp.Expression, fields: list, schema: pa.Sc
             sql, views, ordered=tree.args.get("order") is not None,
             every=interval_us(ctx.settings.get("cq.progress_interval", "1s")) / 1e6,
             on_batch=batch, on_progress=lambda m: loop.call_soon_threadsafe(rows.note, m),
-            on_end=end, label=f"pid {ctx.pid}")
+            on_end=end, label=f"pid {ctx.pid}", functions=functions)
     except PySparkException as e:
         holds.close()
         raise _spark_error(e) from None

@@ -50,6 +50,34 @@ def spark_type(duck_type: str) -> str:
     return t.sql("spark")
 
 
+class SparkCall:
+    """A Python function (``P.PythonFunction``) as Spark's Arrow UDF calls it: Arrow arrays in,
+    one out; pickled to Spark's Python workers with its definition, compiled there once."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._call = None
+
+    def __call__(self, *arrays):
+        if self._call is None:
+            self._call = self.fn.batch_callable()
+        return self._call(*arrays)
+
+    def __getstate__(self):
+        return {"fn": self.fn, "_call": None}
+
+
+def register_functions(spark, functions) -> None:
+    """Give the SparkSession ``spark`` these Python functions, by their DuckDB names (a name
+    holds a hash of its definition: registering one again changes nothing)."""
+    from pyspark.sql import functions as F
+    from pyspark.util import PythonEvalType
+    for f in functions:
+        spark.udf.register(f.duck_name, F.arrow_udf(
+            SparkCall(f), spark_type(f.returns),
+            functionType=PythonEvalType.SQL_SCALAR_ARROW_UDF))
+
+
 def _q(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
@@ -95,11 +123,13 @@ class Spark:
             return self._session
 
     def start(self, sql: str, views: dict, *, ordered: bool, every: float, on_batch,
-              on_progress, on_end, label: str = "") -> "Job":
-        """Start ``sql`` (Spark SQL) with each name in ``views`` bound to its ArchiveView;
-        Spark's analysis errors are raised here, before any row; see Job for the rest.
-        ``label`` names whose query it is in the log (``pid 42``)."""
+              on_progress, on_end, label: str = "", functions: tuple = ()) -> "Job":
+        """Start ``sql`` (Spark SQL) with each name in ``views`` bound to its ArchiveView and
+        ``functions`` (Python functions) callable by their DuckDB names; Spark's analysis
+        errors are raised here, before any row; see Job for the rest. ``label`` names whose
+        query it is in the log (``pid 42``)."""
         spark = self.session()
+        register_functions(spark, functions)
         made = []
 
         def drop():

@@ -199,6 +199,11 @@ class DataException(PgError):
     sqlstate = "22000"
 
 
+class ExternalRoutineException(PgError):
+    """A user's Python function raised."""
+    sqlstate = "38000"
+
+
 class InternalError(PgError):
     sqlstate = "XX000"
 

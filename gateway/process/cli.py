@@ -38,8 +38,9 @@ def _serve(args) -> int:
     cfg = Config(**{**Config.env_defaults(),
                     **{k: v for k, v in vars(args).items()
                        if k in Config.__dataclass_fields__ and v is not None}})
-    if isinstance(cfg.aggregates, list):
-        cfg.aggregates = ",".join(cfg.aggregates)
+    for listed in ("aggregates", "functions"):
+        if isinstance(getattr(cfg, listed), list):
+            setattr(cfg, listed, ",".join(getattr(cfg, listed)))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines() if cfg.log_format == "json" else logging.Formatter(
         "%(asctime)s cqgate %(levelname)s %(message)s"))
@@ -49,6 +50,12 @@ def _serve(args) -> int:
         P.load_user_aggregates(cfg.aggregates)
     except (ImportError, AttributeError, ValueError) as e:
         print(f"cqgate: cannot load the user aggregates {cfg.aggregates!r}: {e}",
+              file=sys.stderr)
+        return 2
+    try:
+        P.load_python_functions(cfg.functions)
+    except P.FunctionError as e:
+        print(f"cqgate: cannot load the Python functions {cfg.functions!r}: {e}",
               file=sys.stderr)
         return 2
     try:
@@ -178,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a user-defined aggregate, name=module:Class (repeatable; also "
                         "CQGATE_AGGREGATES, comma-separated); the class has add(value), "
                         "result() and a 'returns' SQL type")
+    s.add_argument("--function", dest="functions", action="append",
+                   default=[d.functions] if d.functions else None,
+                   help="a Python scalar function, name=module:function (repeatable; also "
+                        "CQGATE_FUNCTIONS, comma-separated); the function has 'arg_types' "
+                        "and 'returns' SQL types, and 'vectorized' when it takes Arrow arrays")
     s.add_argument("--max-line-bytes", type=int, default=d.max_line_bytes,
                    help="longest line a source may send on the ingest port; a longer one "
                         f"closes the connection (default {d.max_line_bytes}; env "

@@ -77,6 +77,7 @@ class Server:
             raise ConfigError(f"--users/--users-file: {e.message}") from None
         pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="cqgate-duckdb")
         P.load_user_aggregates(config.aggregates)          # fails at start, not at the first query
+        store.functions.add_operators(P.load_python_functions(config.functions))
         backend = BackendLink(config.aggregates, clock)
         archive = Archive(config.data_dir)
         spark = Spark(config.spark_master, config.data_dir)

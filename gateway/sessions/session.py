@@ -34,6 +34,7 @@ from gateway.syntax.lexer import Statement, split
 from gateway.sessions.portals import Portals, TxStatus
 from gateway.sessions.prepared import Kind, Prepared
 from gateway.streams import queries
+from gateway.streams.function_ddl import is_python as is_python_function_ddl
 from gateway.streams import statements as stream_statements
 from gateway.system_views import activity, cq_views
 from gateway.system_views.catalog_live import LiveCatalog
@@ -300,6 +301,8 @@ class Session:
             if 0 < idx <= len(oids) and not oids[idx - 1]:
                 oids[idx - 1] = oid
         oids = [o or 25 for o in oids]
+        if not tr.stream and is_python_function_ddl(tr.ast, self.services.store.functions):
+            tr = dataclasses.replace(tr, stream=True, source=tr.ast)
         if tr.stream or any(self.services.streams.get(schema, name) is not None
                             for schema, name, _ in tr.tables):
             return Prepared(name, stmt, oids, Kind.STREAM, translated=tr)

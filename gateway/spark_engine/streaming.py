@@ -139,7 +139,8 @@ class SparkStreams:
         """The DataFrame of ``p`` (of its join with a table, the stream side): its root's
         columns, then the interval and PUNCT."""
         root = T.table_join(p.root)[1].left if shape.with_table else p.root
-        df = T.Builder(read).build(root)
+        T.register_functions(self._session(), p.functions)
+        df = T.Builder(read, p.functions).build(root)
         return df.select(*(T.q(c.name) for c in root.schema), T.TS, T.TE, PUNCT)
 
     def _table_contents(self, name: str) -> pa.Table:
@@ -421,11 +422,18 @@ def clean_start(data_dir: str) -> None:
                 shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
 
+# the exception a Python function raised, as a worker's traceback ends with it
+_PYTHON_FUNCTION_ERROR = re.compile(r"^(\w+(?:Error|Exception): .*)$", re.M)
+
+
 def spark_error(err: Exception, what: str) -> E.PgError:
     """A Spark error as the client sees it: its first line, and its SQLSTATE when Spark
     gives one (an error with none is Spark's own: XX000)."""
     text = str(err).strip()
     first = text.splitlines()[0] if text else type(err).__name__
+    raised = _PYTHON_FUNCTION_ERROR.findall(text) if "python_functions.py" in text else []
+    if raised:               # a user's Python function raised in a Spark worker
+        return E.PgError(raised[0], sqlstate="38000")
     m = _SQLSTATE.search(text)
     return E.PgError(f"{what}: {first}", sqlstate=m.group(1) if m else "XX000")
 

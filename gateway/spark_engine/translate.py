@@ -46,7 +46,7 @@ from sqlglot import exp
 
 from executor import plan as P
 
-from gateway.archive.spark import spark_type
+from gateway.archive.spark import register_functions, spark_type  # noqa: F401 - re-exported
 from gateway.pgwire import errors as E
 from gateway.spark_engine import range_aggregate as RA
 from gateway.spark_engine.spool_source import PUNCT
@@ -299,19 +299,21 @@ _FINISH = {
 }
 
 
-
 # ---------------------------------------------------------------------- build
 # Spark's functions that call into the JVM: never reachable from a query
 _JVM_CALLS = {"reflect", "java_method", "try_reflect"}
 
 
-def spark_sql(e: P.Expr) -> str:
+def spark_sql(e: P.Expr, python: frozenset = frozenset()) -> str:
     """An expression of the plan (DuckDB SQL) as Spark SQL. A function sqlglot does not know
-    must be one of DuckDB's (the plan's SQL is DuckDB's), and none may call into Spark's JVM:
-    42883, as PostgreSQL answers a function it does not have."""
+    must be one of DuckDB's (the plan's SQL is DuckDB's) or a Python function of the plan
+    (``python``: their DuckDB names, which ``register_functions`` gives Spark), and none may
+    call into Spark's JVM: 42883, as PostgreSQL answers a function it does not have."""
     tree = sqlglot.parse_one(e.sql, read="duckdb")
     for f in tree.find_all(exp.Anonymous):
         name = f.name.lower()
+        if name in python:
+            continue
         if name in _JVM_CALLS or name not in _duckdb_functions():
             raise E.PgError(f"function {name} does not exist", sqlstate="42883")
     return tree.sql("spark")
@@ -337,9 +339,13 @@ class Builder:
     """Makes the DataFrame of a checked plan; ``read(scan)`` gives a scan's spool as a
     streaming DataFrame (the stream's columns, then PUNCT)."""
 
-    def __init__(self, read):
+    def __init__(self, read, functions: tuple = ()):
         self.read = read
         self.exploded: set = set()      # SLIDE windows whose rows a join on the grid reads
+        self.python = frozenset(f.duck_name for f in functions)
+
+    def spark_sql(self, e: P.Expr) -> str:
+        return spark_sql(e, self.python)
 
     def build(self, node):
         return self._BUILD[type(node)](self, node)
@@ -374,11 +380,11 @@ class Builder:
 
     def _filter(self, n: P.Filter):
         # a watermark's row passes every filter; the OR keeps Spark from splitting it off
-        return self.build(n.input).where(f"{PUNCT} OR ({spark_sql(n.predicate)})")
+        return self.build(n.input).where(f"{PUNCT} OR ({self.spark_sql(n.predicate)})")
 
     def _map(self, n: P.Map):
         df = self.build(n.input)
-        return df.selectExpr(*(f"{spark_sql(o.expr)} AS {q(o.name)}" for o in n.outputs),
+        return df.selectExpr(*(f"{self.spark_sql(o.expr)} AS {q(o.name)}" for o in n.outputs),
                              *_carried(df))
 
     def _union(self, n: P.Union_):
@@ -393,8 +399,8 @@ class Builder:
         return out
 
     def _aggregate(self, n: P.Aggregate):
-        keys = [f"{spark_sql(k.expr)} AS {q(k.name)}" for k in n.keys]
-        args = [f"{spark_sql(p.arg)} AS {q(p.name)}" for p in n.partials if p.arg is not None]
+        keys = [f"{self.spark_sql(k.expr)} AS {q(k.name)}" for k in n.keys]
+        args = [f"{self.spark_sql(p.arg)} AS {q(p.name)}" for p in n.partials if p.arg is not None]
         if isinstance(n.input, P.Window) and isinstance(n.input.window, P.RangeWindow):
             return self._range_aggregate(n, keys, args)
         if isinstance(n.input, P.Window):       # over a SLIDE window's tuples: by window
@@ -411,7 +417,7 @@ class Builder:
         if isinstance(n.input, P.Window):
             agg = agg.withColumn(WT, F.window_time("__w"))
         agg = _on_grid(agg, w.slide_us)
-        return agg.selectExpr(*(f"{spark_sql(f.expr)} AS {q(f.name)}" for f in n.finals),
+        return agg.selectExpr(*(f"{self.spark_sql(f.expr)} AS {q(f.name)}" for f in n.finals),
                               *_carried(agg))
 
     def _range_aggregate(self, n: P.Aggregate, keys: list, args: list):
@@ -432,7 +438,7 @@ class Builder:
             outputStructType=out, outputMode="Append", timeMode="EventTime")
         agg = agg.withColumn(TS, F.expr(f"CAST(timestamp_micros({RA.FROM}) AS TIMESTAMP_NTZ)")) \
             .withColumn(TE, F.expr(f"CAST(timestamp_micros({RA.TO}) AS TIMESTAMP_NTZ)"))
-        return agg.selectExpr(*(f"{spark_sql(f.expr)} AS {q(f.name)}" for f in n.finals),
+        return agg.selectExpr(*(f"{self.spark_sql(f.expr)} AS {q(f.name)}" for f in n.finals),
                               TS, TE, f"false AS {PUNCT}")
 
     def _join(self, n: P.Join):
@@ -447,7 +453,7 @@ class Builder:
             names = [c.name for c in child.schema]
             sides.append(df.selectExpr(*(q(c) for c in names), f"{TS} AS __ts_{side}",
                                        f"{TE} AS __te_{side}", f"{WT} AS __wt_{side}"))
-        cond = [f"({spark_sql(a)}) = ({spark_sql(b)})" for a, b in n.equi]
+        cond = [f"({self.spark_sql(a)}) = ({self.spark_sql(b)})" for a, b in n.equi]
         if gridded:             # the same window on both sides
             cond.append("__wt_l = __wt_r")
         else:                   # the intervals meet: each starts before the other ends
@@ -456,7 +462,7 @@ class Builder:
                      f"__wt_r < __wt_l + INTERVAL '{spans[0]}' MICROSECOND"]
         out = sides[0].join(sides[1], F.expr(" AND ".join(cond)), "inner")
         if n.residual is not None:
-            out = out.where(spark_sql(n.residual))
+            out = out.where(self.spark_sql(n.residual))
         return out.selectExpr(*(q(c.name) for c in n.schema),
                               f"greatest(__ts_l, __ts_r) AS {TS}",
                               f"least(__te_l, __te_r) AS {TE}", f"false AS {PUNCT}",

@@ -213,3 +213,6 @@ class SessionCatalog:
 
     def sql_function(self, name: str, schema: str | None = None) -> tuple | None:
         return self.columns.sql_function(name, schema)
+
+    def python_function(self, name: str):
+        return self.registry.store.functions.get(name)

@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from dialect import expressions as X
 
-from gateway.streams import recompute
+from gateway.streams import function_ddl, recompute
 from gateway.streams.ddl import alter, create_stream, create_window, create_wrapper, drop
 from gateway.streams.inserts import insert, refuse_change
 from gateway.streams.queries import (QUERY_PLAN, continuous_query, explain_statement, plan_query,
@@ -29,6 +29,9 @@ HANDLERS = {
     exp.Insert: insert,
     exp.Update: refuse_change,
     exp.Delete: refuse_change,
+    # only a Python function's CREATE FUNCTION and DROP FUNCTION come here as stream syntax
+    exp.Create: function_ddl.create,
+    exp.Drop: function_ddl.drop,
 }
 
 

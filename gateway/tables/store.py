@@ -10,7 +10,10 @@ import threading
 import duckdb
 import pyarrow as pa
 
+from executor import plan as P
+
 from gateway.tables import pg_catalog
+from gateway.tables.python_functions import PythonFunctions
 from gateway.tables.settings import DEFAULTS
 from gateway.pgwire import errors as E
 
@@ -36,6 +39,7 @@ class Store:
         _lock_down(self.db, self.spill_dir, memory_limit)
         self.catalog_version = 0
         self._lock = threading.Lock()
+        self.functions = PythonFunctions(data_dir, self.db)
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         con = self.db.cursor()
@@ -108,6 +112,9 @@ _ERROR_MAP = [
     (duckdb.TransactionException, r"Conflict", E.SerializationFailure, None),
     (duckdb.TransactionException, r"aborted", E.InFailedTransaction,
      E.IN_FAILED_TRANSACTION_MESSAGE),
+    # a user's Python function raised (the server's own raise PermissionError, above)
+    (duckdb.InvalidInputException, r"Python exception occurred while executing the UDF",
+     E.ExternalRoutineException, None),
     (duckdb.InvalidInputException, r"[Dd]ivision by zero", E.DivisionByZero, "division by zero"),
     # raised by the catalog's own macros (cq_regproc_oid), as PostgreSQL words it
     (duckdb.InvalidInputException, r'function ".*" does not exist', E.UndefinedFunction, None),
@@ -138,6 +145,8 @@ def pg_error(exc: Exception, sql_offset: int = 0) -> E.PgError:
             message = message.rstrip("!")
             if message[1:2].islower():
                 message = message[:1].lower() + message[1:]
+            if pg_cls is E.ExternalRoutineException:     # Python's words, its class first
+                message = P.python_error(first) or message
             err = pg_cls(fixed or message)
             hint = re.search(r'Did you mean "([^"]+)"', text)
             if hint and not re.match(r"(pg_|pgcat|main\.|system\.)", hint.group(1)):

@@ -24,6 +24,7 @@ from dialect.expressions import is_stream_syntax
 from dialect.names import pg_column_name, type_name
 
 from gateway.tables import pg_catalog
+from gateway.tables.python_functions import LANGUAGES as PYTHON_LANGUAGES
 from gateway.pgwire import types as T
 from gateway.pgwire.errors import PgError, SyntaxError_, FeatureNotSupported, UndefinedFunction
 
@@ -662,9 +663,12 @@ def _create_function(ast: exp.Create) -> Translated:
     props = {type(p): p for p in (ast.args.get("properties") or exp.Properties()).expressions}
     language = props.get(exp.LanguageProperty)
     language = language.this.name.lower() if language is not None else "sql"
+    if language in PYTHON_LANGUAGES:   # the server defines it (gateway/streams/function_ddl)
+        return Translated("", "CREATE FUNCTION", returns_rows=False, stream=True, ast=ast,
+                          source=ast)
     if language != "sql":
         raise FeatureNotSupported(f"language {language} is not supported",
-                                  hint="Write the function in LANGUAGE SQL.")
+                                  hint="Write the function in LANGUAGE SQL or LANGUAGE python.")
     returns = props.get(exp.ReturnsProperty)
     if returns is not None and (returns.args.get("is_table") or
                                 not isinstance(returns.this, exp.DataType)):

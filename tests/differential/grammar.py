@@ -663,6 +663,8 @@ def _text_rules():
                              g.expr("text", c, d, s), " ELSE ", g.expr("text", c, d, s), " END"),
         lambda g, c, d, s: J("concat(", g.expr("text", c, d, s), ", ", g.expr("text", c, d, s),
                              ")"),
+        lambda g, c, d, s: J(_Name("pyfn"), "(", g.expr("text", c, d, s), ", ",
+                             g.expr("int", c, d, s), ")"),
     ]
 
 
@@ -719,7 +721,8 @@ _SUBQUERIES = {"int": _scalar_subquery,
 
 @dataclass
 class _Name:
-    """A name the round gives an object of its own (the SQL function ``fn``)."""
+    """A name the round gives an object of its own (the SQL function ``fn``, the Python
+    function ``pyfn``)."""
     name: str
 
     def render(self, mode, names):

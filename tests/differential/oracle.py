@@ -17,8 +17,8 @@ from collections import Counter
 import duckdb
 
 from .grammar import INSTANT
-from .world import (INF, ORACLE_FUNCTION, RELATIONS, T0, Data, Window, session_bounds,
-                    validity)
+from .world import (INF, ORACLE_FUNCTION, RELATIONS, T0, Data, Window, python_function,
+                    session_bounds, validity)
 
 
 def normal(v):
@@ -84,12 +84,16 @@ class Oracle:
     """One case's oracle over ``data``: ``at(t)`` is the multiset of the answer's rows at
     instant ``t``; ``changes`` are the instants where some snapshot changes."""
 
-    def __init__(self, sql: str, refs: list, data: Data):
+    def __init__(self, sql: str, refs: list, data: Data, optimized: bool = True):
         self.sql = sql
         self.con = duckdb.connect()
+        if not optimized:       # every part evaluated, as PostgreSQL evaluates both sides
+            self.con.execute("PRAGMA disable_optimizer")        # of EXCEPT over an empty one
         self.con.execute("SET integer_division = true")
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute(ORACLE_FUNCTION)
+        self.con.create_function("pyfn", python_function, ["VARCHAR", "INTEGER"], "VARCHAR",
+                                 null_handling="special")
         tb = RELATIONS["tb"]
         self.con.execute("CREATE TABLE tb (" + ", ".join(f"{n} {t}" for n, t, _ in tb.columns)
                          + ")")

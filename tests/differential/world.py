@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import textwrap
 from dataclasses import dataclass, field
 
 S = 1_000_000
@@ -52,6 +53,20 @@ STREAMS = ("s1", "s2", "s3")
 # a SQL function of the round's own, as cqgate is told it and as the oracle defines it
 FUNCTION = "CREATE FUNCTION {name}(x INT) RETURNS INT AS 'SELECT x * 2 - 1' LANGUAGE SQL"
 ORACLE_FUNCTION = "CREATE MACRO fn(x) AS CAST(CAST(x AS INT) * 2 - 1 AS INT)"
+# a Python function (LANGUAGE python), called per row with None for NULL: the oracle runs the
+# same body, defined in its DuckDB as a Python function too
+PYTHON_BODY = """
+if s is None:
+    return None
+return s * ((n or 0) % 3) + ('!' if n is None else '')
+"""
+PYTHON_FUNCTION = ("CREATE FUNCTION {name}(s TEXT, n INT) RETURNS TEXT LANGUAGE python "
+                   "IMMUTABLE AS $$" + PYTHON_BODY + "$$")
+
+_ORACLE_SCOPE: dict = {}
+exec("def python_function(s, n):\n" + textwrap.indent(PYTHON_BODY.strip(), "    "),  # noqa: S102
+     _ORACLE_SCOPE)
+python_function = _ORACLE_SCOPE["python_function"]
 
 # the domains: small, with NULLs, and doubles that add up exactly in any order
 DOMAINS = {

@@ -22,13 +22,18 @@ class Written:
 
     def render(self, mode: str, names: dict) -> str:
         if mode == "cql":
-            query = f"SELECT {self.items} {self.cql_rest.format(**names)}"
+            query = f"SELECT {self.items.format(**names)} {self.cql_rest.format(**names)}"
             if not self.pseudo:
                 return query
             if self.items.startswith("DISTINCT"):     # the pseudo-columns come first
                 return f"SELECT valid_from, valid_to, * FROM ({query}) AS top"
             return f"SELECT valid_from, valid_to, {query[len('SELECT '):]}"
-        return f"SELECT {self.oracle_items or self.items} {self.oracle_rest}"
+        return "SELECT " + (self.oracle_items or self.items).format(**ORACLE_NAMES) \
+            + f" {self.oracle_rest}"
+
+
+# the round's own objects as the oracle names them
+ORACLE_NAMES = {"fn": "fn", "pyfn": "pyfn"}
 
 
 def range_window(seconds: float) -> Window:
