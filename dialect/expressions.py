@@ -16,11 +16,11 @@ class StreamWindow(exp.Expression):
     ``kind`` is one of range, slide, rows, now, unbounded, between, session (its gap is
     ``size``); ``style`` remembers how it
     was written (short ``['2 minutes']``, ``RANGE``, ``RANGE BY``, ``RANGE UNBOUNDED``) so that
-    it prints back as written.
+    it prints back as written; ``arrival``: ``ON ARRIVAL``, over the tuples' arrival time.
     """
     arg_types = {"kind": True, "style": False, "size": False, "slide": False, "start": False,
                  "rows": False, "partition_by": False, "where": False, "low": False,
-                 "high": False}
+                 "high": False, "arrival": False}
 
 
 class StreamRef(exp.Expression):

@@ -13,7 +13,8 @@ class CQLGenerator(PostgresGenerator):
     TYPE_MAPPING = {**PostgresGenerator.TYPE_MAPPING, exp.DType.UINT: "OID"}
 
     def streamwindow_sql(self, e: X.StreamWindow) -> str:
-        return f"[{KINDS[e.args['kind']].text(self, e)}]"
+        arrival = " ON ARRIVAL" if e.args.get("arrival") else ""
+        return f"[{KINDS[e.args['kind']].text(self, e)}{arrival}]"
 
     def streamref_sql(self, e: X.StreamRef) -> str:
         alias = self.sql(e, "alias")

@@ -242,7 +242,7 @@ class CQLParser(PostgresParser):
             number = exp.Literal.number(self._prev.text)
             if self._curr and self._curr.token_type not in (TokenType.R_BRACKET,) \
                     and self._curr.text.isalpha() \
-                    and self._curr.text.upper() not in ("SLIDE", "START", "WHERE", "AND"):
+                    and self._curr.text.upper() not in ("SLIDE", "START", "WHERE", "AND", "ON"):
                 self._advance()
                 return self.expression(X.UnitInterval(this=number,
                                                       unit=exp.var(self._prev.text)))
@@ -297,6 +297,8 @@ class CQLParser(PostgresParser):
         else:
             spec.update(kind="range", style="short", size=size("a size, RANGE, ROWS, NOW, "
                                                                   "UNBOUNDED or BETWEEN"))
+        if self._match_text_seq("ON", "ARRIVAL"):    # over arrival time (Flink's PROCTIME())
+            spec["arrival"] = True
         if not self._match(TokenType.R_BRACKET):
             self.raise_error("Expected ] to close the window")
         node = self.expression(X.StreamWindow(**spec))

@@ -170,7 +170,7 @@ class Backend:
     def take(self, name: str, table: pa.Table) -> None:
         """A stream's rows, in arrival order, through every query that reads the stream (a
         stream's raw arrivals only to the scans that read those)."""
-        if name.endswith(P.ARRIVAL):
+        if name.endswith((P.ARRIVAL, P.PROCTIME)):
             for batch in table.to_batches():
                 self._emit(self.graph.push(name, batch))
             return
@@ -272,7 +272,8 @@ class Backend:
         stats.watermark = max(stats.watermark or msg.ts, msg.ts)
 
     def on_watermark(self, msg: wire.Watermark) -> None:
-        self.on_progress(msg)
+        if not msg.stream.endswith(P.PROCTIME):     # arrival time is no stream's own time
+            self.on_progress(msg)
         self._emit(self.graph.watermark(msg.stream, msg.ts))
 
     def _emit(self, results: dict) -> None:

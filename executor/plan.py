@@ -81,6 +81,7 @@ class StreamScan:
     end_column: str | None = None
     of_table: bool = False
     arrival: bool = False         # in arrival order, before the stream's slack (QJoin reads)
+    proctime: bool = False        # stamped with its arrival time (ts: PROCTIME_COLUMN)
 
 
 @dataclass(frozen=True)
@@ -408,8 +409,9 @@ _LABELS = {
     StreamScan: lambda n: (f"changes of table {n.stream}" if n.of_table else f"stream {n.stream}")
     + (f" as {n.alias}" if n.alias != n.stream else "")
     + (f" [ts {n.timestamp_column}, te {n.end_column}]" if n.end_column
-       else f" [ts {n.timestamp_column}]" if n.timestamp_column else "")
-    + (" in arrival order" if n.arrival else ""),
+       else f" [ts {n.timestamp_column}]" if n.timestamp_column and not n.proctime else "")
+    + (" in arrival order" if n.arrival else "")
+    + (" by arrival time" if n.proctime else ""),
     TableScan: lambda n: f"table {n.table}" + (f" as {n.alias}" if n.alias != n.table else "")
     + " (time-tabular)",
     WindowRelationScan: lambda n: f"{n.kind} {n.name}"
@@ -545,20 +547,32 @@ def tables_read(node) -> set:
 
 
 ARRIVAL = "@arrival"   # the feed of a stream's tuples in arrival order, before its slack
+# the feed of a stream's tuples stamped with their arrival time, in column PROCTIME_COLUMN,
+# its time the wall clock's (arrival-time windows: ``[… ON ARRIVAL]``)
+PROCTIME = "@proctime"
+PROCTIME_COLUMN = "__proctime"
 
 
 def feed_of(scan: StreamScan) -> str:
-    """The feed a scan reads: its stream's ordered tuples, or its arrivals."""
-    return scan.stream.lower() + (ARRIVAL if scan.arrival else "")
+    """The feed a scan reads: its stream's ordered tuples, its arrivals, or its tuples
+    stamped by arrival."""
+    return scan.stream.lower() + (ARRIVAL if scan.arrival else PROCTIME if scan.proctime
+                                  else "")
 
 
 def stream_of(feed: str) -> str:
-    return feed.removesuffix(ARRIVAL)
+    return feed.removesuffix(ARRIVAL).removesuffix(PROCTIME)
 
 
 def arrival_streams(node) -> set:
     """The streams a plan reads in arrival order."""
     return _names_read(node, lambda n: n.stream if isinstance(n, StreamScan) and n.arrival
+                       else None)
+
+
+def proctime_streams(node) -> set:
+    """The streams a plan reads by arrival time (``[… ON ARRIVAL]``)."""
+    return _names_read(node, lambda n: n.stream if isinstance(n, StreamScan) and n.proctime
                        else None)
 
 

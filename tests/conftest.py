@@ -68,7 +68,12 @@ class ServerProcess:
 def server(tmp_path_factory):
     """The server most tests share. The run fails if it logged a traceback: an internal
     error somewhere, whatever the test that caused it saw."""
-    s = ServerProcess(str(tmp_path_factory.mktemp("cqgate-data")), "--http-port", "0")
+    # NEXMark q14's count_char (clients/python/functions.py), a function the operator names
+    s = ServerProcess(str(tmp_path_factory.mktemp("cqgate-data")), "--http-port", "0",
+                      "--function", "count_char=functions:count_char",
+                      env={"PYTHONPATH": os.pathsep.join(
+                          [os.path.join(ROOT, "clients", "python"),
+                           os.environ.get("PYTHONPATH", "")])})
     yield s
     s.stop()
     tracebacks = logged_tracebacks(s.lines)

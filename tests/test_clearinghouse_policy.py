@@ -33,6 +33,12 @@ class FakeLink:
     def reads_arrivals(self, stream) -> bool:
         return False
 
+    def reads_by_arrival_time(self, stream) -> bool:
+        return False
+
+    def read_by_arrival_time(self) -> set:
+        return set()
+
     async def send_data(self, name, table, current, wait):
         self.sent.append((name, micros(table.column("ts").combine_chunks()).tolist(), wait))
 

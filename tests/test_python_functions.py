@@ -177,7 +177,7 @@ def test_functions_are_kept_across_a_restart_and_module_functions_are_vectorised
 
 
 def test_a_plan_carries_its_functions_and_explain_names_them():
-    fn = PythonFunction("pyfn", ("s", "n"), ("VARCHAR", "INTEGER"), "VARCHAR", body=PYTHON_BODY)
+    fn = PythonFunction("pyfn", ("s", "n"), ("VARCHAR", "BIGINT"), "VARCHAR", body=PYTHON_BODY)
     catalog = seed_catalog()
     catalog.python["pyfn"] = fn
     p = plan(sqlglot.parse_one("SELECT pyfn(type, customer_id) AS p FROM S", read="cql"),

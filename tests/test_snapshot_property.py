@@ -115,6 +115,12 @@ class ToQuery:
     def reads_arrivals(self, stream) -> bool:
         return False
 
+    def reads_by_arrival_time(self, stream) -> bool:
+        return False
+
+    def read_by_arrival_time(self) -> set:
+        return set()
+
     async def send_data(self, name, table, current, wait):
         for b in table.to_batches():
             self.out += self.q.push(name, b)

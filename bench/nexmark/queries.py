@@ -1,6 +1,7 @@
-"""The NEXMark queries q0, q1, q2, q5, q7 and q8 in cqgate's dialect, and the interval join of
-q4, q6 and q9 (``ij``), each with its definition in DuckDB SQL over the generated files (the
-oracle the tests compare with).
+"""The NEXMark queries q0, q1, q2, q5, q7, q8, q11 (sessions) and q14 (a Python function) in
+cqgate's dialect, the interval join of q4, q6 and q9 (``ij``), a windowed Top-N (``topn``) and a
+windowed outer join (``oj``), each with its definition in DuckDB SQL over the generated files
+(the oracle the tests compare with).
 
 Windows follow cqgate's semantics: ``[RANGE r SLIDE s]`` has windows ending at multiples of s,
 each holding the tuples with end − r < date_time <= end, answered from the end on; the DuckDB
@@ -18,6 +19,7 @@ class Query:
     cqgate: str          # the continuous query
     duckdb: str          # the same answer over the files: {bids}, {persons}, {auctions}
     reads: tuple         # the streams it reads
+    setup: tuple = ()    # statements the server runs first (a Python function it calls)
 
 
 def _ends(table: str, range_s: int, slide_s: int) -> str:
@@ -71,6 +73,54 @@ QUERIES = {q.name: q for q in [
           "a.id = b.auction AND b.date_time BETWEEN a.date_time AND a.expires",
           "SELECT a.id, a.seller, b.price, b.date_time FROM {auctions} a JOIN {bids} b ON "
           "a.id = b.auction AND b.date_time BETWEEN a.date_time AND a.expires",
+          ("auctions", "bids")),
+    Query("q11", "user sessions: each bidder's bids counted per session of 10 s inactivity",
+          "SELECT bidder, COUNT(*) AS bid_count, wstart(*) AS starttime, wend(*) AS endtime "
+          "FROM bids [PARTITION BY bidder SESSION '10 seconds'] GROUP BY bidder",
+          "WITH o AS (SELECT bidder, date_time, CASE WHEN date_time - lag(date_time) OVER "
+          "(PARTITION BY bidder ORDER BY date_time) < INTERVAL 10 SECOND THEN 0 ELSE 1 END "
+          "AS new FROM {bids}), s AS (SELECT *, SUM(new) OVER (PARTITION BY bidder ORDER BY "
+          "date_time ROWS UNBOUNDED PRECEDING) AS sid FROM o) SELECT bidder, COUNT(*), "
+          "MIN(date_time), MAX(date_time) + INTERVAL 10 SECOND FROM s GROUP BY bidder, sid",
+          ("bids",)),
+    Query("q14", "a Python function (count_char, vectorised over Arrow) beside q1's "
+          "conversion, a CASE on the hour and a price filter",
+          "SELECT auction, bidder, CAST(0.908 * price AS DOUBLE) AS price, CASE WHEN "
+          "extract(hour FROM date_time) BETWEEN 8 AND 18 THEN 'dayTime' WHEN "
+          "extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20 THEN "
+          "'nightTime' ELSE 'otherTime' END AS bid_time_type, date_time, "
+          "count_char(url, 'o') AS c_counts FROM bids "
+          "WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000",
+          "SELECT auction, bidder, CAST(0.908 * price AS DOUBLE), CASE WHEN "
+          "extract(hour FROM date_time) BETWEEN 8 AND 18 THEN 'dayTime' WHEN "
+          "extract(hour FROM date_time) <= 6 OR extract(hour FROM date_time) >= 20 THEN "
+          "'nightTime' ELSE 'otherTime' END, date_time, "
+          "length(url) - length(replace(url, 'o', '')) FROM {bids} "
+          "WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000", ("bids",)),
+    Query("q14r", "q14 with count_char written in SQL (CREATE FUNCTION … LANGUAGE python): "
+          "its body called once per row",
+          "SELECT auction, bidder, CAST(0.908 * price AS DOUBLE) AS price, date_time, "
+          "count_char_rows(url, 'o') AS c_counts FROM bids "
+          "WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000",
+          "SELECT auction, bidder, CAST(0.908 * price AS DOUBLE), date_time, "
+          "length(url) - length(replace(url, 'o', '')) FROM {bids} "
+          "WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000", ("bids",),
+          ("CREATE OR REPLACE FUNCTION count_char_rows(s TEXT, c TEXT) RETURNS INT "
+           "LANGUAGE python STRICT AS $$ return s.count(c) $$",)),
+    Query("topn", "the 3 highest bids of each 10 s tumbling window (ROW_NUMBER, rn <= 3)",
+          "SELECT auction, bidder, price, date_time FROM (SELECT auction, bidder, price, "
+          "date_time, ROW_NUMBER() OVER (ORDER BY price DESC, auction, bidder, date_time) "
+          "AS rn FROM bids [RANGE '10 seconds' SLIDE '10 seconds']) t WHERE rn <= 3",
+          "SELECT auction, bidder, price, date_time FROM (SELECT *, ROW_NUMBER() OVER "
+          "(PARTITION BY e ORDER BY price DESC, auction, bidder, date_time) AS rn FROM "
+          + _ends("{bids}", 10, 10) + ") WHERE rn <= 3", ("bids",)),
+    Query("oj", "each auction of a 10 s tumbling window with the bids on it in that window, "
+          "or NULLs (LEFT JOIN)",
+          "SELECT a.id, a.seller, b.price FROM auctions [RANGE '10 seconds' SLIDE "
+          "'10 seconds'] a LEFT JOIN bids [RANGE '10 seconds' SLIDE '10 seconds'] b "
+          "ON a.id = b.auction",
+          "SELECT a.id, a.seller, b.price FROM " + _ends("{auctions}", 10, 10) + " a LEFT "
+          "JOIN " + _ends("{bids}", 10, 10) + " b ON a.id = b.auction AND a.e = b.e",
           ("auctions", "bids")),
 ]}
 

@@ -159,7 +159,12 @@ class Sampler:
 
 
 def _server(tmp: str) -> ServerProcess:
-    return ServerProcess(tmp, "--log-level", "WARNING")
+    # q14's count_char: the example module of clients/python, named by the operator
+    return ServerProcess(tmp, "--log-level", "WARNING",
+                         "--function", "count_char=functions:count_char",
+                         env={"PYTHONPATH": os.pathsep.join(
+                             [os.path.join(ROOT, "clients", "python"),
+                              os.environ.get("PYTHONPATH", "")])})
 
 
 def _files(events: int, rate: float, folder: str) -> tuple[dict, dict, dict]:
@@ -208,6 +213,10 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
             q = QUERIES[name]
             want = len(oracle(q, parquet))
             events = sum(tables[s].num_rows for s in q.reads)
+            if q.setup:
+                with psycopg.connect(srv.dsn, autocommit=True) as con:
+                    for statement in q.setup:
+                        con.execute(statement)
             for client in clients:
                 for k in range(repeat):
                     drive.declare(srv.dsn, streams=q.reads)

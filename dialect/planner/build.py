@@ -181,7 +181,10 @@ class Builder:
                                     hint="CREATE STREAM or CREATE TABLE it first.")
         cols = tuple(P.Column(f"{alias}.{c}", normalize(t)) for c, t in rel.columns)
         clause = clause_windows.pop(alias.lower(), None)
-        if rel.kind == "stream":
+        written = spec if spec is not None else clause
+        if written is not None and written.args.get("arrival"):
+            scan = self.arrival_scan(rel, alias, cols, written, changes)
+        elif rel.kind == "stream":
             scan = P.StreamScan(rel.name, alias, cols, rel.timestamp_column, rel.end_column)
         elif rel.kind == "table" and changes and (spec is not None or clause is not None):
             scan = P.StreamScan(rel.name, alias, cols, None, None, of_table=True)
@@ -199,10 +202,28 @@ class Builder:
                                   hint=f"Put the window inside the definition of {rel.name}.")
             scan = P.WindowRelationScan(rel.name, alias, cols, rel.kind,
                                         follow=changes or rel.kind == "derived")
-        written = spec if spec is not None else clause
         session = (f"{alias}.__wstart", f"{alias}.__wend") if rel.kind == "stream" and \
             written is not None and written.args.get("kind") == "session" else ()
         return Source(alias, rel, scan, rel.kind == "stream", session), (spec, clause)
+
+    def arrival_scan(self, rel: Relation, alias: str, cols: tuple, written,
+                     changes: bool) -> P.StreamScan:
+        """A stream read by arrival time (``[… ON ARRIVAL]``): its tuples stamped with the
+        instant each reached the server, in arrival order, its time the wall clock's. What
+        keeps no arrival time (a snapshot of the past, a fixed window) is refused."""
+        where = written.meta.get("start")
+        if rel.kind != "stream" or changes:
+            raise Unsupported(f"{alias} is not a stream: ON ARRIVAL reads a stream's tuples "
+                              "by the time they arrive", position=where)
+        if written.args["kind"] == "between":
+            raise Unsupported("a fixed window cannot be read by arrival time",
+                              position=where, hint="Write [RANGE … ON ARRIVAL], or read the "
+                              "fixed window by event time.")
+        if self.snapshot:
+            raise Unsupported("snapshot mode cannot read a window by arrival time: the server "
+                              "keeps no tuple's arrival time", position=where,
+                              hint="Read it with a cursor (SET cq.mode = continuous).")
+        return P.StreamScan(rel.name, alias, cols, P.PROCTIME_COLUMN, None, proctime=True)
 
     def subquery(self, node: exp.Subquery, spec) -> Source:
         """A query in FROM: planned on its own, its columns renamed to ``alias.column``."""

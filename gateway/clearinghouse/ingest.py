@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from executor import plan as P
 
-from gateway.clearinghouse import heartbeats, shedding, slack
+from gateway.clearinghouse import arrival_time, heartbeats, shedding, slack
 from gateway.clock import SYSTEM, Clock
 from gateway.clearinghouse.ingest_log import IngestLog
 from gateway.clearinghouse.slack import StreamProgress, micros
@@ -58,6 +58,9 @@ class Ingest:
                     (options or {}).get("fragment"), table)
             if self.link.reads_arrivals(name):      # QJoin: every tuple, as it came
                 await self.link.send_data(name + P.ARRIVAL, table, None)
+            if self.link.reads_by_arrival_time(name):   # [… ON ARRIVAL]: stamped as it came
+                await self.link.send_data(name + P.PROCTIME, arrival_time.stamped(
+                    table, arrival_time.stamp(p, self.clock.now())), None)
             ts = micros(table.column(ts_column).combine_chunks())       # arrival order
             table, ts, late = slack.judge(p, table, ts, one_by_one)
             if late is not None:
@@ -138,6 +141,11 @@ class Ingest:
             if slack.moved(p):             # looked at without the lock: most have not
                 async with self._lock:
                     await self._split(name, p)
+        for name in self.link.read_by_arrival_time():     # their time is the wall clock's
+            async with self._lock:
+                at = arrival_time.beat(self.progress(name), self.clock.now(), now)
+                if at is not None:
+                    await self.link.watermark(name + P.PROCTIME, at, wait=False)
 
     def forget(self, name: str) -> None:
         self.streams.pop(name.lower(), None)

@@ -41,6 +41,8 @@ class StreamProgress:
     delivered: int = 0
     overload: str = "BLOCK"
     sample: float = 0.1               # the share KEEP SAMPLE keeps
+    proctime: int = 0                 # µs: the last arrival-time stamp or BOUNDARY sent
+    proctime_beat: float = 0.0        # monotonic clock (s) of the last arrival-time BOUNDARY
 
     def configure(self, options: dict) -> None:
         """The stream's options. Slack: ``none`` (the default) delivers at once and treats

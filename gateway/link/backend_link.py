@@ -53,7 +53,9 @@ class BackendLink:
         self.out: Outbox | None = None      # frames to the back end
         self._live: dict = {}              # qid -> LiveRows
         self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
-        self.arrivals: dict = {}          # qid -> the streams it reads in arrival order
+        # qid -> the feeds it reads in arrival order (stream@arrival) or by arrival time
+        # (stream@proctime)
+        self.arrivals: dict = {}
         self.answers: dict = {}           # req -> Future
         self.tables_in_use: dict = {}     # table name -> number of running queries reading it
         self._tables_of: dict = {}        # qid -> the tables it reads
@@ -199,7 +201,8 @@ class BackendLink:
             await self.send_table(tname, table)
         await self._send_history(qid, history)
         await self._register(qid, plan, feeds, seam if history else None)
-        arrivals = P.arrival_streams(plan.root)
+        arrivals = {s + P.ARRIVAL for s in P.arrival_streams(plan.root)} | \
+            {s + P.PROCTIME for s in P.proctime_streams(plan.root)}
         if arrivals:
             self.arrivals[qid] = arrivals
         log.info("query started: %s%s", self.labels.get(qid, f"#{qid}"),
@@ -300,8 +303,18 @@ class BackendLink:
 
     def reads_arrivals(self, stream: str) -> bool:
         """Whether a running query reads ``stream``'s tuples in arrival order (QJoin)."""
-        name = stream.lower()
-        return any(name in streams for streams in self.arrivals.values())
+        name = stream.lower() + P.ARRIVAL
+        return any(name in feeds for feeds in self.arrivals.values())
+
+    def reads_by_arrival_time(self, stream: str) -> bool:
+        """Whether a running query reads ``stream`` by arrival time (``[… ON ARRIVAL]``)."""
+        name = stream.lower() + P.PROCTIME
+        return any(name in feeds for feeds in self.arrivals.values())
+
+    def read_by_arrival_time(self) -> set:
+        """The streams running queries read by arrival time."""
+        return {P.stream_of(f) for feeds in list(self.arrivals.values()) for f in feeds
+                if f.endswith(P.PROCTIME)}
 
     def drop(self, qid: int) -> None:
         """End a query (safe from any thread)."""

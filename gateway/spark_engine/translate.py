@@ -100,6 +100,8 @@ def _check_scan(n: P.StreamScan, kids) -> Kind:
         raise Refused("Stream(t) of a table's changes is read by the back end only")
     if n.arrival:
         raise Refused("a quality-driven join (WITH (recall = …)) reads arrival order")
+    if n.proctime:
+        raise Refused(f"a window over stream {n.stream}'s arrival time (ON ARRIVAL)")
     if n.end_column:
         raise Refused(f"stream {n.stream} carries its own intervals (ENDTIMESTAMPCOLUMN)")
     return Kind("scan")

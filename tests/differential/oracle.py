@@ -92,7 +92,7 @@ class Oracle:
         self.con.execute("SET integer_division = true")
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute(ORACLE_FUNCTION)
-        self.con.create_function("pyfn", python_function, ["VARCHAR", "INTEGER"], "VARCHAR",
+        self.con.create_function("pyfn", python_function, ["VARCHAR", "BIGINT"], "VARCHAR",
                                  null_handling="special")
         tb = RELATIONS["tb"]
         self.con.execute("CREATE TABLE tb (" + ", ".join(f"{n} {t}" for n, t, _ in tb.columns)

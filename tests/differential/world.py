@@ -60,7 +60,7 @@ if s is None:
     return None
 return s * ((n or 0) % 3) + ('!' if n is None else '')
 """
-PYTHON_FUNCTION = ("CREATE FUNCTION {name}(s TEXT, n INT) RETURNS TEXT LANGUAGE python "
+PYTHON_FUNCTION = ("CREATE FUNCTION {name}(s TEXT, n BIGINT) RETURNS TEXT LANGUAGE python "
                    "IMMUTABLE AS $$" + PYTHON_BODY + "$$")
 
 _ORACLE_SCOPE: dict = {}
