@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .grammar import Case
 from .runner import Round
 from .world import Ref, Window, random_data
 
@@ -56,3 +57,11 @@ def judged(dsn: str, case, max_tuples: int = 12, seeds=range(4)) -> tuple[list, 
     bad = [(o.how, o.status, o.sqlstate, o.message, o.detail) for o in outcomes
            if o.status != "ok"]
     return bad, sum(o.rows for o in outcomes)
+
+
+def assert_right(dsn: str, written: Written, read: list, max_tuples: int = 12) -> None:
+    """``judged``'s verdict on a hand-written query over references ``read``, asserted: right
+    in every reading, and not every answer empty."""
+    bad, rows = judged(dsn, Case(written, read), max_tuples)
+    assert not bad, bad
+    assert rows > 0, "every answer was empty"
