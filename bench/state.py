@@ -1,7 +1,7 @@
 """The state a bounded operator holds over a long run, driven directly (no server): an interval
 join of two streams without windows (a bid meets its auction while the auction is open, as
-NEXMark q4/q9 join them), a session window per bidder (NEXMark q11) and a Top-N over a
-sliding window (by Σ). At ten points of the run it prints the watermark, the rows the query's
+NEXMark q4/q9 join them), a session window per bidder (NEXMark q11), a Top-N over a
+sliding window (by Σ) and a LEFT JOIN of two sliding windows. At ten points of the run it prints the watermark, the rows the query's
 operators hold and the bytes Arrow has allocated; flat columns mean the state is freed as the
 watermark moves. Also the events per second each query ran at.
 
@@ -45,6 +45,8 @@ QUERIES = {
                        "[PARTITION BY bidder SESSION '2 seconds'] GROUP BY bidder", 1.0),
     "Top-N (Σ)": ("SELECT auction, price FROM bids [RANGE '2 seconds'] ORDER BY price DESC "
                   "LIMIT 3", 0.05),
+    "outer join": ("SELECT a.id, b.price FROM auctions [RANGE '2 seconds'] a LEFT JOIN "
+                   "bids [RANGE '2 seconds'] b ON a.id = b.auction", 1.0),
 }
 
 

@@ -128,12 +128,13 @@ class Map:                                                 # μ
 
 @dataclass(frozen=True)
 class Join:                                                # ⋈
-    """Result interval = intersection. ``equi`` pairs (left Expr, right Expr) go through a
-    hash index; ``residual`` is the rest of the predicate. ``kind`` is stream-stream or
-    stream-table (the right side is then a time-tabular table). ``keep``: per side, an Expr
-    (BIGINT µs over that side's columns; NULL: at once) after which a stored tuple can meet
-    no later tuple of the other side, so it is dropped then although still valid (an
-    interval join); ``ttl_us``: the query's state_ttl, whose condition (event times less than
+    """Result interval = intersection (and, for an ``outer`` join, each preserved side's
+    tuple padded with NULLs while no partner is valid). ``equi`` pairs (left Expr, right
+    Expr) go through a hash index; ``residual`` is the rest of the predicate. ``kind`` is
+    stream-stream or stream-table (the right side is then a time-tabular table). ``keep``:
+    per side, an Expr (BIGINT µs over that side's columns; NULL: at once) after which a
+    stored tuple can meet no later tuple of the other side, so it is dropped then although
+    still valid (an interval join); ``ttl_us``: the query's state_ttl, whose condition (event times less than
     that apart) is in ``residual`` and whose bound is in ``keep``."""
     left: "Node"
     right: "Node"
@@ -143,6 +144,7 @@ class Join:                                                # ⋈
     schema: tuple = ()
     keep: tuple = (None, None)    # tuple[Expr | None, Expr | None]
     ttl_us: int | None = None
+    outer: str = ""               # left, right, full: the preserved sides' tuples padded too
 
 
 @dataclass(frozen=True)
@@ -419,7 +421,8 @@ _LABELS = {
     Window: lambda n: f"ω {window_text(n.window)}",
     Filter: lambda n: f"σ {n.predicate.sql}",
     Map: lambda n: f"μ {_names(n.outputs)}",
-    Join: lambda n: f"⋈ {n.kind}" + _condition_text(n, "hash") + _state_text(n),
+    Join: lambda n: (f"⋈ {n.outer} outer" if n.outer else f"⋈ {n.kind}")
+    + _condition_text(n, "hash") + _state_text(n),
     Union_: lambda n: "∪ all",
     Aggregate: lambda n: "α" + (f" keys {_names(n.keys)}" if n.keys else "")
     + " partial " + ", ".join(f"{p.name} = {p.func}({p.arg.sql if p.arg else '*'})"

@@ -100,7 +100,7 @@ def svg() -> str:
     add(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height}" '
         f'viewBox="0 0 {width:.0f} {height}" font-family="sans-serif" font-size="13">')
     add(f'<rect width="{width:.0f}" height="{height}" fill="white"/>')
-    add('<text x="10" y="24" font-size="15" font-weight="bold">Σ: LEFT JOIN and ORDER BY … '
+    add('<text x="10" y="24" font-size="15" font-weight="bold">LEFT JOIN and ORDER BY … '
         'LIMIT 1, each row valid while the snapshot gives it</text>')
     for i, (kind, label, bars) in enumerate(lines):
         y = TOP + i * ROW

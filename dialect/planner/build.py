@@ -29,7 +29,7 @@ from .check_expressions import (bound_type, checked, has_now, inlined, is_aggreg
                                 refuse_unsupported)
 from ..kernel_trees import kernel_tree
 from .patterns import match_recognize_source, pattern_source
-from .push_down_filters import Conjunct, conjunction, push_down_filters
+from .push_down_filters import Conjunct, conjunction, outer_placement, push_down_filters
 from .scope import PLAN_NAME, SESSION_BOUND, SESSION_BOUNDS, Scope, Source
 from .split_aggregates import split_aggregates
 from .types import INTEGERS, UNKNOWN, check_boolean, family, infer, normalize
@@ -81,6 +81,21 @@ def _session_bounds(e: exp.Expression) -> exp.Expression:
         col.meta["start"] = node.meta.get("start")
         return col
     return e.transform(column)
+
+
+def _outer_join(sel: exp.Select) -> str | None:
+    """left, right or full when ``sel`` joins two relations with one outer join."""
+    joins = sel.args.get("joins") or []
+    side = (joins[0].side or "").lower() if len(joins) == 1 else ""
+    return side if side in ("left", "right", "full") else None
+
+
+def _check_outer(outer: str, sources: list, combined: bool) -> None:
+    """An outer join runs as a hash join of two streams with windows, on its own; any other
+    shape is Σ's (Unsupported here sends it there)."""
+    if combined or not all(s.relation.kind == "stream" for s in sources):
+        raise Unsupported(f"a {outer.upper()} JOIN of these inputs is evaluated on each "
+                          "instant's snapshot")
 
 
 def _group_item(g, real: list, scope: Scope):
@@ -328,8 +343,10 @@ class Builder:
         if isinstance(from_.this, X.EventPattern):
             return self.project(sel, *pattern_source(self, sel, from_.this))
         items = [from_.this] + [j.this for j in sel.args.get("joins") or []]
+        outer = _outer_join(sel)
         for j in sel.args.get("joins") or []:
-            if j.side or (j.kind and j.kind.upper() not in ("INNER", "CROSS")):
+            if outer is None and (j.side or (j.kind and j.kind.upper() not in ("INNER",
+                                                                                "CROSS"))):
                 raise Unsupported(f"{(j.side or j.kind).upper()} JOIN is not supported in "
                                   "continuous queries yet", hint="Use an inner join.")
             if j.args.get("method"):
@@ -351,8 +368,9 @@ class Builder:
         loop_windows = self.loop(sel.args.get("streaquel"), scope)
 
         # conjuncts of WHERE and every ON (and USING), placed by push_down_filters
-        conjuncts = [self.conjunct(eq, scope, "JOIN conditions")
-                     for eq in _using(sel.args.get("joins") or [], sources, scope)]
+        on = [self.conjunct(eq, scope, "JOIN conditions")
+              for eq in _using(sel.args.get("joins") or [], sources, scope)]
+        where = []
         for cond in [sel.args.get("where")] + [j.args.get("on") for j in
                                                  sel.args.get("joins") or []]:
             if cond is None:
@@ -361,7 +379,8 @@ class Builder:
             cond = cond.this if isinstance(cond, exp.Where) else cond
             check_boolean(cond, lambda c: scope.resolve(c)[1], "WHERE")
             for part in _conjuncts(cond):
-                conjuncts.append(self.conjunct(part, scope, clause))
+                (where if clause == "WHERE" else on).append(self.conjunct(part, scope, clause))
+        conjuncts = on + where
 
         # streams first, then named windows, then tables (each table joins a stream)
         order = sorted(range(len(sources)), key=lambda i: (
@@ -370,7 +389,12 @@ class Builder:
             raise Unsupported("a continuous query reads at least one stream or window",
                               hint="Over tables alone, run the query as it is (not as a "
                                    "continuous query).")
-        placement = push_down_filters(conjuncts, [sources[i].alias for i in order])
+        if outer is not None:
+            _check_outer(outer, sources, loop_windows or sel.args.get("match") is not None
+                         or quality_join.written(sel) or join_state.state_ttl(sel) is not None)
+            placement = outer_placement(on, where, [s.alias for s in sources])
+        else:
+            placement = push_down_filters(conjuncts, [sources[i].alias for i in order])
         windows = {}
         for i in order:
             src, specs = pairs[i]
@@ -396,7 +420,7 @@ class Builder:
                                                         residual, ttl, join_state.ttl_at(sel))
             node = P.Join(node, part, tuple(equi), conjunction(residual), kind,
                           node.schema + part.schema, keep,
-                          ttl if kind == "stream-stream" else None)
+                          ttl if kind == "stream-stream" else None, outer or "")
             if quality is not None and (quality_join.written(sel) or (
                     kind == "stream-stream" and len(order) == 2)):
                 node = quality_join.quality_join(node, (sources[order[0]].alias, src.alias),
@@ -419,6 +443,12 @@ class Builder:
         planned without it; one written in the query must apply. What only Σ computes goes
         there (``snapshot_query``)."""
         why = SQ.reason(sel, self.catalog.is_aggregate)
+        if why is not None and _outer_join(sel) is not None and \
+                SQ.reason(sel, self.catalog.is_aggregate, joins=False) is None:
+            try:            # a hash join that pads rows; Σ where its shape is not one
+                return self._select(sel)
+            except Unsupported:
+                pass
         if why is not None:
             return self.snapshot_select(sel, why)
         try:

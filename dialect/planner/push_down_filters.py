@@ -59,6 +59,28 @@ def push_down_filters(conjuncts: list, order: list) -> Placement:
     return out
 
 
+def outer_placement(on: list, where: list, order: list) -> Placement:
+    """The conjuncts of an outer join of two relations (``order``): every one of ON stays
+    in the join (the equalities of the two sides as hash keys), since a filter below would
+    drop a tuple the join must keep padded, and every one of WHERE goes above it, where it
+    sees the padded rows' NULLs.
+
+    >>> on = [Conjunct("a.k=b.k", frozenset("ab"), ("a.k", "b.k"), ({"a"}, {"b"})),
+    ...       Conjunct("b>1", frozenset("b"))]
+    >>> p = outer_placement(on, [Conjunct("a<2", frozenset("a"))], ["a", "b"])
+    >>> p.joins[1], p.top, p.scan
+    (([('a.k', 'b.k')], ['b>1']), ['a<2'], {})
+    """
+    out = Placement(top=[c.expr for c in where])
+    equi, residual = out.joins.setdefault(1, ([], []))
+    for c in on:
+        if c.equi is not None and _splits(c.sides, {order[0]}, order[1]):
+            equi.append(c.equi if c.sides[0] == {order[0]} else (c.equi[1], c.equi[0]))
+        else:
+            residual.append(c.expr)
+    return out
+
+
 def _splits(sides: tuple, before: set, new: str) -> bool:
     a, b = sides
     return (a <= before and b == {new}) or (b <= before and a == {new})

@@ -60,9 +60,10 @@ def _aggregate_without_partials(node, user_aggregate) -> bool:
         node.find(exp.Order) is not None
 
 
-def reason(sel: exp.Select, user_aggregate) -> str | None:
-    """What in ``sel``'s own clauses only Σ computes (None: the algebra's operators do)."""
-    for j in sel.args.get("joins") or []:
+def reason(sel: exp.Select, user_aggregate, joins: bool = True) -> str | None:
+    """What in ``sel``'s own clauses only Σ computes (None: the algebra's operators do);
+    ``joins``: outer joins count (the planner tries them as hash joins first)."""
+    for j in sel.args.get("joins") or [] if joins else []:
         side = (j.side or "").upper()
         if side in ("LEFT", "RIGHT", "FULL"):
             return f"{side} JOIN"

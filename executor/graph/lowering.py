@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from .. import plan as P
 from ..duck import quote
-from ..operators import filter_map, join, qjoin, repeat, snapshot_query, union
+from ..operators import (filter_map, join, outer_join, qjoin, repeat, snapshot_query,
+                         union)
 from ..operators.aggregates import (aggregate, range_aggregate, session_aggregate,
                                     slide_aggregate)
 from ..operators.limit import Limit
@@ -161,6 +162,8 @@ def _table_side(node) -> tuple:
 def _join(node: P.Join) -> tuple:
     if node.kind == "stream-table":
         return join.TableJoin(node, *_table_side(node.right)), (node.left,)
+    if node.outer:
+        return outer_join.OuterStreamJoin(node), P.children(node)
     return join.StreamJoin(node), P.children(node)
 
 

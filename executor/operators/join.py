@@ -25,7 +25,7 @@ from .merge import Merger, Merging
 COMPACT = 64        # a side's stored chunks are made one after this many
 
 
-def _condition(node) -> str:
+def condition(node) -> str:
     parts = [f"({a.sql}) = ({b.sql})" for a, b in node.equi]
     if node.residual is not None:
         parts.append(f"({node.residual.sql})")
@@ -49,7 +49,7 @@ class StreamJoin(Merging):
         self.stored: list = [[], []]
         # a NULL bound: the condition holds for no later tuple, so the tuple goes at once
         self.keep = [f"coalesce({k.sql}, {TS})" if k is not None else None for k in node.keep]
-        cond = _condition(node)
+        cond = condition(node)
         self.pair = (f"SELECT {_column_list(self.left_cols)}, "
                      f"{_column_list(self.right_cols)}, greatest(__ts_l, __ts_r) AS {TS}, "
                      f"least(__te_l, __te_r) AS {TE} "
@@ -73,22 +73,32 @@ class StreamJoin(Merging):
 
     def advance(self, limit: int, parts: list, everything: bool) -> list:
         limit = None if everything else limit
-        out = []
         new = [self._side(p, i) if p is not None else None for i, p in enumerate(parts)]
-        # the pairs with a new tuple in them: new left × every right, old left × new right
-        # (stored × stored was joined when the later of the two came)
+        out = self._pairs(new)
+        self._store(new)
+        self._purge(limit)
+        return out + ([Watermark(limit)] if limit is not None else [])
+
+    def _pairs(self, new: list) -> list:
+        """The joined rows with a new tuple in them: new left × every right, old left × new
+        right (stored × stored was joined when the later of the two came)."""
         right_all = [c for c, _, _ in self.stored[1]] + ([new[1]] if new[1] is not None else [])
         pairs = []
         if new[0] is not None and right_all:
             pairs.append((new[0], right_all))
         if new[1] is not None and self.stored[0]:
             pairs.append(([c for c, _, _ in self.stored[0]], [new[1]]))
-        if pairs:
-            out.extend(self._join(pairs).to_batches())
+        return self._join(pairs).to_batches() if pairs else []
+
+    def _store(self, new: list) -> None:
+        for i, suffix in enumerate(("_l", "_r")):
+            if new[i] is not None and new[i].num_rows:
+                self.stored[i].append(_bounded(new[i], f"__keep{suffix}"))
+
+    def _purge(self, limit: int | None) -> None:
+        """Drop what no later tuple can meet (``limit``: the frontier; None: the end)."""
         for i, suffix in enumerate(("_l", "_r")):
             chunks = self.stored[i]
-            if new[i] is not None and new[i].num_rows:
-                chunks.append(_bounded(new[i], f"__keep{suffix}"))
             if limit is not None:           # no later tuple starts before the frontier
                 chunks = [c for c in (_unexpired(c, f"__keep{suffix}", limit) for c in chunks)
                           if c is not None]
@@ -96,9 +106,6 @@ class StreamJoin(Merging):
                 chunks = [_bounded(one_table([c for c, _, _ in chunks]).combine_chunks(),
                                    f"__keep{suffix}")]
             self.stored[i] = chunks
-        if limit is not None:
-            out.append(Watermark(limit))
-        return out
 
     def _join(self, pairs: list) -> pa.Table:
         tables, selects = {}, []
@@ -142,7 +149,7 @@ class TableJoin(Operator):
         self.table: pa.Table | None = None
         self.sql = (f"SELECT {_column_list(self.left_cols)}, "
                     f"{_column_list(self.right_cols)}, {TS}, {TE} "
-                    f"FROM l JOIN r ON {_condition(node)} ORDER BY {TS}, {TE}")
+                    f"FROM l JOIN r ON {condition(node)} ORDER BY {TS}, {TE}")
 
     def open(self, context):
         self.con = context.cursor()

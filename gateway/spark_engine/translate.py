@@ -152,6 +152,8 @@ def _check_union(n: P.Union_, kids) -> Kind:
 
 
 def _check_join(n: P.Join, kids) -> Kind:
+    if n.outer:
+        raise Refused(f"a {n.outer.upper()} JOIN (its padded rows)")
     if n.kind != "stream-stream":
         if kids[0].name not in ("ranged", "unbounded", "slid") or kids[1].name != "table":
             raise Refused("a join with a table over anything but a stream's windowed rows")
