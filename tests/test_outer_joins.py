@@ -110,6 +110,8 @@ def test_a_tuple_that_comes_after_a_boundary_keeps_its_padded_row_from_its_start
     rows += q.watermark("a", 5 * s) + q.watermark("b", 5 * s)
     got = [(r["v"], r["w"], r["valid_from"], r["valid_to"]) for b in rows
            for r in b.to_pylist()]
-    at = lambda us: dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)  # noqa: E731
+
+    def at(us):
+        return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)
     # the tuple of 0.5 s is alone from 0.5 s until its partner starts at 1 s
     assert (2, None, at(s // 2), at(s)) in got, got
