@@ -3,7 +3,8 @@ join of two streams without windows (a bid meets its auction while the auction i
 NEXMark q4/q9 join them), a session window per bidder (NEXMark q11), a Top-N over a
 sliding window (by Σ) and a LEFT JOIN of two sliding windows. At ten points of the run it
 prints the watermark, the rows the query's operators hold and the bytes Arrow has allocated;
-flat columns mean the state is freed as the watermark moves. Also the events per second each query ran at.
+flat columns mean the state is freed as the watermark moves. Also the events per second each
+query ran at.
 
     python bench/state.py [--seconds 600] [--rate 2000] [--only session]
 
