@@ -399,6 +399,9 @@ class Generator:
                 else:
                     joins.append(JoinItem("JOIN" if kind == "USING" else kind, item, on=cond))
             cols = cols + icols
+        if len({c.qual for c in cols if isinstance(c, SessionCol)}) > 1:
+            # wstart(*) names the one session window in FROM: with two it is 42702
+            cols = [c for c in cols if not isinstance(c, SessionCol)]
         return items, joins, cols, conjuncts
 
     def time_bound(self, a: Col, b: Col) -> tuple:
