@@ -81,6 +81,9 @@ def test_two_windowed_streams_join_by_hash_and_other_shapes_stay_snapshot_querie
     assert "⋈ full outer hash" in P.explain_label(join)
     for sql in ("SELECT a.k, t.name FROM a [RANGE '2 seconds'] LEFT JOIN tb AS t "
                 "ON a.k = t.k",
+                # USING's k is COALESCE(a.k, b.k) in a FULL join: SQL's, by Σ
+                "SELECT k, b.w FROM a [RANGE '2 seconds'] FULL JOIN b [RANGE '2 seconds'] "
+                "USING (k)",
                 "SELECT a.k, ROW_NUMBER() OVER (ORDER BY a.v) FROM a [RANGE '2 seconds'] "
                 "LEFT JOIN b [RANGE '2 seconds'] ON a.k = b.k"):
         assert isinstance(_root(sql), P.SnapshotQuery) or isinstance(

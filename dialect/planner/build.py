@@ -91,8 +91,9 @@ def _outer_join(sel: exp.Select) -> str | None:
 
 
 def _check_outer(outer: str, sources: list, combined: bool) -> None:
-    """An outer join runs as a hash join of two streams with windows, on its own; any other
-    shape is Σ's (Unsupported here sends it there)."""
+    """An outer join runs as a hash join of two streams with windows, on its own, joined ON
+    a condition; any other shape is Σ's (Unsupported here sends it there). (USING's column
+    is the two sides' COALESCE in a FULL or RIGHT join, as SQL defines it: Σ's DuckDB knows.)"""
     if combined or not all(s.relation.kind == "stream" for s in sources):
         raise Unsupported(f"a {outer.upper()} JOIN of these inputs is evaluated on each "
                           "instant's snapshot")
@@ -391,7 +392,8 @@ class Builder:
                                    "continuous query).")
         if outer is not None:
             _check_outer(outer, sources, loop_windows or sel.args.get("match") is not None
-                         or quality_join.written(sel) or join_state.state_ttl(sel) is not None)
+                         or quality_join.written(sel) or join_state.state_ttl(sel) is not None
+                         or bool(sel.args["joins"][0].args.get("using")))
             placement = outer_placement(on, where, [s.alias for s in sources])
         else:
             placement = push_down_filters(conjuncts, [sources[i].alias for i in order])
