@@ -109,15 +109,16 @@ def _typing_database() -> duckdb.DuckDBPyConnection:
     return _typing[0]
 
 
+_typed_functions: set = set()      # the DuckDB names of the Python functions defined there
+
+
 def define_for_typing(functions) -> None:
     """Make Python functions known to the typing database, so that calls of them bind."""
     with _typing_lock:
-        db = _typing_database()
-        known = {r[0] for r in db.sql("SELECT function_name FROM duckdb_functions() "
-                                      "WHERE function_name LIKE 'py\\_%' ESCAPE '\\'").fetchall()}
         for f in functions:
-            if f.duck_name not in known:
-                f.install(db)
+            if f.duck_name not in _typed_functions:
+                f.install(_typing_database())
+                _typed_functions.add(f.duck_name)
 
 
 def query_columns(sql: str) -> list:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import re
 import typing
 from dataclasses import dataclass
 from typing import Union
@@ -27,12 +26,13 @@ from executor.duck import quote
 # dividing as PostgreSQL divides
 from executor.duck import LOCKED as EXPRESSION_CONFIG  # noqa: F401 - re-exported
 from executor.duck import configured as expression_settings  # noqa: F401 - re-exported
-# User-defined aggregates a plan may name (loaded from the server's configuration in both
-# processes); the planner asks for their names and result types.
 # Python functions a plan may call: defined by the gateway, carried in the plan
 from executor.python_functions import FunctionError, PythonFunction  # noqa: F401 - re-exported
 from executor.python_functions import error_message as python_error  # noqa: F401 - re-exported
 from executor.python_functions import load as load_python_functions  # noqa: F401 - re-exported
+from executor.python_functions import shown_names
+# User-defined aggregates a plan may name (loaded from the server's configuration in both
+# processes); the planner asks for their names and result types.
 from executor.udf import load as load_user_aggregates  # noqa: F401 - re-exported
 from executor.udf import names as user_aggregate_names  # noqa: F401 - re-exported
 from executor.udf import return_type as user_aggregate_type  # noqa: F401 - re-exported
@@ -134,8 +134,8 @@ class Join:                                                # ⋈
     stream-stream or stream-table (the right side is then a time-tabular table). ``keep``:
     per side, an Expr (BIGINT µs over that side's columns; NULL: at once) after which a
     stored tuple can meet no later tuple of the other side, so it is dropped then although
-    still valid (an interval join); ``ttl_us``: the query's state_ttl, whose condition (event times less than
-    that apart) is in ``residual`` and whose bound is in ``keep``."""
+    still valid (an interval join); ``ttl_us``: the query's state_ttl, whose condition
+    (event times less than that apart) is in ``residual`` and whose bound is in ``keep``."""
     left: "Node"
     right: "Node"
     equi: tuple = ()              # tuple[tuple[Expr, Expr]]
@@ -640,12 +640,10 @@ def explain_head(plan: Plan) -> str:
 
 
 def explain(plan: Plan) -> list[str]:
-    """The plan as indented lines, root first; a Python function by the name it was called,
-    then "(python)"."""
-    lines = [explain_head(plan)] + tree_lines(plan.root, children, explain_label)
-    for f in plan.functions:
-        named = re.compile(re.escape(f.duck_name) + r"\(", re.I)
-        lines = [named.sub(f"{f.name}(", line) for line in lines]
+    """The plan as indented lines, root first (a Python function by the name it was called),
+    then the Python functions it calls."""
+    lines = [shown_names(line) for line in
+             [explain_head(plan)] + tree_lines(plan.root, children, explain_label)]
     if plan.functions:
         lines.append("Python functions: " + ", ".join(
             f"{f.name}({', '.join(f.types)}) → {f.returns}"

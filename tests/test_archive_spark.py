@@ -64,6 +64,11 @@ def test_a_past_window_runs_on_spark_and_matches_duckdb(server):
         assert [(k, round(x, 6)) for k, x in got] == [
             (key, round(sum(round(v * 3 + k, 2) for k, v in rows if k == key), 6))
             for key in sorted({k for k, _ in rows})]
+        # a call inside a call's argument is the function too
+        got = c.execute(f"SELECT max({f}(k, {f}(k, v))) FROM {s} [BETWEEN {_lit(lo)} AND "
+                        f"{_lit(hi)}]").fetchall()
+        assert round(got[0][0], 6) == round(max(round(round(v * 3 + k, 2) * 3 + k, 2)
+                                                for k, v in rows), 6)
         # parameters ($1) are bound before Spark sees the query
         got = c.execute(f"SELECT count(*) FROM {s} [BETWEEN {_lit(lo)} AND {_lit(hi)}] "
                         "WHERE k = %s", (2,)).fetchall()

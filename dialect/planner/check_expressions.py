@@ -99,12 +99,15 @@ def inlined(e: exp.Expression, sql_function, depth: int = 0,
             return whole            # not a call; or one of another schema's, not a SQL function
         found = sql_function(node.name, schema)
         if found is None:
-            call = _python_call(whole, node, python_function(node.name)
-                                if schema in (None, "public") else None)
-            if call is not whole:       # its arguments may call functions too
-                call.set("expressions", [inlined(a, sql_function, depth, python_function)
-                                         for a in call.expressions])
-            return call
+            fn = python_function(node.name) if schema in (None, "public") else None
+            if fn is not None and fn.volatile:
+                raise Unsupported(f"{node.name}() is volatile: a continuous query's answer "
+                                  "must be a function of its inputs", position=written_at(node),
+                                  hint="Declare the function IMMUTABLE if its value depends on "
+                                       "its arguments only, or read it from a table query.")
+            call = python_call(node, fn, lambda a: inlined(a, sql_function, depth,
+                                                           python_function))
+            return whole if call is node else call
         params, body = found
         if len(params) != len(node.expressions):
             return whole                    # no such overload: DuckDB's binding says so
@@ -119,16 +122,15 @@ def inlined(e: exp.Expression, sql_function, depth: int = 0,
     return e.transform(expand)
 
 
-def _python_call(whole: exp.Expression, node: exp.Anonymous, fn) -> exp.Expression:
-    """A call of Python function ``fn`` (None: not one) as a call of its DuckDB name."""
+def python_call(node: exp.Anonymous, fn, arguments) -> exp.Expression:
+    """A call of Python function ``fn`` (a PythonFunction; None: not one) as a call of its
+    DuckDB name, each argument through ``arguments`` (calls inside it are renamed there:
+    a replaced node's children are not walked again); ``node`` itself when it is no call of
+    ``fn`` (no such overload: DuckDB's binding says so)."""
     if fn is None or len(fn.params) != len(node.expressions):
-        return whole                        # no such overload: DuckDB's binding says so
-    if fn.volatile:
-        raise Unsupported(f"{node.name}() is volatile: a continuous query's answer must be a "
-                          "function of its inputs", position=written_at(node),
-                          hint="Declare the function IMMUTABLE if its value depends on its "
-                               "arguments only, or read it from a table query.")
-    return exp.Anonymous(this=fn.duck_name, expressions=[a.copy() for a in node.expressions])
+        return node
+    return exp.Anonymous(this=fn.duck_name,
+                         expressions=[arguments(a.copy()) for a in node.expressions])
 
 
 def checked(e: exp.Expression, now_us: int | None, *, clause: str | None = None,

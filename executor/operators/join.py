@@ -25,7 +25,7 @@ from .merge import Merger, Merging
 COMPACT = 64        # a side's stored chunks are made one after this many
 
 
-def condition(node) -> str:
+def _condition(node) -> str:
     parts = [f"({a.sql}) = ({b.sql})" for a, b in node.equi]
     if node.residual is not None:
         parts.append(f"({node.residual.sql})")
@@ -49,7 +49,7 @@ class StreamJoin(Merging):
         self.stored: list = [[], []]
         # a NULL bound: the condition holds for no later tuple, so the tuple goes at once
         self.keep = [f"coalesce({k.sql}, {TS})" if k is not None else None for k in node.keep]
-        cond = condition(node)
+        self.cond = cond = _condition(node)
         self.pair = (f"SELECT {_column_list(self.left_cols)}, "
                      f"{_column_list(self.right_cols)}, greatest(__ts_l, __ts_r) AS {TS}, "
                      f"least(__te_l, __te_r) AS {TE} "
@@ -73,11 +73,15 @@ class StreamJoin(Merging):
 
     def advance(self, limit: int, parts: list, everything: bool) -> list:
         limit = None if everything else limit
-        new = [self._side(p, i) if p is not None else None for i, p in enumerate(parts)]
+        new = self._sides(parts)
         out = self._pairs(new)
         self._store(new)
         self._purge(limit)
         return out + ([Watermark(limit)] if limit is not None else [])
+
+    def _sides(self, parts: list) -> list:
+        """Each input's new tuples as stored (None where it has none)."""
+        return [self._side(p, i) if p is not None else None for i, p in enumerate(parts)]
 
     def _pairs(self, new: list) -> list:
         """The joined rows with a new tuple in them: new left × every right, old left × new
@@ -149,7 +153,7 @@ class TableJoin(Operator):
         self.table: pa.Table | None = None
         self.sql = (f"SELECT {_column_list(self.left_cols)}, "
                     f"{_column_list(self.right_cols)}, {TS}, {TE} "
-                    f"FROM l JOIN r ON {condition(node)} ORDER BY {TS}, {TE}")
+                    f"FROM l JOIN r ON {_condition(node)} ORDER BY {TS}, {TE}")
 
     def open(self, context):
         self.con = context.cursor()

@@ -85,11 +85,17 @@ class Merging(Operator):
 
     def on_watermark(self, ts, port=0):
         self.merger.mark(ts, port)
-        return self._step()
+        self.at_boundary = True
+        try:
+            return self._step()
+        finally:
+            self.at_boundary = False
 
     def on_end(self):
         return self._step(everything=True)
 
+    at_boundary = False  # this step is a BOUNDARY's (not data's): what works only at
+                         # BOUNDARYs (Σ's cuts, an outer join's padded rows) does it now
     reached = None       # the highest frontier so far: an input's rows come in order, so
                          # its bound never falls back below rows it already sent
 

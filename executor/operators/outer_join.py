@@ -19,7 +19,7 @@ from .. import duck
 from .. import plan as P
 from ..batches import INF, TE, TS, Watermark, one_table, sort_by_interval
 from ..duck import quote
-from .join import StreamJoin, condition
+from .join import StreamJoin
 
 BEFORE = -INF        # the frontier before the first: no piece starts earlier
 
@@ -34,7 +34,6 @@ class OuterStreamJoin(StreamJoin):
         types = ({c.name: c.type for c in node.left.schema},
                  {c.name: c.type for c in node.right.schema})
         self.pieces = [self._pieces_sql(i, types[1 - i]) for i in (0, 1)]
-        self.cond = condition(node)
         self.columns = (node.left.schema, node.right.schema)
 
     def _pieces_sql(self, i: int, other_types: dict) -> str:
@@ -66,30 +65,20 @@ class OuterStreamJoin(StreamJoin):
             f"SELECT {', '.join(cols)}, gaps.gs AS {TS}, gaps.ge AS {TE} FROM gaps "
             f"JOIN p ON gaps.__id = p.__id WHERE gaps.gs < gaps.ge")
 
-    def on_watermark(self, ts, port=0):
-        self.boundary = True
-        try:
-            return super().on_watermark(ts, port)
-        finally:
-            self.boundary = False
-
-    boundary = False     # the frontier moved with a BOUNDARY (not with data)
-
     def advance(self, limit: int, parts: list, everything: bool) -> list:
-        new = [self._side(p, i) if p is not None else None for i, p in enumerate(parts)]
+        new = self._sides(parts)
         self.held += self._pairs(new)
         self._store(new)
-        if not (everything or self.boundary):
+        if not (everything or self.at_boundary):
             return []           # rows wait for the BOUNDARY, with the padded pieces
         # judged before the purge: a tuple that ended since the last frontier has pieces here
-        pieces = []
+        # up to where nothing new can start: a later tuple of either side (a partner, or one
+        # of the padded side, whose pieces start where it does)
+        hi = INF if everything else min(_next_start(limit, g) for g in self.grids)
+        pieces = [t for t in (self._padded(i, hi) for i in self.padded)
+                  if t is not None and t.num_rows]
         for i in self.padded:
-            # up to where nothing new can start: a later tuple of either side (a partner, or
-            # one of this side, whose pieces start where it does)
-            hi = INF if everything else min(_next_start(limit, g) for g in self.grids)
-            pieces.append(self._padded(i, hi))
             self.prev[i] = max(self.prev[i], hi)
-        pieces = [t for t in pieces if t is not None and t.num_rows]
         self._purge(None if everything else limit)
         rows, self.held = self.held, []
         if pieces:

@@ -42,7 +42,6 @@ class SnapshotQuery(Merging):
         self.done: int | None = None            # the answer before this instant is known
         self.live: pa.Table | None = None       # rows in the answer at ``done``: cols, copy, start
         self.held: list = []                    # ended rows waiting for an earlier open one
-        self.cut = False                        # this step was a BOUNDARY's
         cols = ", ".join(map(quote, self.names))
         self.runs_sql = (
             f"WITH r AS (SELECT *, row_number() OVER (PARTITION BY __t, {cols}) AS {_COPY} "
@@ -83,13 +82,6 @@ class SnapshotQuery(Merging):
         if self.start is None:
             self.start = ts
 
-    def on_watermark(self, ts, port=0):
-        self.cut = True
-        try:
-            return super().on_watermark(ts, port)
-        finally:
-            self.cut = False
-
     def advance(self, limit: int, parts: list, everything: bool) -> list:
         for i, part in enumerate(parts):
             if part is not None and part.num_rows:
@@ -129,7 +121,7 @@ class SnapshotQuery(Merging):
         # a row cut at the last BOUNDARY and gone at once was already sent whole
         ended = ended.filter(pc.less(ended.column(TS), ended.column(TE)))
         kept = runs.filter(pa.array(still))
-        if self.cut and limit < INF and kept.num_rows:       # a BOUNDARY: cut open rows there
+        if self.at_boundary and limit < INF and kept.num_rows:     # cut open rows there
             starts = pa.array(np.full(kept.num_rows, limit, np.int64))
             ended = pa.concat_tables([ended, kept.select(self.names + [TS]).append_column(
                 TE, starts)], promote_options="default")

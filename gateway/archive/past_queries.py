@@ -22,6 +22,7 @@ from dialect import expressions as X
 from dialect.intervals import interval_us
 from dialect.window_kinds import window_of
 from dialect.planner.build import timestamp_us
+from dialect.planner.check_expressions import python_call
 
 from gateway.pgwire import errors as E
 from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
@@ -84,11 +85,13 @@ def _python_calls(tree: exp.Expression, known) -> tuple:
     used: dict = {}
 
     def swap(node):
-        fn = known.get(node.name) if isinstance(node, exp.Anonymous) else None
-        if fn is None or len(fn.params) != len(node.expressions):
+        if not isinstance(node, exp.Anonymous):
             return node
-        used[fn.duck_name] = fn
-        return exp.Anonymous(this=fn.duck_name, expressions=node.expressions)
+        fn = known.get(node.name)
+        call = python_call(node, fn, lambda a: a.transform(swap))
+        if call is not node:
+            used[fn.duck_name] = fn
+        return call
     return tree.transform(swap), tuple(used.values())
 
 

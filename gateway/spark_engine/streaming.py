@@ -34,7 +34,7 @@ from sqlglot import exp
 from executor import plan as P
 from executor import wire
 
-from gateway.archive.spark import Spark, spark_type
+from gateway.archive.spark import Spark, register_functions, spark_type
 from gateway.clearinghouse import spool
 from gateway.clearinghouse.spool import Spools
 from gateway.durable import fsync_dir
@@ -139,7 +139,7 @@ class SparkStreams:
         """The DataFrame of ``p`` (of its join with a table, the stream side): its root's
         columns, then the interval and PUNCT."""
         root = T.table_join(p.root)[1].left if shape.with_table else p.root
-        T.register_functions(self._session(), p.functions)
+        register_functions(self._session(), p.functions)
         df = T.Builder(read, p.functions).build(root)
         return df.select(*(T.q(c.name) for c in root.schema), T.TS, T.TE, PUNCT)
 

@@ -46,7 +46,7 @@ from sqlglot import exp
 
 from executor import plan as P
 
-from gateway.archive.spark import register_functions, spark_type  # noqa: F401 - re-exported
+from gateway.archive.spark import spark_type
 from gateway.pgwire import errors as E
 from gateway.spark_engine import range_aggregate as RA
 from gateway.spark_engine.spool_source import PUNCT
