@@ -394,7 +394,10 @@ class Generator:
                     joins.append(JoinItem(kind, item))
                 elif kind == "USING" and left_k and right_k and len(right_k) == 1 and (
                         len(left_k) == 1 or (len(items) == 1 and len(left_k) == merged + 1)):
-                    joins.append(JoinItem("JOIN", item, using="k"))
+                    # an outer join USING (k) is Σ's (its k is SQL's COALESCE of both sides)
+                    outer = not merged and rng.random() < 0.3
+                    joins.append(JoinItem(rng.choice(["LEFT JOIN", "FULL JOIN"]) if outer
+                                          else "JOIN", item, using="k"))
                     merged += 1
                 else:
                     joins.append(JoinItem("JOIN" if kind == "USING" else kind, item, on=cond))
@@ -418,7 +421,7 @@ class Generator:
 
     def state_ttl(self, sel: Select) -> None:
         """Perhaps WITH (state_ttl = …) on a top SELECT that joins two streams whose tuples
-        start at their event times, inner joins only (an outer join is Σ, which refuses it)."""
+        start at their event times, inner joins only (an outer join refuses it)."""
         refs = [f for f in sel.from_ + [j.item for j in sel.joins]]
         streams = [f.ref for f in refs if isinstance(f, RefItem) and f.ref.relation in STREAMS]
         if len(streams) != 2 or any(isinstance(f, Derived) for f in refs) or any(
