@@ -14,18 +14,38 @@ class StreamWindow(exp.Expression):
     """What stands between the brackets after a stream.
 
     ``kind`` is one of range, slide, rows, now, unbounded, between, session (its gap is
-    ``size``); ``style`` remembers how it
+    ``size``), or Flink's tumble, hop, cumulate (``WindowTable``'s, whose ``offset`` moves the
+    grid); ``style`` remembers how it
     was written (short ``['2 minutes']``, ``RANGE``, ``RANGE BY``, ``RANGE UNBOUNDED``) so that
     it prints back as written; ``arrival``: ``ON ARRIVAL``, over the tuples' arrival time.
     """
     arg_types = {"kind": True, "style": False, "size": False, "slide": False, "start": False,
                  "rows": False, "partition_by": False, "where": False, "low": False,
-                 "high": False, "arrival": False}
+                 "high": False, "arrival": False, "offset": False}
 
 
 class StreamRef(exp.Expression):
     """A relation in FROM with a window: ``S [RANGE 10 SECONDS] AS s``."""
     arg_types = {"this": True, "window": True, "alias": False, "alias_first": False}
+
+    @property
+    def name(self) -> str:
+        return self.this.name
+
+
+# Flink's window table functions (TABLE(TUMBLE(TABLE t, DESCRIPTOR(c), …))) and the columns
+# each adds to its stream's
+WINDOW_FUNCTIONS = ("TUMBLE", "HOP", "CUMULATE", "SESSION")
+WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
+
+
+class WindowTable(exp.Expression):
+    """Flink's ``TABLE(HOP(TABLE bid, DESCRIPTOR(dateTime), slide, size)) AS b``: the stream
+    ``this`` (an ``exp.Table``) with a window, each tuple with its window's bounds.
+    ``function`` is one of WINDOW_FUNCTIONS, ``expressions`` its sizes in Flink's order;
+    ``arrival``: over the tuples' arrival time (a view's PROCTIME() column)."""
+    arg_types = {"this": True, "function": True, "partition_by": False, "descriptor": True,
+                 "expressions": True, "alias": False, "arrival": False}
 
     @property
     def name(self) -> str:
@@ -141,7 +161,8 @@ class Recompute(exp.Expression):
 # Statements only cqgate understands, and nodes that make a query a stream query.
 STREAM_STATEMENTS = (CreateStream, CreateWindow, CreateWrapper, DropStreamObject, AlterStream,
                      Explain, Recompute)
-STREAM_NODES = (StreamRef, StreamOf, StreamWindowClause, StreaQueLLoop, EventPattern)
+STREAM_NODES = (StreamRef, StreamOf, StreamWindowClause, StreaQueLLoop, EventPattern,
+                WindowTable)
 
 
 def is_stream_syntax(tree: exp.Expression) -> bool:

@@ -23,6 +23,16 @@ class CQLGenerator(PostgresGenerator):
             return f"{self.sql(e, 'this')} {alias} {window}"
         return f"{self.sql(e, 'this')} {window}" + (f" AS {alias}" if alias else "")
 
+    def windowtable_sql(self, e: X.WindowTable) -> str:
+        part = e.args.get("partition_by")
+        data = f"TABLE {self.sql(e, 'this')}" + (
+            f" PARTITION BY ({self.expressions(e, key='partition_by', flat=True)})"
+            if part else "")
+        args = ", ".join([data, f"DESCRIPTOR({self.sql(e, 'descriptor')})"]
+                         + [self.sql(x) for x in e.expressions])
+        alias = self.sql(e, "alias")
+        return f"TABLE({e.args['function']}({args}))" + (f" AS {alias}" if alias else "")
+
     def streamof_sql(self, e: X.StreamOf) -> str:
         return f"Stream({self.sql(e, 'this')})"
 

@@ -12,6 +12,7 @@ from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokens import TokenType
 
 from . import expressions as X
+from . import flink
 
 # Semicolons nested in parentheses or braces (the StreaQueL loop header and body) are retyped
 # by the tokenizer so that they do not end the statement; this is the type they get.
@@ -49,6 +50,7 @@ class CQLParser(PostgresParser):
         **PostgresParser.FUNCTIONS,
         "GLOB": lambda args: exp.Glob(this=args[0], expression=args[1]) if len(args) == 2
         else exp.Anonymous(this="glob", expressions=args),
+        **flink.FUNCTIONS,      # Flink's DATE_FORMAT, SPLIT_INDEX, REGEXP_EXTRACT
     }
 
     STATEMENT_PARSERS = {
@@ -82,6 +84,8 @@ class CQLParser(PostgresParser):
     def _parse_table(self, *args, **kwargs):
         if not kwargs.get("schema") and self._at_event_seq():
             return self._parse_event_pattern()
+        if not kwargs.get("schema") and self._at_window_table():
+            return self._parse_window_table()
         this = super()._parse_table(*args, **kwargs)
         if isinstance(this, exp.Table) and isinstance(this.this, exp.Anonymous) \
                 and this.this.name.upper() == "STREAM" and len(this.this.expressions) == 1:
@@ -103,6 +107,45 @@ class CQLParser(PostgresParser):
             return self.expression(X.StreamRef(this=this, window=window, alias=alias,
                                                alias_first=alias_first or None))
         return this
+
+    # ------------------------------------------------------------------ Flink's windows
+    def _at_window_table(self) -> bool:
+        """``TABLE(TUMBLE(`` (or HOP, CUMULATE, SESSION) next: a window table function."""
+        t, i = self._tokens, self._index
+        return (self._curr is not None and self._curr.token_type == TokenType.TABLE
+                and i + 3 < len(t) and t[i + 1].token_type == TokenType.L_PAREN
+                and t[i + 2].text.upper() in X.WINDOW_FUNCTIONS
+                and t[i + 3].token_type == TokenType.L_PAREN)
+
+    def _parse_window_table(self) -> X.WindowTable:
+        """``TABLE(HOP(TABLE t [PARTITION BY k | (k, …)], DESCRIPTOR(c), slide, size))
+        [AS] alias``, Flink's spelling of a window over a stream."""
+        start = self._curr.start
+        self._advance(2)                                # TABLE (
+        function = self._curr.text.upper()
+        self._advance(2)                                # TUMBLE (
+        self._expect(TokenType.TABLE, f"TABLE before the stream {function} windows")
+        table = self._parse_table_parts()
+        partition = None
+        if self._match(TokenType.PARTITION_BY) or self._match_text_seq("PARTITION", "BY"):
+            partition = (self._parse_wrapped_csv(self._parse_column)
+                         if self._curr.token_type == TokenType.L_PAREN
+                         else [self._parse_column()])
+        self._expect(TokenType.COMMA, "a comma before DESCRIPTOR")
+        if not self._match_text_seq("DESCRIPTOR"):
+            self.raise_error("Expected DESCRIPTOR(time column)")
+        descriptor = self._parse_wrapped(self._parse_column)
+        sizes = []
+        while self._match(TokenType.COMMA):
+            sizes.append(self._parse_bitwise())
+        self._expect(TokenType.R_PAREN, f"the end of {function}(…)")
+        self._expect(TokenType.R_PAREN, "the end of TABLE(…)")
+        node = self.expression(X.WindowTable(this=table, function=function,
+                                             partition_by=partition, descriptor=descriptor,
+                                             expressions=sizes,
+                                             alias=self._parse_table_alias()))
+        node.meta["start"] = start
+        return node
 
     # ------------------------------------------------------------------ event patterns
     def _at_event_seq(self) -> bool:

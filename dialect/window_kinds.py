@@ -183,6 +183,29 @@ class Session:
                                           spec.args.get("partition_by") or ()))
 
 
+class Grid:
+    """Flink's TUMBLE, HOP and CUMULATE (``X.WindowTable``): windows [start, end), each tuple
+    once per window with the window's bounds as columns (``GridWindow``)."""
+
+    @staticmethod
+    def text(gen, e: X.StreamWindow) -> str:
+        return " ".join(f"{k.upper()} {gen.sql(e, k)}" for k in ("size", "slide", "offset")
+                        if e.args.get(k) is not None) + f" ({e.args['kind'].upper()})"
+
+    @staticmethod
+    def window(spec: X.StreamWindow, to_expr, to_us):
+        size = Range.size(spec)
+        step = size_us(spec.args["slide"]) if spec.args.get("slide") is not None else size
+        offset = spec.args.get("offset")
+        offset = size_us(offset) if offset is not None else 0
+        kind = spec.args["kind"]
+        if step <= 0 or size % step:
+            raise InvalidWindow(f"{kind.upper()}'s size must be a positive multiple of its "
+                                f"{'step' if kind == 'cumulate' else 'slide'}",
+                                position=spec.meta.get("start"))
+        return P.GridWindow(size, step, cumulative=kind == "cumulate", offset_us=offset)
+
+
 def apply_default_windows(written, from_clause, *, has_end_column: bool):
     """The window a stream reference gets (DESIGN §5): ``written`` (after the reference), else
     the one TelegraphCQ's ``WINDOW alias [...]`` clause (``from_clause``) names for it, both
@@ -205,7 +228,7 @@ def apply_default_windows(written, from_clause, *, has_end_column: bool):
 
 # StreamWindow.kind -> its class
 KINDS = {"now": Now, "unbounded": Unbounded, "between": Between, "rows": Rows, "range": Range,
-         "slide": Slide, "session": Session}
+         "slide": Slide, "session": Session, "tumble": Grid, "hop": Grid, "cumulate": Grid}
 
 
 def window_of(spec: X.StreamWindow, to_expr, to_us):

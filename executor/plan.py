@@ -39,8 +39,8 @@ from executor.udf import return_type as user_aggregate_type  # noqa: F401 - re-e
 # ω's configurations, and how far back each reaches when a query starts (the gateway primes
 # a query from the archive by it)
 from executor.windows import (  # noqa: F401 - re-exported
-    FixedWindow, IntervalWindow, LoopWindow, NowWindow, RangeWindow, RowsWindow, SessionWindow,
-    SlideWindow, UnboundedWindow, WindowKind)
+    FixedWindow, GridWindow, IntervalWindow, LoopWindow, NowWindow, RangeWindow, RowsWindow,
+    SessionWindow, SlideWindow, UnboundedWindow, WindowKind)
 
 # --------------------------------------------------------------------------- building blocks
 
@@ -239,6 +239,22 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class TopN:                                                # τ
+    """The first ``count`` rows of each partition at every instant, by ``order``
+    (``ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) <= count``), over an input whose rows
+    hold for ever once they start (an append-only stream, a join of such): a row enters when it
+    ranks among the first and leaves when ``count`` better ones have come. ``partition``
+    names columns; ``order`` is (column, descending, nulls first) triples; ``rank``: the
+    column that numbers the rows (empty: none), the last of the schema."""
+    input: "Node"
+    partition: tuple
+    order: tuple
+    count: int
+    rank: str
+    schema: tuple
+
+
+@dataclass(frozen=True)
 class PatternComponent:
     """One component of an event pattern: the input it reads (by port), its alias, whether
     it is negated (``!(C c)``), its own predicate (over its columns only), its equivalence
@@ -314,8 +330,8 @@ class SnapshotQuery:                                       # Σ
 
 
 Node = Union[StreamScan, TableScan, WindowRelationScan, Window, Filter, Map, Join, Union_,
-             Aggregate, Distinct, Difference, Intersection, Repeat, Limit, Pattern, QualityJoin,
-             SnapshotQuery]
+             Aggregate, Distinct, Difference, Intersection, Repeat, Limit, TopN, Pattern,
+             QualityJoin, SnapshotQuery]
 
 PSEUDO_COLUMNS = ("valid_from", "valid_to", "wtime")
 
@@ -338,7 +354,7 @@ class Plan:
 _TYPES = {cls.__name__: cls for cls in (
     *typing.get_args(WindowKind), Column, Expr, NamedExpr, StreamScan, TableScan,
     WindowRelationScan, Window, Filter, Map, Join, Union_, Partial, Aggregate, Distinct,
-    Difference, Intersection, Repeat, Limit, Plan, PatternComponent, Pattern, RowMeasure,
+    Difference, Intersection, Repeat, Limit, TopN, Plan, PatternComponent, Pattern, RowMeasure,
     QualityJoin, SnapshotQuery, PythonFunction)}
 
 
@@ -386,6 +402,11 @@ def window_text(w) -> str:
         RangeWindow: lambda w: f"range {_us_text(w.size_us)}",
         SlideWindow: lambda w: f"range {_us_text(w.size_us)} slide {_us_text(w.slide_us)}"
         + (f" start {w.start_us} µs" if w.start_us is not None else ""),
+        GridWindow: lambda w: (f"cumulate {_us_text(w.size_us)} step {_us_text(w.step_us)}"
+                               if w.cumulative else f"windows [start, end) of "
+                               f"{_us_text(w.size_us)} every {_us_text(w.step_us)}")
+        + (f" offset {_us_text(w.offset_us)}" if w.offset_us else "")
+        + ", each tuple once per window",
         RowsWindow: lambda w: (f"partition by {', '.join(e.sql for e in w.partition_by)} "
                                if w.partition_by else "") + f"rows {w.rows}"
         + (f" where {w.where.sql}" if w.where is not None else ""),
@@ -433,6 +454,10 @@ _LABELS = {
     Intersection: lambda n: "∩ all" if n.all else "∩",
     Repeat: lambda n: f"repeat each row {n.count} times",
     Limit: lambda n: f"limit {n.count}",
+    TopN: lambda n: f"τ first {n.count} by " + ", ".join(
+        f"{c}{' desc' if d else ''}" for c, d, _ in n.order)
+    + (f" of each {', '.join(n.partition)}" if n.partition else "")
+    + (f", numbered as {n.rank}" if n.rank else "") + "; keeps those rows",
     Pattern: lambda n: _pattern_text(n),
     QualityJoin: lambda n: f"⋈q arrival order, recall {n.recall:g} over "
     f"{_us_text(n.period_us)}; windows {_us_text(n.spans_us[0])}, {_us_text(n.spans_us[1])}; "

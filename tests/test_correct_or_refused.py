@@ -296,8 +296,8 @@ def test_a_named_window_whose_query_fails_fails_its_readers(server):
 # ---------------------------------------------------------------------- refused at DECLARE
 REFUSED = [
     # accepted before, then XX000 at the first row
-    ("SELECT split_index(CAST(v AS TEXT), ',', 1) FROM {s}", "42883",
-     "function split_index() does not exist"),
+    ("SELECT str_to_map(CAST(v AS TEXT), ',', ':') FROM {s}", "42883",
+     "function str_to_map() does not exist"),
     # accepted before: a value per batch of the back end
     ("SELECT k, random() FROM {s}", "0A000", "random() is volatile"),
     ("SELECT k FROM {s} [NOW] WHERE COUNT(*) > 1", "42803", "aggregate functions are not "

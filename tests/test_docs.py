@@ -56,7 +56,7 @@ SPARK_PAGES = ("archive.md", "spark-engine.md")
 
 @pytest.mark.parametrize("doc", ["sql.md", "getting-started.md", "concepts.md",
                                  "reference.md", "continuous.md", "ingest.md", "archive.md",
-                                 "patterns.md", "qjoin.md", "spark-engine.md"])
+                                 "patterns.md", "qjoin.md", "spark-engine.md", "flink.md"])
 def test_doc_shows_what_runs(start_server, server, doc):
     """The page, in order on one connection: ``sql`` blocks run, a ``source`` block is sent to
     the ingest port as one source, and each ``text`` block is exactly the rows of the last

@@ -18,32 +18,45 @@ from .generate import DDL, SCHEMAS
 CHUNK = 1 << 20
 
 
-def declare(dsn: str, slack: str = "none", streams=tuple(SCHEMAS)) -> None:
+def declare(dsn: str, slack: str = "none", streams=tuple(SCHEMAS), ddl: dict = DDL) -> None:
+    """Each stream of ``streams`` made anew (``ddl``: their columns by name; FLINK_DDL for the
+    Flink suite's person, auction and bid)."""
     with psycopg.connect(dsn, autocommit=True) as c:
         for s in streams:
             c.execute(f"DROP STREAM IF EXISTS {s} CASCADE")
-            c.execute(f"CREATE STREAM {s} ({DDL[s]}) WITH (slack = '{slack}')")
+            c.execute(f"CREATE STREAM {s} ({ddl[s]}) WITH (slack = '{slack}')")
 
 
 class Reader:
     """A cursor over ``sql`` on its own connection, drained by a thread: ``rows`` and, per
     FETCH that returned rows, (perf_counter at arrival, rows so far)."""
 
-    def __init__(self, dsn: str, sql: str, name: str = "c", quiet: str = "20s"):
-        self.conn = psycopg.connect(dsn)
+    def __init__(self, dsn: str | None, sql: str, name: str = "c", quiet: str = "20s",
+                 conn: psycopg.Connection | None = None):
+        self.conn = conn if conn is not None else psycopg.connect(dsn)
         self.cur = self.conn.cursor()
-        self.cur.execute(f"DECLARE {name} CURSOR FOR {sql}")
+        hold = " WITH HOLD" if self.conn.autocommit else ""
+        self.cur.execute(f"DECLARE {name} CURSOR{hold} FOR {sql}")
         self.name, self.quiet = name, quiet      # the reader stops after that long without rows
         self.rows: list = []
         self.arrivals: list = []
         self.keep = True
         self.expect: int | None = None
+        self.counts = len
         self.count = 0
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._drain, daemon=True)
 
-    def start(self, expect: int | None = None, keep: bool = True) -> "Reader":
-        self.expect, self.keep = expect, keep
+    @classmethod
+    def on(cls, conn: psycopg.Connection, sql: str, quiet: str = "20s") -> "Reader":
+        """A reader on ``conn``, a session its caller has set up (SET …)."""
+        return cls(None, sql, quiet=quiet, conn=conn)
+
+    def start(self, expect: int | None = None, keep: bool = True,
+              counts=len) -> "Reader":
+        """Drain until ``expect`` rows have come (``counts``: how much a FETCH's rows count
+        towards it, e.g. only the rows still valid at the end), or until it is quiet."""
+        self.expect, self.keep, self.counts = expect, keep, counts
         self.thread.start()
         return self
 
@@ -55,7 +68,7 @@ class Reader:
                 got = self.cur.fetchall()
                 if not got:
                     break
-                self.count += len(got)
+                self.count += self.counts(got)
                 self.arrivals.append((time.perf_counter(), self.count, got[-1]))
                 if self.keep:
                     self.rows.extend(got)
@@ -79,11 +92,18 @@ class Reader:
 
 
 def _await_query(dsn: str, reader, timeout: float) -> None:
-    """Until ``reader.sql`` shows in cq_queries; its reader's error if it ended first."""
+    """Until the reader's query shows in cq_queries (by its session's pid, where the reader
+    knows it, else by its text); its reader's error if it ended first."""
     deadline = time.monotonic() + timeout
+
+    def started(c) -> bool:
+        if not hasattr(reader, "pid"):
+            return c.execute("SELECT count(*) FROM cq_queries WHERE query = %s",
+                             [reader.sql]).fetchone()[0] > 0
+        return reader.pid is not None and c.execute(
+            "SELECT count(*) FROM cq_queries WHERE pid = %s", [reader.pid]).fetchone()[0] > 0
     with psycopg.connect(dsn, autocommit=True) as c:
-        while not c.execute("SELECT count(*) FROM cq_queries WHERE query = %s",
-                            [reader.sql]).fetchone()[0]:
+        while not started(c):
             if reader.done.is_set() or time.monotonic() > deadline:
                 raise RuntimeError(f"the query did not start: {reader.error!r}")
             time.sleep(0.02)
@@ -95,8 +115,13 @@ class CopyReader:
     newline, as a client writing the rows to a file pays. Rows are counted, not kept; it stops
     after ``expect`` rows (then cancels the COPY) or when the query ends."""
 
-    def __init__(self, dsn: str, sql: str):
+    def __init__(self, dsn: str, sql: str, counts=None, settings: dict | None = None):
+        """``counts``: how many rows a chunk of COPY lines counts for (default: its lines);
+        ``settings``: the session's, sent at startup."""
         self.dsn, self.sql = dsn, sql
+        self.counts = counts or (lambda chunk: chunk.count(b"\n"))
+        self.settings = settings or {}
+        self.pid: int | None = None            # its session's, once connected
         self.params = dict(kv.split("=", 1) for kv in dsn.split())
         self.count = 0
         self.arrivals: list = []              # (perf_counter, rows so far, None) per chunk
@@ -122,15 +147,16 @@ class CopyReader:
         p = self.params
         try:
             con = await asyncpg.connect(host=p["host"], port=int(p["port"]), user=p["user"],
-                                        database=p["dbname"])
+                                        database=p["dbname"], server_settings=self.settings)
         except (OSError, asyncpg.PostgresError) as e:
             self.error = e
             self.done.set()
             return
         self._loop = asyncio.get_running_loop()
+        self.pid = con.get_server_pid()
 
         async def sink(chunk: bytes) -> None:
-            self.count += chunk.count(b"\n")
+            self.count += self.counts(chunk)
             self.arrivals.append((time.perf_counter(), self.count, None))
             if self.expect is not None and self.count >= self.expect:
                 self._task.cancel()

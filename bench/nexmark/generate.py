@@ -7,7 +7,9 @@ Follows the reference generator (Beam/Flink NexmarkGenerator): event n is a pers
 or a bid by n mod 50; person and auction ids count up from 1000; at most 1,000 people are
 active and 100 auctions in flight; a bid goes to the hottest auction one time in two (the
 hot-auction ratio 2) and comes from a hot bidder three times in four (ratio 4); a seller is hot
-three times in four; prices are 100 × 10^U(0,6) cents. Event time advances by 1/rate s per
+three times in four; prices are 100 × 10^U(0,6) cents; a bid's channel is one of four hot
+ones one time in two, else one of 10,000 whose id its URL carries (channel_id=…); every event
+has an ``extra`` string of 1–15 letters. Event time advances by 1/rate s per
 event from 2026-11-01 00:00:00. With --delayed, 10 % of events arrive up to 3 s late: the
 files list events in arrival order, so event time is then out of order.
 
@@ -35,21 +37,37 @@ CITIES = ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend"
 STATES = ["AZ", "CA", "ID", "OR", "WA", "WY"]
 CHANNELS = ["Google", "Facebook", "Baidu", "Apple"]
 
+HOT_CHANNEL_RATIO, CHANNELS_NUMBER = 2, 10_000
 SCHEMAS = {
-    "persons": ["id", "name", "email_address", "credit_card", "city", "state", "date_time"],
+    "persons": ["id", "name", "email_address", "credit_card", "city", "state", "date_time",
+                "extra"],
     "auctions": ["id", "item_name", "description", "initial_bid", "reserve", "date_time",
-                 "expires", "seller", "category"],
-    "bids": ["auction", "bidder", "price", "channel", "url", "date_time"],
+                 "expires", "seller", "category", "extra"],
+    "bids": ["auction", "bidder", "price", "channel", "url", "date_time", "extra"],
 }
 DDL = {      # the streams as cqgate declares them
     "persons": "id BIGINT, name TEXT, email_address TEXT, credit_card TEXT, city TEXT, "
-               "state TEXT, date_time TIMESTAMP TIMESTAMPCOLUMN",
+               "state TEXT, date_time TIMESTAMP TIMESTAMPCOLUMN, extra TEXT",
     "auctions": "id BIGINT, item_name TEXT, description TEXT, initial_bid BIGINT, "
                 "reserve BIGINT, date_time TIMESTAMP TIMESTAMPCOLUMN, expires TIMESTAMP, "
-                "seller BIGINT, category BIGINT",
+                "seller BIGINT, category BIGINT, extra TEXT",
     "bids": "auction BIGINT, bidder BIGINT, price BIGINT, channel TEXT, url TEXT, "
-            "date_time TIMESTAMP TIMESTAMPCOLUMN",
+            "date_time TIMESTAMP TIMESTAMPCOLUMN, extra TEXT",
 }
+# the same streams as the Flink suite names them (person, auction, bid; dateTime …): the
+# same files, columns in the same order
+FLINK_STREAMS = {"persons": "person", "auctions": "auction", "bids": "bid"}
+
+
+def flink_name(column: str) -> str:
+    """date_time -> dateTime, as the Flink suite spells its columns."""
+    head, *rest = column.split("_")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+FLINK_DDL = {FLINK_STREAMS[s]: ", ".join(
+    " ".join([flink_name(c.split(" ", 1)[0]), c.split(" ", 1)[1]])
+    for c in DDL[s].split(", ")) for s in DDL}
 
 
 def _last_person(n: np.ndarray) -> np.ndarray:
@@ -70,6 +88,38 @@ def _pick(rng, newest: np.ndarray, span: int, first: int) -> np.ndarray:
 
 def _strings(prefix: str, values: np.ndarray) -> pa.Array:
     return pc.binary_join_element_wise(prefix, pa.array(values).cast(pa.string()), "")
+
+
+def _words(rng, count: int, pool: int = 1000) -> pa.Array:
+    """``count`` strings of 1 to 15 letters, drawn from ``pool`` random ones (the reference
+    generator's padding, shorter)."""
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    lengths = rng.integers(1, 16, pool)     # (an empty one would be NULL in the CSV)
+    words = np.array(["".join(letters[rng.integers(0, 26, n)]) for n in lengths])
+    return pa.array(words[rng.integers(0, pool, count)])
+
+
+def _channels(rng, count: int) -> tuple[pa.Array, pa.Array]:
+    """Channel and URL as the reference generator makes them: one bid in two from a hot
+    channel (Google, Facebook, Baidu, Apple, each with its URL), the others from one of 10,000
+    channels "channel-k", whose URL carries channel_id=k with k's digits reversed."""
+    def base(n):
+        parts = [np.array(["".join(w) for w in rng.choice(list("abcde_"), (n, 5))])
+                 for _ in range(3)]
+        return np.char.add(np.char.add(np.char.add(np.char.add(np.char.add(
+            "https://www.nexmark.com/", parts[0]), "/"), parts[1]), "/"),
+            np.char.add(parts[2], "/item.htm?query=1"))
+    hot_urls = base(len(CHANNELS))
+    k = np.arange(CHANNELS_NUMBER)
+    cold_channels = np.char.add("channel-", k.astype(str))
+    cold_urls = np.char.add(np.char.add(base(CHANNELS_NUMBER), "&channel_id="),
+                            np.array([str(i)[::-1] for i in k]))
+    hot = rng.integers(0, HOT_CHANNEL_RATIO, count) > 0
+    which = rng.integers(0, len(CHANNELS), count)
+    cold = rng.integers(0, CHANNELS_NUMBER, count)
+    channel = np.where(hot, np.array(CHANNELS)[which], cold_channels[cold])
+    url = np.where(hot, hot_urls[which], cold_urls[cold])
+    return pa.array(channel), pa.array(url)
 
 
 def generate(events: int, rate: float, delayed: bool, seed: int = 1,
@@ -95,6 +145,7 @@ def generate(events: int, rate: float, delayed: bool, seed: int = 1,
         "credit_card": _strings("4000 0000 0000 ", pid % 10_000),
         "city": pa.array(np.array(CITIES)[rng.integers(0, len(CITIES), len(p))]),
         "state": pa.array(np.array(STATES)[rng.integers(0, len(STATES), len(p))]),
+        "extra": _words(rng, len(p)),
     })
 
     a = n[(kind >= PERSON) & (kind < PERSON + AUCTION)]
@@ -114,6 +165,7 @@ def generate(events: int, rate: float, delayed: bool, seed: int = 1,
         .cast(pa.timestamp("us")),
         "seller": pa.array(seller),
         "category": pa.array(10 + rng.integers(0, 5, len(a))),
+        "extra": _words(rng, len(a)),
     })
 
     b = n[kind >= PERSON + AUCTION]
@@ -127,9 +179,9 @@ def generate(events: int, rate: float, delayed: bool, seed: int = 1,
         "auction": pa.array(auction),
         "bidder": pa.array(bidder),
         "price": pa.array(np.round(10 ** (rng.random(len(b)) * 6) * 100).astype(np.int64)),
-        "channel": pa.array(np.array(CHANNELS)[rng.integers(0, len(CHANNELS), len(b))]),
-        "url": _strings("https://www.nexmark.com/item.htm?query=", auction % 1000),
     })
+    out["bids"][1]["channel"], out["bids"][1]["url"] = _channels(rng, len(b))
+    out["bids"][1]["extra"] = _words(rng, len(b))
 
     tables = {}
     for name, (rows, cols) in out.items():

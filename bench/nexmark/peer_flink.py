@@ -1,9 +1,11 @@
 """NEXMark q0, q1, q2, q5, q7, q8, q11, q14 and the interval join ``ij``, windowed Top-N
 ``topn`` and windowed outer join ``oj`` through PyFlink's local engine
 (streaming mode), reading the CSV files the generator wrote; run by ``bench.nexmark.peers`` in
-PyFlink's own venv.
+PyFlink's own venv. With ``--suite``, the Flink suite's own texts (``flink/q*.sql``) over its
+tables ``person``, ``auction``, ``bid``, each into the suite's sink, a blackhole (so Flink
+writes no rows anywhere, where cqgate's travel to a client).
 
-    python peer_flink.py EVENTS_DIR [--queries q0,q1] [--parallelism 2]
+    python peer_flink.py EVENTS_DIR [--queries q0,q1] [--parallelism 2] [--suite]
 
 Needs only PyFlink (it is not run in the project's environment). Each query reads the files
 as a bounded stream with event-time watermarks and writes its rows to CSV files in a fresh
@@ -21,13 +23,24 @@ import time
 
 COLUMNS = {
     "persons": "id BIGINT, name STRING, email_address STRING, credit_card STRING, city STRING, "
-               "state STRING, date_time TIMESTAMP(3)",
+               "state STRING, date_time TIMESTAMP(3), extra STRING",
     "auctions": "id BIGINT, item_name STRING, description STRING, initial_bid BIGINT, "
                 "reserve BIGINT, date_time TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT, "
-                "category BIGINT",
+                "category BIGINT, extra STRING",
     "bids": "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
-            "date_time TIMESTAMP(3)",
+            "date_time TIMESTAMP(3), extra STRING",
 }
+# the Flink suite's tables over the same files (its names: person, dateTime …)
+SUITE_TABLES = {
+    "person": ("persons", "id BIGINT, name STRING, emailAddress STRING, creditCard STRING, "
+                          "city STRING, state STRING, `dateTime` TIMESTAMP(3), extra STRING"),
+    "auction": ("auctions", "id BIGINT, itemName STRING, description STRING, initialBid BIGINT, "
+                            "reserve BIGINT, `dateTime` TIMESTAMP(3), expires TIMESTAMP(3), "
+                            "seller BIGINT, category BIGINT, extra STRING"),
+    "bid": ("bids", "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
+                    "`dateTime` TIMESTAMP(3), extra STRING"),
+}
+SUITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flink")
 
 
 def _hop(table: str, slide: int, size: int) -> str:
@@ -125,16 +138,63 @@ def _count_rows(folder: str) -> int:
     return rows
 
 
+def _reason(e: Exception) -> str:
+    """Flink's own words for a failure: the Java exception's message, not Py4J's wrapper."""
+    lines = [ln.strip() for ln in str(e).splitlines()]
+    said = [ln for ln in lines if "Exception:" in ln and "Py4J" not in ln]
+    return (said[-1] if said else f"{type(e).__name__}: {lines[0]}")[:400]
+
+
+def _suite(env, events_dir: str, queries: list, parallelism: int) -> None:
+    """The Flink suite's texts as written, each into a blackhole with its result's schema."""
+    from pyflink.table import Schema, TableDescriptor
+    for name, (stream, cols) in SUITE_TABLES.items():
+        env.execute_sql(
+            f"CREATE TABLE {name} ({cols}, WATERMARK FOR `dateTime` AS `dateTime`) WITH "
+            f"('connector' = 'filesystem', 'format' = 'csv', "
+            f"'path' = '{os.path.join(os.path.abspath(events_dir), stream + '.csv')}')")
+    side = os.path.join(os.path.abspath(events_dir), "side_input.csv")
+    with open(side, "w") as f:
+        f.writelines(f"{k},v{k}\n" for k in range(10_000))
+    env.execute_sql(f"CREATE TABLE side_input (key BIGINT, `value` STRING) WITH ("
+                    f"'connector' = 'filesystem', 'format' = 'csv', 'path' = '{side}')")
+    env.execute_sql("CREATE VIEW B AS SELECT *, PROCTIME() as p_time FROM bid")   # q12's
+    for k, q in enumerate(["q2"] + queries):
+        with open(os.path.join(SUITE_DIR, f"{q}.sql")) as f:
+            text = f.read()
+        try:
+            table = env.sql_query(text)
+            sink = f"sink_{k}"
+            env.create_temporary_table(sink, TableDescriptor.for_connector("blackhole").schema(
+                Schema.new_builder().from_row_data_type(
+                    table.get_schema().to_row_data_type()).build()).build())
+            t0 = time.perf_counter()
+            table.execute_insert(sink).wait()
+            secs = time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001 - a query Flink refuses is reported, not fatal
+            if k:
+                print(json.dumps({"query": q, "error": _reason(e)}), flush=True)
+            continue
+        if k:
+            print(json.dumps({"query": q, "rows": None, "seconds": round(secs, 3),
+                              "parallelism": parallelism, "sink": "blackhole"}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("events_dir")
     ap.add_argument("--queries", default=",".join(QUERIES))
     ap.add_argument("--parallelism", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--suite", action="store_true", help="the Flink suite's own texts")
     args = ap.parse_args()
     from pyflink.table import EnvironmentSettings, TableEnvironment
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     env.get_config().set("parallelism.default", str(args.parallelism))
     env.get_config().set("table.local-time-zone", "UTC")
+    if args.suite:
+        _python_functions(env)
+        _suite(env, args.events_dir, args.queries.split(","), args.parallelism)
+        return
     for name, cols in COLUMNS.items():
         env.execute_sql(
             f"CREATE TABLE {name} ({cols}, WATERMARK FOR date_time AS date_time) WITH "

@@ -23,18 +23,18 @@ import time
 
 SCHEMAS = {
     "persons": "id BIGINT, name STRING, email_address STRING, credit_card STRING, city STRING, "
-               "state STRING, date_time TIMESTAMP",
+               "state STRING, date_time TIMESTAMP, extra STRING",
     "auctions": "id BIGINT, item_name STRING, description STRING, initial_bid BIGINT, "
                 "reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT, "
-                "category BIGINT",
+                "category BIGINT, extra STRING",
     "bids": "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
-            "date_time TIMESTAMP",
+            "date_time TIMESTAMP, extra STRING",
 }
 # one line an hour after the events, per stream (columns in SCHEMAS order)
 LATER = {
-    "persons": "0,flush,,,,,2099-01-01 00:00:00.000000",
-    "auctions": "0,flush,,0,0,2099-01-01 00:00:00.000000,2099-01-01 00:00:00.000000,0,0",
-    "bids": "0,0,0,flush,flush,2099-01-01 00:00:00.000000",
+    "persons": "0,flush,,,,,2099-01-01 00:00:00.000000,",
+    "auctions": "0,flush,,0,0,2099-01-01 00:00:00.000000,2099-01-01 00:00:00.000000,0,0,",
+    "bids": "0,0,0,flush,flush,2099-01-01 00:00:00.000000,",
 }
 
 

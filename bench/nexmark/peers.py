@@ -57,11 +57,11 @@ def setup(engine: str) -> None:
 
 
 def run(engine: str, events_dir: str, queries: list[str], log_path: str, watch,
-        timeout: float = 3600) -> tuple[dict, object]:
+        timeout: float = 3600, options: tuple = ()) -> tuple[dict, object]:
     """Run ``queries`` over the files in ``events_dir`` through ``engine``; returns
     ({query: {"rows", "seconds"} or {"error"}}, what ``watch(pid)`` made of the engine's
     process while it ran: a context manager, the memory sampler). The engine's own output
-    goes to ``log_path``."""
+    goes to ``log_path``; ``options``: more of the program's arguments (``--suite``)."""
     if not ready(engine):
         raise SystemExit(f"{engine} is not set up: run `python -m bench.nexmark.peers setup "
                          f"{engine}` first (it installs into {venv(engine)})")
@@ -70,7 +70,8 @@ def run(engine: str, events_dir: str, queries: list[str], log_path: str, watch,
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [python(engine), os.path.join(HERE, ENGINES[engine].program), events_dir,
-             "--queries", ",".join(queries)], stdout=subprocess.PIPE, stderr=log, env=env)
+             "--queries", ",".join(queries), *options], stdout=subprocess.PIPE, stderr=log,
+            env=env)
         with watch(proc.pid) as watched:
             stdout, _ = proc.communicate(timeout=timeout)
     out = {}

@@ -7,6 +7,7 @@ Prints one JSON record per measurement and appends it to docs/benchmarks/results
     python -m bench.nexmark.run many       [--counts 1,10,100,1000] [--events 1000000]
     python -m bench.nexmark.run memory     [--minutes 10] [--rate 100000]
     python -m bench.nexmark.run side-by-side [--events 2000000] [--engines pyflink,spark]
+                                             [--queries all]   # the whole suite, q0–q23
     python -m bench.nexmark.run anchored   [--events 2000000] [--queries q0,q1]
                                            [--clients copy,arrow] [--repeat 3]
     python -m bench.nexmark.plots          # PNGs in docs/benchmarks/ from results.jsonl
@@ -29,7 +30,7 @@ import duckdb
 import numpy as np
 import psycopg
 
-from . import drive, generate, peers
+from . import drive, generate, peers, suite
 from .postgres import Postgres
 from .queries import QUERIES, oracle
 
@@ -255,11 +256,131 @@ def _print_summary(out: dict) -> None:
         print(f"| {name} | {client} | {_median(recs):,} | {runs} | {cpu} |")
 
 
+def _suite_counts(q, end: str):
+    """How many rows of the answer a chunk of COPY lines brings (as the suite's test counts):
+    its lines; the lines still valid at ``end`` (their last field, valid_to, NULL or
+    later); the bids q12's windows counted."""
+    def last(line: bytes) -> bytes:
+        return line.rsplit(b"\t", 1)[-1]
+    if q.answer == "final":
+        return lambda chunk: sum(1 for line in chunk.split(b"\n") if line and (
+            last(line) == b"\\N" or last(line).decode() >= end))
+    if q.answer == "sums":
+        return lambda chunk: sum(int(line.split(b"\t")[1]) for line in chunk.split(b"\n")
+                                 if line)
+    return None
+
+
+def _suite_throughput(files: tuple, names: list, data_dir: str, repeat: int) -> dict:
+    """cqgate over the Flink suite's own texts (q6: its evident meaning), each until its whole
+    answer has reached the client: {(query, "copy"): [record of each run]}."""
+    tables, parquet, csv = files
+    srv = _server(data_dir)
+    run = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    out: dict = {}
+    try:
+        for name in names:
+            q = suite.SUITE[name]
+            want = suite.oracle(q, parquet)
+            size = int(sum(r[1] for r in want)) if q.answer == "sums" else len(want)
+            streams = [generate.FLINK_STREAMS[s] for s in q.reads]
+            events = sum(tables[s].num_rows for s in q.reads)
+            end = _end(tables, q.reads)
+            text = q.fixed or q.flink
+            sql = f"SELECT *, valid_to FROM ({text}) AS answer" if q.answer == "final" \
+                else text
+            for k in range(repeat):
+                drive.declare(srv.dsn, streams=streams, ddl=generate.FLINK_DDL)
+                with psycopg.connect(srv.dsn, autocommit=True) as con:
+                    con.execute("DROP TABLE IF EXISTS side_input")
+                    for statement in suite.SIDE_INPUT + q.ddl:
+                        con.execute(statement)
+                reader = drive.CopyReader(srv.dsn, sql, counts=_suite_counts(q, end),
+                                          settings={"cq.unbounded_state": "on"})
+                reader.start(expect=size)
+                with Sampler(srv.proc.pid) as mem, CpuMeter(srv.proc.pid) as cpu:
+                    t0 = time.perf_counter()
+                    drive.feed(srv.ingest_port, {f: csv[s] for s, f in
+                                                 zip(q.reads, streams)})
+                    drive.advance(srv.dsn, streams, end)
+                    got = reader.wait(1800)
+                    secs = reader.arrivals[-1][0] - t0
+                reader.close()
+                out.setdefault((name, "copy"), []).append(record(
+                    measurement="throughput", run=run, query=name, title=q.title,
+                    spelling="flink", client="copy", repeat=k, events=events,
+                    result_rows=got, expected_rows=size, seconds=round(secs, 3),
+                    events_per_s=round(events / secs), peak_rss_mib=round(mem.peak / 1024, 1),
+                    cpu_us_per_event=cpu.per_event_us(events)))
+    finally:
+        srv.stop()
+    return out
+
+
+# the suite's queries Spark Structured Streaming runs, in peer_spark.py's own Spark SQL
+SPARK_RUNS = ("q0", "q1", "q2", "q5", "q7", "q8")
+
+
+def _suite_side_by_side(args, engines: list) -> None:
+    """The whole suite: cqgate and PyFlink each run Flink's text, Spark its translations of
+    the queries it can run; events/s, CPU µs/event (cqgate) and peak memory per engine."""
+    names = list(suite.SUITE) if args.queries == "all" else args.queries.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
+        ours = _suite_throughput(files, names, os.path.join(tmp, "data"), args.repeat)
+        table = {n: {"cqgate": _median(ours[(n, "copy")])} for n in names}
+        memory = {n: {"cqgate": max(r["peak_rss_mib"] for r in ours[(n, "copy")])}
+                  for n in names}
+        notes: dict = {}                 # why an engine has no figure for a query
+        for engine in engines:
+            runs = names if engine == "pyflink" else [n for n in names if n in SPARK_RUNS]
+            log_path = os.path.join(ROOT, "bench", f"{engine}.log")
+            got = {}
+            for n in runs:          # one JVM per query: its peak memory is its own
+                res, mem = peers.run(engine, os.path.join(tmp, "events"), [n], log_path,
+                                     watch=Sampler, options=("--suite",)
+                                     if engine == "pyflink" else ())
+                got[n] = res[n]
+                memory[n][engine] = round(mem.peak / 1024, 1)
+            for n in names:
+                res = got.get(n, {"error": "not run: no translation in peer_spark.py"})
+                events = ours[(n, "copy")][0]["events"]
+                if "error" in res:
+                    record(engine=engine, measurement="throughput", query=n, events=events,
+                           spelling="flink", error=res["error"])
+                    table[n][engine] = None
+                    notes.setdefault(n, {})[engine] = res["error"]
+                    continue
+                rec = record(engine=engine, measurement="throughput", query=n,
+                             spelling="flink" if engine == "pyflink" else "spark sql",
+                             events=events, seconds=res["seconds"],
+                             events_per_s=round(events / res["seconds"]),
+                             peak_rss_mib=memory[n][engine],
+                             settings={k: v for k, v in res.items()
+                                       if k not in ("rows", "seconds")})
+                table[n][engine] = rec["events_per_s"]
+        record(measurement="side by side", suite="nexmark q0-q23", events=args.events,
+               engines=["cqgate", *engines], cqgate_client="copy", cqgate_runs=args.repeat,
+               events_per_s=table, peak_rss_mib=memory,
+               cpu_us_per_event={n: sorted(ours[(n, "copy")], key=lambda r: r[
+                   "events_per_s"])[len(ours[(n, "copy")]) // 2]["cpu_us_per_event"]
+                   for n in names},
+               ratio={n: {e: (round(t["cqgate"] / t[e], 2) if t.get(e) else None)
+                          for e in engines} for n, t in table.items()}, notes=notes)
+        _print_ratios(table, engines)
+        for n, why in notes.items():
+            for e, text in why.items():
+                print(f"{n} {e}: {text}")
+
+
 def side_by_side(args) -> None:
     """The same event files and queries through cqgate and each peer engine (in its own venv,
     see bench/nexmark/peers.py), one after the other on this machine; prints events/s and the
     ratio cqgate / peer for each query. cqgate's client reads with COPY, as the peers write
-    their rows to files; its figure is the median of ``--repeat`` runs."""
+    their rows to files; its figure is the median of ``--repeat`` runs. ``--queries all``
+    (or names of the suite with ``--suite``): the whole Flink suite (``suite.py``)."""
+    if args.queries == "all" or args.suite:
+        return _suite_side_by_side(args, [e for e in args.engines.split(",") if e])
     names = args.queries.split(",")
     engines = [e for e in args.engines.split(",") if e]
     with tempfile.TemporaryDirectory() as tmp:
@@ -590,6 +711,8 @@ def main() -> None:
                          "`python -m bench.nexmark.peers setup`)")
     sb.add_argument("--event-rate", type=float, default=100_000)
     sb.add_argument("--repeat", type=int, default=3, help="cqgate's runs of each query")
+    sb.add_argument("--suite", action="store_true",
+                    help="the queries are the Flink suite's (--queries all: every one)")
     sb.set_defaults(func=side_by_side)
     an = sub.add_parser("anchored")
     an.add_argument("--events", type=int, default=2_000_000)

@@ -12,6 +12,7 @@ from executor import plan as P
 
 from .. import expressions as X
 from ..errors import InvalidWindow, written_at
+from ..flink import group_windows, proctime
 from . import quality_join
 from .build import Builder, timestamp_us
 from .catalog import Catalog, MemoryCatalog, Relation
@@ -85,17 +86,20 @@ def _mode(root, snapshot: bool, now_us: int | None) -> str:
 
 def plan(tree: exp.Expression, catalog: Catalog, *, now_us: int | None = None,
          snapshot: bool = False, join_quality: dict | None = None,
-         joins_in_order: bool = False) -> P.Plan:
+         joins_in_order: bool = False, unbounded_state: bool = False) -> P.Plan:
     """Plan one statement (``EXPLAIN x`` plans x). ``snapshot``: the session's cq.mode is
     snapshot; ``now_us`` (Unix µs) tells a fixed window wholly in the past (archive);
     ``join_quality``: the session's recall target for joins of two streams;
     ``joins_in_order``: a join with a recall target gives its rows in valid_from order
-    (what a named window or derived stream holds)."""
+    (what a named window or derived stream holds); ``unbounded_state``: the session's
+    cq.unbounded_state, which lets state grow with the input (Flink's default) instead of
+    refusing such a query."""
     if isinstance(tree, X.Explain):
         tree = tree.this
-    builder = Builder(catalog, now_us, snapshot, join_quality, joins_in_order)
-    root, output, pseudo = builder.statement(tree)
-    check_bounded_state(root)
+    builder = Builder(catalog, now_us, snapshot, join_quality, joins_in_order, unbounded_state)
+    root, output, pseudo = builder.statement(proctime(group_windows(tree.copy())))
+    if not unbounded_state:
+        check_bounded_state(root)
     return P.Plan(root, _mode(root, snapshot, now_us), output, pseudo, tree.sql("cql"),
                   builder.read_now, tuple(builder.functions.values()))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+import sqlglot
 from sqlglot import exp
 
 from executor import plan as P
@@ -19,8 +20,9 @@ from executor.duck import quote, union_type
 from .. import expressions as X
 from ..errors import (AmbiguousColumn, DatatypeMismatch, GroupingError, InvalidColumnReference,
                       InvalidWindow, UndefinedColumn, UndefinedRelation, Unsupported, written_at)
+from ..flink import group_windows, proctime, window_over_view, window_spec
 from ..names import pg_column_name
-from . import join_state, quality_join
+from . import join_state, quality_join, top_n
 from . import snapshot_query as SQ
 from ..window_kinds import apply_default_windows, window_of
 from .catalog import Catalog, Relation
@@ -122,8 +124,10 @@ def _group_item(g, real: list, scope: Scope):
 
 class Builder:
     def __init__(self, catalog: Catalog, now_us: int | None, snapshot: bool,
-                 join_quality: dict | None = None, joins_in_order: bool = False):
+                 join_quality: dict | None = None, joins_in_order: bool = False,
+                 unbounded_state: bool = False):
         self.catalog = catalog
+        self.unbounded_state = unbounded_state  # state may grow forever (cq.unbounded_state)
         self.now_us = now_us
         self.snapshot = snapshot
         self.join_quality = join_quality      # the session's recall target for joins
@@ -178,6 +182,9 @@ class Builder:
         spec = None
         alias = None
         changes = False
+        table_function = node if isinstance(node, X.WindowTable) else None
+        if table_function is not None:
+            spec, alias, node = window_spec(node), node.alias or None, node.this
         if isinstance(node, X.StreamRef):
             spec = node.args["window"]
             alias = node.alias or None
@@ -195,6 +202,13 @@ class Builder:
             full = f"{schema}.{node.name}" if schema else node.name
             raise UndefinedRelation(f'relation "{full}" does not exist',
                                     hint="CREATE STREAM or CREATE TABLE it first.")
+        if rel.kind == "view":
+            return self.view(rel, alias, table_function, spec), (None, None)
+        if node.args.get("version") is not None and rel.kind != "table":
+            raise Unsupported(f"FOR SYSTEM_TIME AS OF reads a table as it stands when each "
+                              f"row is answered; {node.name} is a {rel.kind}",
+                              position=written_at(node), hint="Join the stream itself: its "
+                              "tuples' intervals already say what held at each instant.")
         cols = tuple(P.Column(f"{alias}.{c}", normalize(t)) for c, t in rel.columns)
         clause = clause_windows.pop(alias.lower(), None)
         written = spec if spec is not None else clause
@@ -218,9 +232,43 @@ class Builder:
                                   hint=f"Put the window inside the definition of {rel.name}.")
             scan = P.WindowRelationScan(rel.name, alias, cols, rel.kind,
                                         follow=changes or rel.kind == "derived")
+        if table_function is not None:
+            return self.window_table(table_function, alias, rel, scan), (spec, None)
         session = (f"{alias}.__wstart", f"{alias}.__wend") if rel.kind == "stream" and \
             written is not None and written.args.get("kind") == "session" else ()
         return Source(alias, rel, scan, rel.kind == "stream", session), (spec, clause)
+
+    def view(self, rel: Relation, alias: str, table_function, spec) -> Source:
+        """A view over streams: its query in FROM in the view's place (a window table over
+        it windows the stream the view reads)."""
+        query = sqlglot.parse_one(rel.query, read="cql")
+        if table_function is not None:
+            query, spec = window_over_view(table_function, query, rel.name), None
+        query = proctime(group_windows(query))
+        return self.subquery(exp.Subquery(this=query, alias=exp.TableAlias(
+            this=exp.to_identifier(alias))), spec)
+
+    def window_table(self, node: X.WindowTable, alias: str, rel: Relation, scan) -> Source:
+        """A stream read through Flink's TUMBLE, HOP, CUMULATE or SESSION: windowed by its
+        TIMESTAMPCOLUMN, its columns and window_start, window_end (window_time but for
+        SESSION, whose end is not on a grid)."""
+        function = node.args["function"]
+        where = node.meta.get("start")
+        if rel.kind != "stream":
+            raise Unsupported(f"{function} windows a stream; {rel.name} is a {rel.kind}",
+                              position=where)
+        time = node.args["descriptor"].name
+        if not node.args.get("arrival") and (rel.timestamp_column is None
+                                             or time.lower() != rel.timestamp_column.lower()):
+            raise Unsupported(f"DESCRIPTOR({time}): a stream is windowed by its "
+                              f"TIMESTAMPCOLUMN ({rel.timestamp_column or 'none'})",
+                              position=where, hint="Name the stream's TIMESTAMPCOLUMN in "
+                              "DESCRIPTOR(…).")
+        added = X.WINDOW_COLUMNS[:2] if function == "SESSION" else X.WINDOW_COLUMNS
+        rel = dataclasses.replace(rel, columns=rel.columns + tuple(
+            (c, "TIMESTAMP") for c in added))
+        columns = tuple(f"{alias}.{c}" for c in added)
+        return Source(alias, rel, scan, True, columns)
 
     def arrival_scan(self, rel: Relation, alias: str, cols: tuple, written,
                      changes: bool) -> P.StreamScan:
@@ -239,19 +287,23 @@ class Builder:
             raise Unsupported("snapshot mode cannot read a window by arrival time: the server "
                               "keeps no tuple's arrival time", position=where,
                               hint="Read it with a cursor (SET cq.mode = continuous).")
-        return P.StreamScan(rel.name, alias, cols, P.PROCTIME_COLUMN, None, proctime=True)
+        # (the arrival time is a column too: what PROCTIME() reads)
+        arrival = P.Column(f"{alias}.{P.PROCTIME_COLUMN}", "TIMESTAMP")
+        return P.StreamScan(rel.name, alias, cols + (arrival,), P.PROCTIME_COLUMN, None,
+                            proctime=True)
 
     def subquery(self, node: exp.Subquery, spec) -> Source:
         """A query in FROM: planned on its own, its columns renamed to ``alias.column``."""
         if spec is not None:
             raise Unsupported("a window cannot follow a subquery; put it on the streams "
                               "inside")
-        if not node.alias:
-            raise Unsupported("a subquery in FROM needs an alias")
-        root, output, pseudo = self.statement(node.this)
+        top = node.meta.get(top_n.TOP_N)
+        planned = top_n.plan(self, node, *top) if top else None
+        root, output, pseudo = planned + ((),) if planned else self.statement(node.this)
         if pseudo:
             raise Unsupported("valid_from, valid_to and wtime(*) belong to the outer query")
-        alias = node.alias
+        # PostgreSQL 16 and Flink read a query in FROM without an alias too
+        alias = node.alias or "unnamed_subquery"
         # the query's columns by position: their names in the plan are unique (k, k_2) where
         # its select list repeats one (SELECT a.k, b.k)
         outputs = tuple(P.NamedExpr(f"{alias}.{rc.name}", P.Expr(quote(rc.name), (rc.name,),
@@ -311,7 +363,8 @@ class Builder:
             window_of(written, to_expr, timestamp_us) if written is not None else None,
             window_of(clause, to_expr, timestamp_us) if clause is not None else None,
             has_end_column=src.relation.end_column is not None)
-        if isinstance(window, P.SessionWindow):     # the columns wstart(*), wend(*) read
+        if isinstance(window, (P.SessionWindow, P.GridWindow)):
+            # the columns wstart(*), wend(*) read; a window table's window_start, …
             window = dataclasses.replace(window, columns=src.session)
         return window
 
@@ -434,7 +487,8 @@ class Builder:
                               position=quality_join.where(sel))
         for pred in placement.top:
             node = P.Filter(node, pred, node.schema)
-        check_bounded_state(node)
+        if not self.unbounded_state:
+            check_bounded_state(node)
         join_state.check_ttl_used(sel, node)
         root = self.project(sel, node, scope, windows)
         quality_join.check_above(root[0], quality_join.where(sel), self.joins_in_order)
@@ -444,6 +498,7 @@ class Builder:
         """The session's recall target applies where it can: a query it cannot apply to is
         planned without it; one written in the query must apply. What only Σ computes goes
         there (``snapshot_query``)."""
+        top_n.mark(sel)         # a query in FROM whose first N rows it keeps: τ, not Σ
         why = SQ.reason(sel, self.catalog.is_aggregate)
         if why is not None and _outer_join(sel) is not None and \
                 SQ.reason(sel, self.catalog.is_aggregate, joins=False) is None:
@@ -601,13 +656,14 @@ class Builder:
         # change which tuples a count window counts, where a session's gaps are, and when a
         # loop's ST (its first tuple) is, so it stays above ROWS and session windows and loops
         below = not isinstance(window, (P.RowsWindow, P.LoopWindow, P.SessionWindow))
-        if below:
-            for f in filters:
-                node = P.Filter(node, f, node.schema)
         added = tuple(P.Column(c, "TIMESTAMP") for c in getattr(window, "columns", ()))
+        # (what reads the columns a window adds, window_start …, stays above it)
+        under = [f for f in filters if below and not set(f.columns) & {c.name for c in added}]
+        for f in under:
+            node = P.Filter(node, f, node.schema)
         node = P.Window(node, window, node.schema + added)
-        if not below:
-            for f in filters:
+        for f in filters:
+            if not any(f is u for u in under):
                 node = P.Filter(node, f, node.schema)
         return node
 

@@ -12,13 +12,14 @@ from typing import Protocol
 @dataclass(frozen=True)
 class Relation:
     name: str                     # as the catalog spells it, e.g. temp.streams
-    kind: str                     # stream | table | window | derived
+    kind: str                     # stream | table | window | derived | view
     columns: tuple                # tuple[(name, DuckDB type)]
     timestamp_column: str | None = None
     end_column: str | None = None
     # a query in FROM: its columns' names inside the plan, unique where the query's own
     # repeat (SELECT a.k, b.k gives k and k_2)
     names: tuple = ()
+    query: str = ""               # a view over streams: its SELECT, read where it is named
 
     def column_type(self, name: str) -> str | None:
         for col, typ in self.columns:

@@ -17,11 +17,13 @@ from executor import plan as P
 from ..errors import Unsupported
 
 _HINT = ("Give one of them a window, e.g. {name} [RANGE '1 minute'] or {name} [ROWS 100]; "
-         "a stream without a window is [UNBOUNDED].")
+         "a stream without a window is [UNBOUNDED]. Or SET cq.unbounded_state = on to keep "
+         "every tuple (Flink's default: memory grows with the input).")
 _JOIN_HINT = ("Give {name} a window (e.g. {name} [RANGE '1 minute']), bound the join by "
               "event time (e.g. b.t BETWEEN a.t AND a.t + INTERVAL '1 hour', with b.t the "
-              "other stream's TIMESTAMPCOLUMN), or write WITH (state_ttl = '1 hour') after the "
-              "query.")
+              "other stream's TIMESTAMPCOLUMN), write WITH (state_ttl = '1 hour') after the "
+              "query, or SET cq.unbounded_state = on to keep every tuple (Flink's default: "
+              "memory grows with the input).")
 
 
 def unbounded(node) -> bool:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from executor import plan as P
+
 from ..errors import AmbiguousColumn, UndefinedColumn, UndefinedRelation
 from .catalog import Relation
 from .types import normalize
@@ -49,6 +51,9 @@ class Scope:
         name = col.name
         if col.table:
             src = self.find(col.table)
+            if name == P.PROCTIME_COLUMN and src is not None and \
+                    getattr(src.node, "proctime", False):      # PROCTIME(): its arrival
+                return f"{src.alias}.{name}", "TIMESTAMP"
             if src is None:
                 raise UndefinedRelation(
                     f'missing FROM-clause entry for table "{col.table}"',

@@ -7,13 +7,13 @@ from __future__ import annotations
 from .. import plan as P
 from ..duck import quote
 from ..operators import (filter_map, join, outer_join, qjoin, repeat, snapshot_query,
-                         union)
+                         top_n, union)
 from ..operators.aggregates import (aggregate, range_aggregate, session_aggregate,
                                     slide_aggregate)
 from ..operators.limit import Limit
 from ..operators.patterns import pattern, row_pattern
 from ..operators.scan import RelationScan, Scan
-from ..windows import loop_window, rows_window, session_window
+from ..windows import grid_window, loop_window, rows_window, session_window
 from ..windows import time_window as window
 
 
@@ -127,7 +127,7 @@ def _slide_of(node) -> P.SlideWindow | None:
 
 
 _WINDOWS = {P.RowsWindow: rows_window.RowsWindow, P.LoopWindow: loop_window.LoopWindow,
-            P.SessionWindow: session_window.SessionWindow}
+            P.SessionWindow: session_window.SessionWindow, P.GridWindow: grid_window.GridWindow}
 
 
 def _window(node: P.Window):
@@ -140,10 +140,42 @@ def _window(node: P.Window):
     return window.TimeWindow(node.window)
 
 
+def _bare(expr) -> str | None:
+    """The column ``expr`` only reads (None: it computes something)."""
+    return expr.columns[0] if len(expr.columns) == 1 and expr.sql == quote(expr.columns[0]) \
+        else None
+
+
+def _window_column(node, name: str) -> tuple:
+    """(window, column) the column ``name`` of ``node`` is, through one-input operators that
+    at most rename it (a query in FROM does); (None, None) when it is computed."""
+    while not isinstance(node, P.Window):
+        if isinstance(node, P.Map):
+            name = next((_bare(o.expr) for o in node.outputs if o.name == name), None)
+        kids = P.children(node)
+        if name is None or len(kids) != 1:
+            return None, None
+        node = kids[0]
+    return node.window, name
+
+
+def _groups_whole_windows(node: P.Aggregate) -> bool:
+    """Whether the aggregate groups by the end column a window table or session adds: each
+    group then is one window, whose tuples all come in one release."""
+    for key in node.keys:
+        column = _bare(key.expr)
+        window, name = _window_column(node.input, column) if column else (None, None)
+        columns = getattr(window, "columns", ())
+        if len(columns) > 1 and name == columns[1]:
+            return True
+    return False
+
+
 def _aggregate(node: P.Aggregate):
     slide = _slide_of(node.input)
     return aggregate.Aggregate(node, slide_us=slide.slide_us if slide else None,
-                               slide_start_us=(slide.start_us or 0) if slide else 0)
+                               slide_start_us=(slide.start_us or 0) if slide else 0,
+                               whole=_groups_whole_windows(node))
 
 
 def _table_side(node) -> tuple:
@@ -181,6 +213,7 @@ _BUILDERS = {
     P.Union_: _each(union.Union),
     P.Aggregate: _each(_aggregate),
     P.Limit: _each(Limit),
+    P.TopN: _each(top_n.TopN),
     P.Repeat: _each(repeat.Repeat),
     P.Join: _join,
     P.QualityJoin: _each(qjoin.QJoin),

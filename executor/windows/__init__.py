@@ -4,9 +4,10 @@ kind: the interval it gives a tuple (``assign``, on whole batches, for the kinds
 from the tuple alone), how far back it reaches when its query starts (``reach``: what a query
 over an archived stream is primed with), and how far a late tuple's effect reaches
 (``late_end`` / ``late_since``: what RECOMPUTE reads again). A kind whose ω keeps state (ROWS,
-sessions, loops) has its operator beside it (``rows_window.py``, ``session_window.py``,
-``loop_window.py``; ``time_window.py`` runs every ``assign``). A new kind is a class here, its
-syntax in ``dialect/window_kinds.py`` and, where its ω keeps state, its operator here.
+sessions, loops, Flink's window tables) has its operator beside it (``rows_window.py``,
+``session_window.py``, ``loop_window.py``, ``grid_window.py``; ``time_window.py`` runs every
+``assign``). A new kind is a class here, its syntax in ``dialect/window_kinds.py`` and, where
+its ω keeps state, its operator here.
 
 >>> RangeWindow(10).reach(100), SlideWindow(10, 5).reach(100), FixedWindow(2, 5).reach(100)
 (91, 86, 2)
@@ -118,6 +119,55 @@ class SlideWindow(_Kind):
 
 
 @dataclass(frozen=True)
+class GridWindow(_Kind):
+    """Flink's window table functions, TUMBLE, HOP and CUMULATE: windows [start, end) on a grid
+    of ``step_us`` from ``offset_us``, ``size_us`` long (CUMULATE: windows that all start at a
+    multiple of the size and end a step apart). A tuple comes once per window holding it, with
+    that window's start and end as the columns ``columns`` names (window_start, window_end,
+    window_time = end - 1 µs), each copy valid for [end - 1 µs, end - 1 µs + step): the answer
+    for a window holds from its last instant until the next window's, as a slide's does."""
+    size_us: int
+    step_us: int
+    cumulative: bool = False
+    offset_us: int = 0
+    columns: tuple = ()           # (start, end, time) columns the window adds
+
+    def copies(self, batch):
+        """Each tuple of ``batch`` once per window holding it (``grid_window.py`` releases
+        them in the order of their intervals' starts)."""
+        ts = _int64(batch.column(TS))
+        if self.cumulative:
+            start = self.offset_us + (ts - self.offset_us) // self.size_us * self.size_us
+            first = start + ((ts - start) // self.step_us + 1) * self.step_us
+            last = start + self.size_us
+        else:   # the ends e on the grid with e - size <= ts < e
+            first = self.offset_us + ((ts - self.offset_us) // self.step_us + 1) * self.step_us
+            last = self.offset_us + (ts + self.size_us - self.offset_us) // self.step_us \
+                * self.step_us
+        counts = np.maximum((last - first) // self.step_us + 1, 0)
+        rows = np.repeat(np.arange(len(ts)), counts)
+        # the k-th copy of a row ends k steps after its first window's end
+        k = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        end = first[rows] + k * self.step_us
+        copies = batch.take(pa.array(rows)) if len(rows) != len(ts) or not counts.all() \
+            else batch
+        begin = start[rows] if self.cumulative else end - self.size_us
+        stamped = with_interval(copies, pa.array(end - 1), pa.array(end - 1 + self.step_us))
+        for name, values in zip(self.columns, (begin, end, end - 1)):
+            stamped = stamped.append_column(name, pa.array(values).cast(pa.timestamp("us")))
+        return stamped
+
+    def reach(self, st, con=None):
+        return None if st is None else st - self.size_us - self.step_us + 1
+
+    def late_end(self, t):
+        return t + self.size_us + self.step_us
+
+    def late_since(self, t):
+        return t - self.size_us - self.step_us
+
+
+@dataclass(frozen=True)
 class RowsWindow(_Kind):
     """[ROWS n] / [PARTITION BY keys ROWS n WHERE p]: te = ts of the n-th later tuple in the
     same partition; ``where`` filters before windowing (``rows_window.py``)."""
@@ -218,5 +268,5 @@ class LoopWindow(_Kind):
         return int(it.left[0]) if len(it.starts) else None
 
 
-WindowKind = Union[RangeWindow, SlideWindow, RowsWindow, NowWindow, UnboundedWindow,
+WindowKind = Union[RangeWindow, SlideWindow, GridWindow, RowsWindow, NowWindow, UnboundedWindow,
                    FixedWindow, IntervalWindow, LoopWindow, SessionWindow]

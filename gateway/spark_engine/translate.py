@@ -202,6 +202,7 @@ _CHECKS = {
     P.Difference: _refuse("EXCEPT"),
     P.Intersection: _refuse("INTERSECT"),
     P.Limit: _refuse("LIMIT (fetch as many rows as you need instead)"),
+    P.TopN: _refuse("Top-N (ROW_NUMBER() … <= N)"),
     P.Pattern: _refuse("an event pattern (EVENT SEQ, MATCH_RECOGNIZE)"),
     P.SnapshotQuery: _refuse("a query evaluated on each instant's snapshot (an outer join, a "
                              "window function or Top-N, a subquery in an expression, DISTINCT "
@@ -320,6 +321,15 @@ def spark_sql(e: P.Expr, python: frozenset = frozenset()) -> str:
             continue
         if name in _JVM_CALLS or name not in _duckdb_functions():
             raise E.PgError(f"function {name} does not exist", sqlstate="42883")
+    for b in list(tree.find_all(exp.Bracket)):
+        if len(b.expressions) == 1:
+            # DuckDB's list[i] counts from 1, as Spark's element_at does (its [] from 0);
+            # sqlglot's reading made a literal i count from 0 and left any other as written
+            i = b.expressions[0].copy()
+            if isinstance(i, exp.Literal) and i.is_int:
+                i = exp.Literal.number(int(i.name) + 1)
+            # NULL past the end, as in DuckDB
+            b.replace(exp.Anonymous(this="TRY_ELEMENT_AT", expressions=[b.this.copy(), i]))
     return tree.sql("spark")
 
 

@@ -226,6 +226,8 @@ def _create_from_query(ctx: StatementContext, tree, kind: str,
         reg.save(obj)
         ctx.services.grants.created(obj.key, ctx.user)
         return Done(tag)
+    if kind == "view":              # nothing runs: its query is read where it is named
+        return kept(None)
     return chain(_keep(ctx, obj, p, query), kept)     # _keep refuses what cannot run
 
 
@@ -286,6 +288,16 @@ def create_window(ctx: StatementContext, tree: X.CreateWindow,
     return _create_from_query(ctx, tree, "window", "CREATE WINDOW")
 
 
+def create_view(ctx: StatementContext, tree: exp.Create, params) -> Done:
+    """CREATE VIEW v AS a query over streams (Flink's views over tables): kept as its
+    definition, and each query that names v reads its query in its place, as PostgreSQL
+    expands a view."""
+    if tree.args.get("replace"):
+        raise E.FeatureNotSupported("CREATE OR REPLACE VIEW over streams is not supported",
+                                    hint="DROP VIEW it first.")
+    return _create_from_query(ctx, tree, "view", "CREATE VIEW")
+
+
 def create_wrapper(ctx: StatementContext, tree: X.CreateWrapper, params) -> Done:
     # a wrapper runs Python in the server, like an untrusted language's function
     access.require_superuser(ctx, "create wrappers")
@@ -308,7 +320,18 @@ def create_wrapper(ctx: StatementContext, tree: X.CreateWrapper, params) -> Done
     return Done("CREATE WRAPPER")
 
 
-_KIND_OF = {"STREAM": ("stream", "derived"), "WINDOW": ("window",), "WRAPPER": ("wrapper",)}
+_KIND_OF = {"STREAM": ("stream", "derived"), "WINDOW": ("window",), "WRAPPER": ("wrapper",),
+            "VIEW": ("view",)}
+
+
+def drop_view(ctx: StatementContext, tree: exp.Drop, params) -> Done:
+    """DROP VIEW v of a view over streams (one at a time, as the stream objects drop)."""
+    tables = tree.args.get("expressions") or tree.args.get("tables") or [tree.this]
+    if len(tables) != 1:
+        raise E.FeatureNotSupported("DROP VIEW of a view over streams names one view")
+    return drop(ctx, X.DropStreamObject(this=tables[0], kind="VIEW",
+                                        exists=tree.args.get("exists"),
+                                        cascade=tree.args.get("cascade")), params)
 
 
 def drop(ctx: StatementContext, tree: X.DropStreamObject, params) -> Done:

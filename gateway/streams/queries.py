@@ -90,7 +90,8 @@ def plan_query(ctx: StatementContext, tree) -> P.Plan:
     try:
         quality = None if snapshot else session_quality(ctx)
         p = plan(tree, catalog, now_us=time.time_ns() // 1000, snapshot=snapshot,
-                 join_quality=quality)
+                 join_quality=quality, unbounded_state=ctx.settings.get(
+                     "cq.unbounded_state", "off").lower() == "on")
     except PlanError as e:
         raise plan_error(e) from None
     if not _has_fixed_window(p.root) and not p.reads_now:

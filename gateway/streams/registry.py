@@ -46,7 +46,7 @@ def _query_text(obj) -> str | None:
 @dataclass
 class StreamObject:
     oid: int
-    kind: str                     # stream | window | derived | wrapper
+    kind: str                     # stream | window | derived | view | wrapper
     schema: str
     name: str
     definition: str = ""
@@ -80,7 +80,8 @@ class StreamObject:
     def relation(self) -> Relation:
         return Relation(self.key if self.schema != "public" else self.name, self.kind,
                         tuple((c[0], c[1]) for c in self.columns), self.timestamp_column,
-                        self.end_column)
+                        self.end_column, query=self.query().sql("cql")
+                        if self.kind == "view" else "")
 
 
 class StreamRegistry:
@@ -193,7 +194,7 @@ class SessionCatalog:
         self.columns = columns
 
     def relation(self, schema: str | None, name: str) -> Relation | None:
-        obj = self.registry.get(schema, name, kinds=("stream", "window", "derived"))
+        obj = self.registry.get(schema, name, kinds=("stream", "window", "derived", "view"))
         if obj is not None:
             return obj.relation()
         cols = self.columns.of(schema, name)

@@ -10,8 +10,10 @@ from sqlglot import exp
 
 from dialect import expressions as X
 
+from gateway.pgwire import errors as E
 from gateway.streams import function_ddl, recompute
-from gateway.streams.ddl import alter, create_stream, create_window, create_wrapper, drop
+from gateway.streams.ddl import (alter, create_stream, create_view, create_window, create_wrapper,
+                                 drop, drop_view)
 from gateway.streams.inserts import insert, refuse_change
 from gateway.streams.queries import (QUERY_PLAN, continuous_query, explain_statement, plan_query,
                                      result_fields)
@@ -29,10 +31,25 @@ HANDLERS = {
     exp.Insert: insert,
     exp.Update: refuse_change,
     exp.Delete: refuse_change,
-    # only a Python function's CREATE FUNCTION and DROP FUNCTION come here as stream syntax
-    exp.Create: function_ddl.create,
-    exp.Drop: function_ddl.drop,
+    # a Python function's CREATE FUNCTION and DROP FUNCTION, a view's over streams
+    exp.Create: lambda ctx, tree, params: _by_kind(_CREATES, tree)(ctx, tree, params),
+    exp.Drop: lambda ctx, tree, params: _by_kind(_DROPS, tree)(ctx, tree, params),
 }
+_CREATES = {"FUNCTION": function_ddl.create, "VIEW": create_view}
+_DROPS = {"FUNCTION": function_ddl.drop, "VIEW": drop_view}
+
+
+def _by_kind(handlers: dict, tree):
+    """The handler of CREATE or DROP ``kind`` over streams: other kinds are 0A000 (CREATE
+    TABLE AS over a stream would be a table of one instant)."""
+    kind = (tree.args.get("kind") or "").upper()
+    handler = handlers.get(kind)
+    if handler is None:
+        verb = "CREATE" if isinstance(tree, exp.Create) else "DROP"
+        raise E.FeatureNotSupported(f"{verb} {kind} cannot name a stream",
+                                    hint="Streams have CREATE STREAM … AS, CREATE WINDOW "
+                                    "and CREATE VIEW.")
+    return handler
 
 
 def is_query(tree) -> bool:

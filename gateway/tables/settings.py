@@ -48,10 +48,11 @@ DEFAULTS = {
     "cq.join_recall": "off",           # a recall target for joins of two streams (QJoin) …
     "cq.join_recall_period": "1 minute",   # … over this period
     "cq.engine": "backend",            # where continuous queries run: backend or spark
+    "cq.unbounded_state": "off",       # on: a cursor may keep tuples forever (Flink's default)
 }
 
 # settings that take one of a few words, as PostgreSQL's enum settings
-CHOICES = {"cq.engine": ("backend", "spark")}
+CHOICES = {"cq.engine": ("backend", "spark"), "cq.unbounded_state": ("off", "on")}
 
 # settings whose default is the server's (a flag), and which only a superuser may raise above it
 SERVER_BOUNDS = {"cq.result_memory": "result_memory", "cq.result_spill": "result_spill"}

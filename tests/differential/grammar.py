@@ -1,6 +1,8 @@
 """A seeded, grammar-based generator of continuous queries (in the spirit of SQLancer and
 sqlsmith) over the world's streams and table: projections, CASE, COALESCE, NULL tests, every
-window kind and its spellings, inner and outer joins, stream–table joins, GROUP BY with every
+window kind and its spellings (Flink's window table functions TUMBLE, HOP, CUMULATE and
+SESSION among them, grouped by window_start and window_end), Flink's DATE_FORMAT, SPLIT_INDEX
+and REGEXP_EXTRACT, inner and outer joins, stream–table joins, GROUP BY with every
 aggregate (DISTINCT, FILTER), HAVING, DISTINCT, DISTINCT ON, UNION / EXCEPT / INTERSECT [ALL],
 derived tables, scalar / IN / EXISTS subqueries, window functions (ranks, LAG / LEAD,
 FIRST_VALUE, frames) with and without a Top-N filter (in a query over them, or QUALIFY),
@@ -16,7 +18,8 @@ import random
 import string
 from dataclasses import dataclass, field, replace
 
-from .world import RELATIONS, STREAMS, T0, Ref, Window, random_window, timestamp
+from .world import (RELATIONS, STREAMS, T0, TABLES, Ref, Window, random_window, timestamp,
+                    window_columns, window_table)
 
 INSTANT = "@T@"              # the oracle's placeholder for the instant, in µs
 
@@ -85,6 +88,8 @@ class RefItem:
         if rel.kind == "table":
             return f"{names['tb'] if mode == 'cql' else 'tb'} AS {r.alias}"
         if mode == "cql":
+            if r.window is not None and r.window.kind in TABLES:
+                return window_table(r.window, names[r.relation], r.alias)
             win = "" if r.clause or r.window is None or r.window.kind == "none" \
                 else " " + r.window.cql()
             return f"{names[r.relation]}{win} AS {r.alias}"
@@ -97,6 +102,7 @@ class RefItem:
             cols.append(Col(self.ref.alias, "t", "time"))
         if self.ref.window is not None and self.ref.window.kind == "session":
             cols += [SessionCol(self.ref.alias, n, "time") for n in ("wstart", "wend")]
+        cols += [Col(self.ref.alias, n, "time") for n in window_columns(self.ref.window)]
         return cols
 
 
@@ -466,6 +472,9 @@ class Generator:
                 e = self.expr(kind, cols, 1)
                 if all(render(e, "cql", {}) != render(k, "cql", {}) for k, _ in keys):
                     keys.append((e, kind))
+            windows = [c for c in cols if c.name in ("window_start", "window_end")]
+            if len(windows) == 2 and rng.random() < 0.7:  # Flink's GROUP BY window_start, …
+                keys += [(w.sql, "time") for w in windows]
             sel.group = [k for k, _ in keys] or None
             sel.aggregated = True
             for i, want in enumerate(wants):
@@ -488,7 +497,7 @@ class Generator:
         # TelegraphCQ's form: the one stream's window in the WINDOW clause
         only = items[0] if len(items) == 1 and not joins else None
         if sel.group is not None and isinstance(only, RefItem) and only.ref.window is not None \
-                and only.ref.window.kind != "none" and rng.random() < 0.3:
+                and only.ref.window.kind not in ("none",) + TABLES and rng.random() < 0.3:
             only.ref.clause = True
             sel.clause = [only.ref]
         return sel
@@ -671,6 +680,7 @@ def _text_rules():
                              ")"),
         lambda g, c, d, s: J(_Name("pyfn"), "(", g.expr("text", c, d, s), ", ",
                              g.expr("int", c, d, s), ")"),
+        _date_format, _split_index, _regexp_extract,
     ]
 
 
@@ -736,6 +746,39 @@ class _Name:
 
 
 @dataclass
+class _Flink:
+    """One of Flink's functions: written as Flink spells it in cqgate's SQL, and as its
+    documented meaning spelled in DuckDB in the oracle's."""
+    cql: tuple
+    oracle: tuple
+
+    def render(self, mode, names):
+        return render(self.cql if mode == "cql" else self.oracle, mode, names)
+
+
+def _date_format(g, c, d, s):
+    pattern, fmt = g.rng.choice([("yyyy-MM-dd HH:mm:ss", "%Y-%m-%d %H:%M:%S"),
+                                 ("HH:mm:ss.SSS", "%H:%M:%S.%g"), ("yyyy-MM-dd", "%Y-%m-%d")])
+    t = g.expr("time", c, d, s)
+    return (_Flink(J("DATE_FORMAT(", t, f", '{pattern}')"), J("strftime(", t, f", '{fmt}')")),)
+
+
+def _split_index(g, c, d, s):
+    text, i = g.expr("text", c, d, s), g.expr("int", c, d, s)
+    return (_Flink(J("SPLIT_INDEX(", text, ", 'b', ", i, ")"),
+                   J("CASE WHEN ", i, " >= 0 THEN string_split(", text, ", 'b')[(", i,
+                     ") + 1] END")),)
+
+
+def _regexp_extract(g, c, d, s):
+    text, group = g.expr("text", c, d, s), g.rng.choice(["0", "1", "2"])
+    pattern = "'(a+)(b*)'"
+    return (_Flink(J("REGEXP_EXTRACT(", text, f", {pattern}, {group})"),
+                   J("CASE WHEN regexp_matches(", text, f", {pattern}) THEN regexp_extract(",
+                     text, f", {pattern}, {group}) END")),)
+
+
+@dataclass
 class _Sub:
     """A subquery inside an expression."""
     query: Select
@@ -770,7 +813,7 @@ def simpler(case: Case):
                 items = inner.items[:i] + inner.items[i + 1:]
                 yield replace(case, query=rewrap(replace(inner, items=items)))
     for r in case.refs:
-        if r.window is not None and r.window.kind not in ("none", "unbounded", "range"):
+        if r.window is not None and r.window.kind not in ("none", "unbounded", "range") + TABLES:
             for w in (Window("unbounded"), Window("range", size=2_000_000)):
                 refs = [replace(x, window=w) if x is r else x for x in case.refs]
                 yield _with_refs(case, refs)

@@ -17,8 +17,8 @@ from collections import Counter
 import duckdb
 
 from .grammar import INSTANT
-from .world import (INF, ORACLE_FUNCTION, RELATIONS, T0, Data, Window, python_function,
-                    session_bounds, validity)
+from .world import (INF, ORACLE_FUNCTION, RELATIONS, T0, TABLES, Data, Window, copies,
+                    python_function, session_bounds, validity, window_columns)
 
 
 def normal(v):
@@ -109,11 +109,17 @@ class Oracle:
             if rel.kind == "table":
                 continue
             rows = data.tuples[r.relation]
-            spans = validity(r.window or Window("none"), rel, rows,
-                             lambda pred, rel=rel, rows=rows: self._passes(rel, rows, pred))
-            bounds = session_bounds(r.window, rows) if r.window is not None and \
-                r.window.kind == "session" else None
-            self._snapshot_table(r.index, rel, rows, spans, bounds)
+            if r.window is not None and r.window.kind in TABLES:   # a tuple per window
+                made = copies(r.window, rows)
+                rows, spans = [rows[i] for i, _, _ in made], [s for _, s, _ in made]
+                bounds, names = [b for _, _, b in made], window_columns(r.window)
+            else:
+                spans = validity(r.window or Window("none"), rel, rows,
+                                 lambda pred, rel=rel, rows=rows: self._passes(rel, rows, pred))
+                bounds = session_bounds(r.window, rows) if r.window is not None and \
+                    r.window.kind == "session" else None
+                names = ("wstart", "wend")
+            self._snapshot_table(r.index, rel, rows, spans, bounds, names)
             for span in spans:
                 if span is not None and span[0] < span[1]:
                     points.update(x for x in span if T0 <= x < data.end)
@@ -135,14 +141,15 @@ class Oracle:
         return [bool(x[0]) for x in got]
 
     def _snapshot_table(self, index: int, rel, rows: list, spans: list,
-                        sessions: list | None = None) -> None:
+                        sessions: list | None = None, names: tuple = ()) -> None:
         """``sessions``: under a session window, each tuple's session (start, end), read as
-        the columns wstart and wend (cqgate's wstart(*), wend(*))."""
+        the columns ``names``, wstart and wend (cqgate's wstart(*), wend(*)); under a window
+        table function, each copy's window_start, window_end (, window_time)."""
         cols = list(rel.columns) + [("t", rel.time, "time")]
         if rel.own:
             cols.append(("te", "TIMESTAMP", "time"))
         if sessions is not None:
-            cols += [("wstart", "TIMESTAMP", "time"), ("wend", "TIMESTAMP", "time")]
+            cols += [(n, "TIMESTAMP", "time") for n in names]
         self.con.execute(f"CREATE TABLE ref{index} (" + ", ".join(f"{n} {t}" for n, t, _ in cols)
                          + ", vf BIGINT, vt BIGINT)")
         values = []

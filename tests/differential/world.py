@@ -200,9 +200,10 @@ def random_data(rng: random.Random, max_tuples: int = 14) -> Data:
 @dataclass(frozen=True)
 class Window:
     """A window as written after a stream: ``kind`` one of none, range, now, unbounded,
-    rows, slide, between, session (its gap is ``size``); sizes in µs; ``partition``: column
-    names; ``where``: a predicate over the stream's columns (SQL both dialects read);
-    ``start``: a slide's START AT."""
+    rows, slide, between, session (its gap is ``size``), or one of Flink's window table
+    functions (``TABLES``: tumble, hop, cumulate, whose step is ``slide``, and tvf_session);
+    sizes in µs; ``partition``: column names; ``where``: a predicate over the stream's columns
+    (SQL both dialects read); ``start``: a slide's START AT."""
     kind: str
     size: int = 0
     slide: int = 0
@@ -246,11 +247,72 @@ _CQL = {
 }
 
 
+# Flink's window table functions: TABLE(TUMBLE(TABLE s, DESCRIPTOR(t), …)) in FROM, each
+# tuple once per window [start, end) with the columns window_start, window_end (window_time)
+TABLES = ("tumble", "hop", "cumulate", "tvf_session")
+
+
+def _interval(us: int) -> str:
+    return f"INTERVAL '{us // S}' SECOND" if us % S == 0 else \
+        f"INTERVAL '{us // 1000}' MILLISECOND"
+
+
+def window_table(w: Window, name: str, alias: str) -> str:
+    """The FROM item reading stream ``name`` through window table function ``w``."""
+    if w.kind == "tvf_session":
+        part = f" PARTITION BY {', '.join(w.partition)}" if w.partition else ""
+        return (f"TABLE(SESSION(TABLE {name}{part}, DESCRIPTOR(t), {_interval(w.size)})) "
+                f"AS {alias}")
+    sizes = [w.size] if w.kind == "tumble" else [w.slide, w.size]
+    return (f"TABLE({w.kind.upper()}(TABLE {name}, DESCRIPTOR(t), "
+            f"{', '.join(map(_interval, sizes))})) AS {alias}")
+
+
+def window_columns(w: Window | None) -> tuple:
+    """The columns a window table function adds."""
+    if w is None or w.kind not in TABLES:
+        return ()
+    bounds = ("window_start", "window_end")
+    return bounds if w.kind == "tvf_session" else bounds + ("window_time",)
+
+
+def copies(w: Window, rows: list) -> list:
+    """Under a window table function, (tuple index, (vf, vt), its window's columns) for each
+    window holding each tuple: windows [start, end) on a grid from the epoch (a session's
+    [first, last + gap)), each copy valid from end - 1 µs for one step (a session's from its
+    end for one gap), Flink's windows as DESIGN §5 holds an answer."""
+    if w.kind == "tvf_session":
+        return [(i, (end, end + w.size), (start, end))
+                for i, (start, end) in enumerate(session_bounds(w, rows))]
+    step = w.size if w.kind == "tumble" else w.slide
+    out = []
+    for i, r in enumerate(rows):
+        ts = r["ts"]
+        if w.kind == "cumulate":
+            start = ts // w.size * w.size
+            ends = range(start + (ts - start) // step * step + step, start + w.size + 1, step)
+        else:
+            ends = range((ts // step + 1) * step, ts + w.size + 1, step)
+        for e in ends:
+            begin = start if w.kind == "cumulate" else e - w.size
+            out.append((i, (e - 1, e - 1 + step), (begin, e, e - 1)))
+    return out
+
+
 def random_window(rng: random.Random, rel: Relation, where_of) -> Window:
     """A window for a reference to ``rel``; ``where_of(rng)`` makes a count window's WHERE."""
     kind = rng.choice(["none", "range", "range", "range", "now", "unbounded", "rows", "rows",
-                       "slide", "slide", "between", "session"])
+                       "slide", "slide", "between", "session", "tumble", "hop", "cumulate",
+                       "tvf_session"])
     spelling = rng.randint(0, 3)
+    if kind == "tumble":
+        return Window("tumble", size=rng.choice([500_000, S, 2 * S, 3 * S]))
+    if kind in ("hop", "cumulate"):
+        slide, size = rng.choice([(S, 2 * S), (S, 3 * S), (500_000, 2 * S), (2 * S, 4 * S)])
+        return Window(kind, size=size, slide=slide)
+    if kind == "tvf_session":
+        return Window(kind, size=rng.choice([500_000, S, 2 * S]),
+                      partition=("k",) if rng.random() < 0.5 else ())
     if kind == "range":
         return Window("range", size=rng.choice([500_000, S, 2 * S, 3 * S, 5 * S]),
                       spelling=spelling)

@@ -176,12 +176,13 @@ class AggregateIndex:
                 hi = mid
         return lo
 
-    def emit_until(self, now: int, *, split: bool) -> list:
+    def emit_until(self, now: int, *, split: bool, whole: bool = False) -> list:
         """Remove and return the elements that end by ``now``; with ``split`` also the part
-        before ``now`` of the element containing it."""
+        before ``now`` of the element containing it; ``whole``: every element that starts
+        before ``now`` (nothing later changes it)."""
         els = self.elements
         k = 0
-        while k < len(els) and els[k][1] <= now:
+        while k < len(els) and (els[k][1] <= now or whole and els[k][0] < now):
             k += 1
         out = els[:k]
         del els[:k]
@@ -197,10 +198,15 @@ class AggregateIndex:
 
 class Aggregate(Operator):
     """α over one input. ``slide_us``: the input is a hopping window (one row per slide);
-    ``loop``: the input is a StreaQueL loop's window (one row per iteration)."""
+    ``loop``: the input is a StreaQueL loop's window (one row per iteration); ``whole``: the
+    group keys hold the end of a window whose tuples all come at once (a window table's, a
+    session's), so a group's row is final as soon as the input's time passes its start and
+    leaves whole rather than in pieces."""
 
-    def __init__(self, node, *, slide_us: int | None = None, slide_start_us: int = 0):
+    def __init__(self, node, *, slide_us: int | None = None, slide_start_us: int = 0,
+                 whole: bool = False):
         self.node = node
+        self.whole = whole
         self.keys = [k.name for k in node.keys]
         self.partials = [p.name for p in node.partials]
         self.fns = [partial_fn(p.func) for p in node.partials]
@@ -368,7 +374,7 @@ class Aggregate(Operator):
             self._emit((), self._fill_gaps([], now))      # nothing held: f(⊥) so far
         for key in list(self.groups):
             idx = self.groups[key]
-            elements = idx.emit_until(now, split=split)
+            elements = idx.emit_until(now, split=split, whole=self.whole)
             if not self.keys:
                 elements = self._fill_gaps(elements, now)
             self._emit(key, elements)
