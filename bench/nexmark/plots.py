@@ -1,7 +1,7 @@
 """Draw docs/benchmarks/*.png from docs/benchmarks/results.jsonl (the newest record of each
 measurement wins; for cqgate's throughput, the newest run's repeats: their median, and their
-range as a line): throughput per query, latency CDFs, memory over time, and throughput
-against the number of concurrent queries.
+range as a line): throughput per query, latency CDFs, memory over time, throughput against
+the number of concurrent queries, and the whole suite beside PyFlink and Spark.
 
     python -m bench.nexmark.plots"""
 from __future__ import annotations
@@ -40,7 +40,8 @@ def _cqgate_runs(records: list) -> dict:
     """{client: {query: [events/s of each repeat]}} from the newest throughput run that
     measured each client."""
     ours = [r for r in records if r.get("measurement") == "throughput" and
-            r.get("engine") == "cqgate" and r.get("run") and "events_per_s" in r]
+            r.get("engine") == "cqgate" and r.get("run") and "events_per_s" in r
+            and "spelling" not in r]          # (the Flink suite's runs: suite.png)
     out: dict = {}
     for client in sorted({r["client"] for r in ours}):
         mine = [r for r in ours if r["client"] == client]
@@ -60,7 +61,7 @@ def throughput(records: list) -> None:
                                         for q, v in runs.items()}
               for c, runs in _cqgate_runs(records).items()}
     for r in newest(records, "throughput", lambda r: (r["engine"], r["query"])):
-        if r["engine"] != "cqgate" and "events_per_s" in r:   # a refused query has no rate
+        if r["engine"] != "cqgate" and "events_per_s" in r and "spelling" not in r:
             v = r["events_per_s"]
             series.setdefault(r["engine"], {})[r["query"]] = (v, v, v)
     if not series:
@@ -135,10 +136,36 @@ def many(records: list) -> None:
     _save(fig, "many_queries.png")
 
 
+def suite(records: list) -> None:
+    """Bars on a log scale: each engine's events/s on each query of the whole NEXMark suite,
+    from the newest side-by-side run of it (a query an engine does not run has no bar)."""
+    runs = [r for r in records if r.get("measurement") == "side by side" and r.get("suite")]
+    if not runs:
+        return
+    # the newest of the runs that measured the most queries (a run of a few, smaller, is in
+    # the table beside it)
+    run = max(reversed(runs), key=lambda r: len(r["events_per_s"]))
+    table, engines = run["events_per_s"], run["engines"]
+    queries = list(table)
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    width = 0.8 / len(engines)
+    for k, engine in enumerate(engines):
+        xs = [i + k * width for i, q in enumerate(queries) if table[q].get(engine)]
+        ys = [table[q][engine] for q in queries if table[q].get(engine)]
+        ax.bar(xs, ys, width, label=engine)
+    ax.set_xticks([i + width * (len(engines) - 1) / 2 for i in range(len(queries))], queries)
+    ax.set_yscale("log")
+    ax.set_ylabel("events/s")
+    ax.set_title(f"NEXMark q0–q23 as Flink writes them, {run['events']:,} events, 2 cores")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, "suite.png")
+
+
 def main() -> None:
     with open(RESULTS) as f:
         records = [json.loads(line) for line in f if line.strip()]
-    for draw in (throughput, latency, memory, many):
+    for draw in (throughput, latency, memory, many, suite):
         draw(records)
 
 
