@@ -40,6 +40,14 @@ def _sort_key(values, order) -> tuple:
     return tuple(out)
 
 
+class _Row:
+    """A row of the batch at hand, by its index, until its values are read."""
+    __slots__ = ("i",)
+
+    def __init__(self, i: int):
+        self.i = i
+
+
 class TopN(Operator):
     def __init__(self, node):
         self.node = node
@@ -54,20 +62,37 @@ class TopN(Operator):
 
     def on_batch(self, batch, port=0):
         self.types = self.types or {f.name: f.type for f in batch.schema}
-        cols = {name: batch.column(name).to_pylist() for name in self.columns}
-        rows = list(zip(*(cols[c] for c in self.columns)))
+        # only the partition and order columns become Python values for every row; a row's
+        # other values only if it enters (most rows of a long stream never do)
+        cols = {name: batch.column(name).to_pylist() for name in
+                {*self.node.partition, *(c for c, _, _ in self.node.order)}}
         parts = list(zip(*(cols[c] for c in self.node.partition))) if self.node.partition \
-            else [()] * len(rows)
+            else [()] * batch.num_rows
         keys = list(zip(*(cols[c] for c, _, _ in self.node.order)))
-        for values, part, key, ts in zip(rows, parts, keys, batch.column(TS).to_pylist()):
-            self._insert(part, _sort_key(key, self.directions), values, ts)
+        first_piece, touched = len(self.ready), set()
+        for i, (part, key, ts) in enumerate(zip(parts, keys, batch.column(TS).to_pylist())):
+            if self._insert(part, _sort_key(key, self.directions), _Row(i), ts):
+                touched.add(part)
+        entries = [e for p in touched for e in self.partitions[p][1]]
+        pending = [e for e in entries if isinstance(e[0], _Row)]
+        pieces = [k for k in range(first_piece, len(self.ready))
+                  if isinstance(self.ready[k][2], _Row)]
+        rows = sorted({e[0].i for e in pending} | {self.ready[k][2].i for k in pieces})
+        values = dict(zip(rows, zip(*(batch.column(c).take(pa.array(rows, pa.int64()))
+                                      .to_pylist() for c in self.columns))))
+        for e in pending:
+            e[0] = values[e[0].i]
+        for k in pieces:
+            start, end, row, number = self.ready[k]
+            self.ready[k] = (start, end, values[row.i], number)
         return []
 
-    def _insert(self, part, key, values, ts: int) -> None:
+    def _insert(self, part, key, values, ts: int) -> bool:
+        """Whether the row enters its partition's first ``count``."""
         sorts, kept = self.partitions.setdefault(part, ([], []))
         at = bisect.bisect_right(sorts, key)        # after its equals: the earlier stays first
         if at >= self.count:
-            return
+            return False
         sorts.insert(at, key)
         kept.insert(at, [values, ts, at + 1])
         moved = kept[at + 1:] if self.rank else kept[self.count:]
@@ -76,6 +101,7 @@ class TopN(Operator):
             entry[2] += 1
         if len(kept) > self.count:
             del sorts[self.count:], kept[self.count:]
+        return True
 
     def _piece(self, entry, until: int) -> None:
         """The row as it held from its start until ``until``; it goes on from there."""
