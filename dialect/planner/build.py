@@ -252,11 +252,9 @@ class Builder:
         """A stream read through Flink's TUMBLE, HOP, CUMULATE or SESSION: windowed by its
         TIMESTAMPCOLUMN, its columns and window_start, window_end (window_time but for
         SESSION, whose end is not on a grid)."""
+        # (a table or named window was refused already: windows apply to streams)
         function = node.args["function"]
         where = node.meta.get("start")
-        if rel.kind != "stream":
-            raise Unsupported(f"{function} windows a stream; {rel.name} is a {rel.kind}",
-                              position=where)
         time = node.args["descriptor"].name
         if not node.args.get("arrival") and (rel.timestamp_column is None
                                              or time.lower() != rel.timestamp_column.lower()):
