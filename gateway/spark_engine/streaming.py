@@ -51,6 +51,22 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 NO_INFERRED_FILTERS = "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromConstraints"
 
 
+class Stopping(Exception):
+    """A derived stream's batch that ran into its query's stop: raised out of
+    ``foreachBatch`` so that Spark does not commit it (the next start runs it again)."""
+
+
+class _QuietStops(logging.Filter):
+    """py4j logs, with its traceback, every exception a callback raises; a stop's is
+    expected and says nothing (a real failure ends its query, whose error is reported)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], Stopping))
+
+
+logging.getLogger("py4j.clientserver").addFilter(_QuietStops())
+
+
 @dataclass(eq=False)
 class SparkQuery:
     """One continuous query running on Spark, and what its batches left behind."""
@@ -177,11 +193,22 @@ class SparkStreams:
     # ------------------------------------------------------------------ rows
     def _deliver(self, sq: SparkQuery, batch, batch_id: int) -> None:
         """foreachBatch, in Spark's callback thread: the batch's rows, in valid_from order,
-        to the query's queue (once per batch id)."""
+        to the query's queue (once per batch id). A stop while the batch runs cancels its
+        job and removes its checkpoint: what that breaks ends the batch, quietly."""
+        try:
+            self._take(sq, batch, batch_id)
+        except Exception as e:       # Spark's cancelled job, the checkpoint's removed files
+            if not sq.stopped:
+                raise
+            if sq.feed is not None:
+                raise Stopping(f"derived stream {sq.feed} is stopping") from e
+            log.debug("a batch of %s ended by its stop: %s", sq.reader, e)
+
+    def _take(self, sq: SparkQuery, batch, batch_id: int) -> None:
         if sq.stopped and sq.feed is not None:
             # stopping: this batch must not count as done (Spark commits a batch whose
             # callback returns), so the next start runs it again
-            raise RuntimeError(f"derived stream {sq.feed} is stopping")
+            raise Stopping(f"derived stream {sq.feed} is stopping")
         if batch_id <= sq.last_batch or sq.stopped:
             return
         table = batch.toArrow()
