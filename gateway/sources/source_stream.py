@@ -39,10 +39,14 @@ class SourceStream(asyncio.BufferedProtocol):
         if self.pos == self.end:
             self.pos = self.end = 0
         if len(self.buf) - self.end < RECV:
-            if self.pos:                      # move the unread bytes to the front
-                del self.buf[:self.pos]
-                self.end -= self.pos
-                self.pos = 0
+            if self.pos:
+                # the unread bytes to the front, in place: deleting the taken ones and
+                # extending again reallocated (and copied) the whole buffer at each receive
+                n = self.end - self.pos
+                view = memoryview(self.buf)
+                view[:n] = view[self.pos:self.end]
+                view.release()
+                self.pos, self.end = 0, n
             if len(self.buf) - self.end < RECV:
                 self.buf.extend(bytes(RECV))
         return memoryview(self.buf)[self.end:]
