@@ -1,0 +1,44 @@
+"""bench/nexmark/profile.py's reading of py-spy's collapsed stacks: each sample's stage is
+named by the innermost frame of the project's own code, by process."""
+from bench.nexmark.profile import OTHER, stage_of, stages
+
+LOOP = "run (asyncio/runners.py:190);_run_once (asyncio/base_events.py:1922)"
+
+
+def _stack(*frames: str) -> list:
+    return (LOOP + ";" + ";".join(frames)).split(";")
+
+
+def test_the_innermost_project_frame_names_the_stage():
+    push = "push (/srv/cqgate/gateway/clearinghouse/ingest.py:71)"
+    send = "BackendLink.send_data (/srv/cqgate/gateway/link/backend_link.py:353)"
+    parts = "data_parts (/srv/cqgate/executor/wire.py:225)"
+    cast = "cast (pyarrow/compute.py:415)"
+    assert stage_of("gateway", _stack(push, cast)) == "slack ordering"
+    assert stage_of("gateway", _stack(push, send)) == "framing to the back end"
+    assert stage_of("gateway", _stack(push, send, parts, cast)) == "framing to the back end"
+    rows = "parse_rows (/srv/cqgate/executor/wire.py:402)"
+    assert stage_of("gateway", _stack("BackendLink._on_rows (/srv/cqgate/gateway/link/"
+                                      "backend_link.py:151)", rows)) == "result framing"
+    assert stage_of("gateway", _stack("copy_lines (/srv/cqgate/gateway/pgwire/"
+                                      "copy_format.py:186)")) == "wire encoding"
+    assert stage_of("gateway", _stack("handle (/srv/cqgate/gateway/sources/ingest_port.py:502)",
+                                      cast)) == "ingest parse"
+    # the back end sending its answers is result framing
+    assert stage_of("back_end", _stack("serve (/srv/cqgate/executor/backend.py:326)",
+                                       "send_parts (/srv/cqgate/executor/wire.py:247)")) \
+        == "result framing"
+    assert stage_of("back_end", _stack("Aggregate.on_batch (/srv/cqgate/executor/operators/"
+                                       "aggregates/aggregate.py:248)")) == "operator work"
+    assert stage_of("gateway", _stack()) == OTHER
+    assert stage_of("gateway", _stack("build (/srv/cqgate/gateway/tables/pg_catalog.py:236)")) \
+        == OTHER
+
+
+def test_collapsed_lines_are_counted_per_stage(tmp_path):
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        LOOP + ";copy_lines (/srv/cqgate/gateway/pgwire/copy_format.py:186) 7\n"
+        + LOOP + " 3\n"
+        + LOOP + ";handle (/srv/cqgate/gateway/sources/ingest_port.py:502) 5\n\n")
+    assert stages("gateway", str(raw)) == {"wire encoding": 7, OTHER: 3, "ingest parse": 5}
