@@ -2,6 +2,8 @@
 operators are built once for all the queries that read them, a query's removal frees exactly its
 own state, a failing operator ends only the queries above it, LIMIT ends a query, and a named
 relation's results feed the queries that read it."""
+import datetime
+
 import pyarrow as pa
 import sqlglot
 
@@ -67,6 +69,31 @@ def test_an_aggregate_twice_in_one_query_runs_once():
     g.remove(1)
     g.remove(2)
     assert g.shared == {}
+
+
+def _seconds(t: datetime.datetime) -> float:
+    return (t - datetime.datetime(1970, 1, 1)).total_seconds()
+
+
+def test_a_slide_is_answered_when_data_closes_it_and_whole():
+    """q5's join of the counts with their maximum answers a slide in the step whose tuple
+    closes it, with no BOUNDARY (the hopping aggregate says, on data, that nothing starts
+    before the next slide's end), and a BOUNDARY between two slide ends cuts no answer in
+    two (its watermark goes on at the next slide's end)."""
+    counts = "SELECT k, COUNT(*) AS n FROM s [RANGE 4 SLIDE 2] GROUP BY k"
+    q5 = (f"SELECT c.k, c.n, valid_from FROM ({counts}) c, (SELECT MAX(n) AS top FROM "
+          f"({counts}) x) m WHERE c.n = m.top")
+    g = Graph()
+    g.add(1, _plan(q5))
+    assert _rows(g.push("s", _batch([(1, 1, 1), (1, 1, 1.5), (2, 1, 1.8)])), 1) == []
+    # ts 2.5 closes the slide ending at 2: (1, 2) from 2 s, at once
+    out = _rows(g.push("s", _batch([(2, 1, 2.5)])), 1)
+    assert [(k, n, _seconds(t)) for k, n, t in out] == [(1, 2, 2.0)], out
+    # a BOUNDARY at 3.3 s: the slide ending at 4 is still open, and nothing is cut at 3.3
+    assert _rows(g.watermark("s", int(3.3 * S)), 1) == []
+    out = _rows(g.push("s", _batch([(2, 1, 4.2)])), 1)
+    # the slide ending at 4 holds k=1 (2) and k=2 (2): both, from 4 s
+    assert sorted((k, n, _seconds(t)) for k, n, t in out) == [(1, 2, 4.0), (2, 2, 4.0)], out
 
 
 def test_count_windows_share_one_state():

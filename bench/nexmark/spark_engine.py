@@ -7,7 +7,7 @@ leaving the source to the window's row reaching the client). Spark runs with 1 a
 executor cores, in the server (``local[n]``) and, with ``--standalone``, on a master and a
 worker with n cores started here with ``spark-class``.
 
-    python -m bench.nexmark.spark_engine [--events 200000] [--queries q5,q7] [--cores 1,2]
+    python -m bench.nexmark.spark_engine [--events 200000] [--queries q5,q7] [--cores 1,2 | 0]
                                          [--standalone] [--rate 2000] [--seconds 30]
 
 Prints one JSON record per measurement (appended to docs/benchmarks/results.jsonl) and a
@@ -148,7 +148,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--queries", default="q5,q7")
-    ap.add_argument("--cores", default="1,2")
+    ap.add_argument("--cores", default="1,2", help="Spark's, each a run; 0: the back end alone")
     ap.add_argument("--standalone", action="store_true",
                     help="also on a standalone master and worker started here")
     ap.add_argument("--rate", type=float, default=2_000, help="bids a second, for latency")
@@ -160,7 +160,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         files = _files(args.events, 100_000, os.path.join(tmp, "events"))
         for i, (label, engine, master, workers) in enumerate(
-                _engines([int(c) for c in args.cores.split(",")], args.standalone)):
+                _engines([int(c) for c in args.cores.split(",") if int(c) > 0],
+                         args.standalone)):
             with contextlib.ExitStack() as stack:
                 cluster_pids = []
                 if workers is not None:

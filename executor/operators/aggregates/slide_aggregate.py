@@ -56,6 +56,8 @@ class SlideAggregate(Operator):
         self.emitted_until: int | None = None   # keyless: slides up to here are out
         # the latest watermark: at the end, the slide holding then is final too
         self.marked: int | None = None
+        self.promised: int | None = None        # the last watermark sent on
+
         self.input = self.final = None          # Projections over the cursor ``open`` takes
 
     def open(self, context):
@@ -104,7 +106,8 @@ class SlideAggregate(Operator):
             parts.append(spread.slice(int(starts[k]), end - int(starts[k])))
             if len(parts) >= _COMPACT:                 # bounded: many batches, one slide
                 self.slides[at] = [self._merged(parts)]
-        return self._emit(int(ts[-1]), inclusive=False)
+        now = int(ts[-1])
+        return self._emit(now, inclusive=False) + self._promise(now)
 
     def _merged(self, parts: list) -> pa.Table:
         """One row per group: the slide's partials merged."""
@@ -123,11 +126,23 @@ class SlideAggregate(Operator):
     def on_watermark(self, ts, port=0):
         self.on_start(ts)
         self.marked = ts if self.marked is None else max(self.marked, ts)
-        out = self._emit(ts, inclusive=False)
-        return out + [Watermark(ts)]
+        return self._emit(ts, inclusive=False) + self._promise(ts)
 
     def on_end(self):
         return self._emit(None, inclusive=True)
+
+    def _promise(self, now: int) -> list:
+        """Once the slides before ``now`` are out, every later row starts at a slide's end
+        τ >= ``now``: a watermark at the first such τ, sent on data as well as on a
+        BOUNDARY, so what reads these rows (q5's MAX, a join) answers a slide as soon as it
+        closes, not at the next heartbeat. Every interval out of here lies on the slide
+        grid, so a watermark on the grid cuts none of the answers above in two (one at a
+        heartbeat's instant did). Once a slide at most."""
+        at = int(self._grid_up(np.array([now]))[0])
+        if self.promised is not None and at <= self.promised:
+            return []
+        self.promised = at
+        return [Watermark(at)]
 
     def _emit(self, now: int | None, *, inclusive: bool) -> list:
         """Rows of the slides final at ``now`` (τ < now), or of every slide at the end."""
