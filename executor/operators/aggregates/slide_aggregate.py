@@ -57,7 +57,6 @@ class SlideAggregate(Operator):
         # the latest watermark: at the end, the slide holding then is final too
         self.marked: int | None = None
         self.promised: int | None = None        # the last watermark sent on
-
         self.input = self.final = None          # Projections over the cursor ``open`` takes
 
     def open(self, context):
