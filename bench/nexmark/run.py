@@ -635,7 +635,8 @@ def _barrier(srv) -> None:
     with psycopg.connect(srv.dsn) as conn, psycopg.connect(srv.dsn, autocommit=True) as feed:
         cur = conn.cursor()
         cur.execute("DECLARE mark CURSOR FOR SELECT price FROM bids WHERE price = -1")
-        feed.execute("INSERT INTO bids VALUES (0, 0, -1, 'mark', 'mark', TIMESTAMP '2030-01-01')")
+        feed.execute("INSERT INTO bids (auction, bidder, price, channel, url, date_time) "
+                     "VALUES (0, 0, -1, 'mark', 'mark', TIMESTAMP '2030-01-01')")
         cur.execute("FETCH 1 FROM mark WITH (timeout = '600s')")
         assert cur.fetchall() == [(-1,)], "the marker did not come back"
 
