@@ -45,7 +45,10 @@ from gateway.sources.seam import Batch, feed
 from gateway.sources.source_stream import LineTooLong, SourceStream
 
 log = logging.getLogger("cqgate")
-CHUNK = 1 << 20                 # bytes read before a chunk of lines is parsed
+# bytes read before a chunk of lines is parsed: only a source sending faster than the server
+# takes fills one, and its bigger batches pay the per-batch work (ordering, framing, a DuckDB
+# call per operator) less often (q5 through the ingest port: 18-24 % more events/s than 1 MB)
+CHUNK = 1 << 22
 THREAD_BYTES = 64 << 10         # chunks at least this big are parsed in a worker thread
 PUNCTUATE = "#punctuate "
 PUNCTUATE_BYTES = PUNCTUATE.strip().encode()
