@@ -29,7 +29,7 @@ import pyarrow.csv as pacsv
 
 from . import drive
 from .queries import QUERIES, oracle
-from .run import CLIENTS, CpuMeter, _end, _files, _server, record
+from .run import CLIENTS, CpuMeter, _files, _server, cpu_seconds, push_through, record
 
 # (process, path fragment of the innermost project frame, function name prefixes or None for
 # any, stage): the first rule that matches a sample's innermost project frame names its stage
@@ -86,20 +86,6 @@ def stages(process: str, raw_file: str) -> collections.Counter:
     return out
 
 
-def thread_cpu(pid: int) -> dict:
-    """{thread id: CPU seconds} of a process's threads, from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:                     # a thread that ended meanwhile
-            continue
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
-    return out
-
-
 def _spy(pid: int, rate: int, out: str) -> subprocess.Popen:
     return subprocess.Popen(["py-spy", "record", "--gil", "--rate", str(rate), "--format",
                              "raw", "--output", out, "--pid", str(pid)],
@@ -107,7 +93,7 @@ def _spy(pid: int, rate: int, out: str) -> subprocess.Popen:
 
 
 def profile(srv, name: str, files: tuple, rate: int, folder: str) -> dict:
-    tables, parquet, csv = files
+    tables, parquet, _ = files
     q = QUERIES[name]
     want = len(oracle(q, parquet))
     events = sum(tables[s].num_rows for s in q.reads)
@@ -117,14 +103,11 @@ def profile(srv, name: str, files: tuple, rate: int, folder: str) -> dict:
     raws = {k: os.path.join(folder, f"{name}.{k}.txt") for k in cpu.pids}
     spies = [_spy(pid, rate, raws[k]) for k, pid in cpu.pids.items()]
     time.sleep(1.0)                         # py-spy attached before the first event
-    before = {k: thread_cpu(pid) for k, pid in cpu.pids.items()}
+    # each process's main thread (its event loop): its thread id is the pid
+    before = {k: cpu_seconds(pid, thread=pid) for k, pid in cpu.pids.items()}
     with cpu:
-        t0 = time.perf_counter()
-        drive.feed(srv.ingest_port, {s: csv[s] for s in q.reads})
-        drive.advance(srv.dsn, q.reads, _end(tables, q.reads))
-        got = reader.wait(600)
-        secs = reader.arrivals[-1][0] - t0
-    after = {k: thread_cpu(pid) for k, pid in cpu.pids.items()}
+        _, got, secs = push_through(srv, reader, files, q.reads)
+    main = {k: cpu_seconds(pid, thread=pid) - before[k] for k, pid in cpu.pids.items()}
     for s in spies:
         s.send_signal(signal.SIGINT)        # py-spy writes its file on an interrupt
     for s in spies:
@@ -136,12 +119,10 @@ def profile(srv, name: str, files: tuple, rate: int, folder: str) -> dict:
         total = sum(counts.values()) or 1
         # the lock held (samples / rate) is wall time: capped at the CPU the process had
         python_s = min(sum(counts.values()) / rate, cpu.spent[proc])
-        pid = cpu.pids[proc]
-        main_s = after[proc].get(pid, 0.0) - before[proc].get(pid, 0.0)
         per_event[proc] = {
             "cpu_us_per_event": round(cpu.spent[proc] / events * 1e6, 3),
             # the event loop's thread; the others are Arrow's, DuckDB's and worker threads
-            "main_thread_us_per_event": round(main_s / events * 1e6, 3),
+            "main_thread_us_per_event": round(main[proc] / events * 1e6, 3),
             "python_us_per_event": round(python_s / events * 1e6, 3),
             "stages_percent_of_python": {k: round(100 * n / total, 1)
                                          for k, n in counts.most_common()}}

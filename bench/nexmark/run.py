@@ -94,10 +94,12 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system, all threads) a process has used so far; 0 once it is gone."""
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """CPU seconds (user + system) a process has used so far, all its threads, or only
+    ``thread`` (a thread id; the main thread's is the pid); 0 once it is gone."""
+    stat = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(stat) as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
@@ -180,6 +182,19 @@ def _end(tables: dict, streams) -> str:
     return str(last.astype("datetime64[s]") + np.timedelta64(30, "s")).replace("T", " ")
 
 
+def push_through(srv, reader, files: tuple, streams, wait: float = 600) -> tuple:
+    """``streams``' files (from ``_files``) pushed through the ingest port as fast as the
+    server takes them, the streams advanced past their end, and ``reader`` waited for:
+    (seconds feeding, rows read, seconds from the first byte to the last row)."""
+    tables, _, csv = files
+    t0 = time.perf_counter()
+    drive.feed(srv.ingest_port, {s: csv[s] for s in streams})
+    fed = time.perf_counter() - t0
+    drive.advance(srv.dsn, streams, _end(tables, streams))
+    got = reader.wait(wait)
+    return fed, got, reader.arrivals[-1][0] - t0
+
+
 def throughput(args) -> None:
     """Each query alone: the files pushed through the ingest port as fast as the server takes
     them, a client draining every row; events/s = input events / (last row − first byte).
@@ -205,7 +220,7 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                 repeat: int) -> dict:
     """cqgate's throughput records over ``files`` (from ``_files``): {(query, client):
     [record of each run]}."""
-    tables, parquet, csv = files
+    tables, parquet, _ = files
     srv = _server(data_dir)
     run = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     out: dict = {}
@@ -223,12 +238,7 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                     drive.declare(srv.dsn, streams=q.reads)
                     reader = CLIENTS[client](srv.dsn, q.cqgate).start(expect=want, keep=False)
                     with Sampler(srv.proc.pid) as mem, CpuMeter(srv.proc.pid) as cpu:
-                        t0 = time.perf_counter()
-                        drive.feed(srv.ingest_port, {s: csv[s] for s in q.reads})
-                        fed = time.perf_counter() - t0
-                        drive.advance(srv.dsn, q.reads, _end(tables, q.reads))
-                        got = reader.wait(600)
-                        secs = reader.arrivals[-1][0] - t0
+                        fed, got, secs = push_through(srv, reader, files, q.reads)
                     reader.close()
                     out.setdefault((name, client), []).append(record(
                         measurement="throughput", run=run, query=name, title=q.title,

@@ -25,8 +25,8 @@ import time
 
 from . import drive, generate
 from .queries import QUERIES, oracle
-from .run import ServerProcess, Sampler, _children, _end, _files, _latencies, _pct, \
-    cpu_seconds, record
+from .run import ServerProcess, Sampler, _children, _files, _latencies, _pct, cpu_seconds, \
+    push_through, record
 
 # the latency runs' queries: each row's last column is its window's end
 LATENCY_SQL = {
@@ -103,7 +103,7 @@ def _engines(cores: list, with_standalone: bool) -> list:
 
 
 def _throughput(srv, engine: str, cpu_pids: list, name: str, files: tuple) -> dict:
-    tables, parquet, csv = files
+    tables, parquet, _ = files
     q = QUERIES[name]
     want = len(oracle(q, parquet))
     bids = sum(tables[s].num_rows for s in q.reads)
@@ -111,11 +111,7 @@ def _throughput(srv, engine: str, cpu_pids: list, name: str, files: tuple) -> di
     dsn = srv.dsn + f" options='-c cq.engine={engine}'"
     reader = drive.Reader(dsn, q.cqgate, quiet="600s").start(expect=want, keep=False)
     with Sampler(srv.proc.pid) as mem, TreeCpu(cpu_pids) as cpu:
-        t0 = time.perf_counter()
-        drive.feed(srv.ingest_port, {s: csv[s] for s in q.reads})
-        drive.advance(srv.dsn, q.reads, _end(tables, q.reads))
-        got = reader.wait(900)
-        secs = reader.arrivals[-1][0] - t0
+        _, got, secs = push_through(srv, reader, files, q.reads, wait=900)
     reader.close()
     return {"events": bids, "result_rows": got, "expected_rows": want,
             "seconds": round(secs, 3), "events_per_s": round(bids / secs),
