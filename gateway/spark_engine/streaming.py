@@ -194,22 +194,25 @@ class SparkStreams:
     def _deliver(self, sq: SparkQuery, batch, batch_id: int) -> None:
         """foreachBatch, in Spark's callback thread: the batch's rows, in valid_from order,
         to the query's queue (once per batch id). A stop while the batch runs cancels its
-        job and removes its checkpoint: what that breaks ends the batch, quietly."""
+        job and removes its checkpoint: what that breaks ends the batch, quietly. A derived
+        stream's batch must not count as done then (Spark commits a batch whose callback
+        returns), so the next start runs it again: it ends with ``Stopping``."""
+        stopping = f"derived stream {sq.feed} is stopping"
+        if sq.stopped:
+            if sq.feed is not None:
+                raise Stopping(stopping)
+            return
         try:
             self._take(sq, batch, batch_id)
         except Exception as e:       # Spark's cancelled job, the checkpoint's removed files
             if not sq.stopped:
                 raise
             if sq.feed is not None:
-                raise Stopping(f"derived stream {sq.feed} is stopping") from e
+                raise Stopping(stopping) from e
             log.debug("a batch of %s ended by its stop: %s", sq.reader, e)
 
     def _take(self, sq: SparkQuery, batch, batch_id: int) -> None:
-        if sq.stopped and sq.feed is not None:
-            # stopping: this batch must not count as done (Spark commits a batch whose
-            # callback returns), so the next start runs it again
-            raise Stopping(f"derived stream {sq.feed} is stopping")
-        if batch_id <= sq.last_batch or sq.stopped:
+        if batch_id <= sq.last_batch:
             return
         table = batch.toArrow()
         punct = table.column(PUNCT).to_numpy(zero_copy_only=False).astype(bool)
