@@ -1,6 +1,6 @@
 """An expression as the small tree the back end's Arrow kernels evaluate (``executor/kernels.py``),
 or None when it uses anything beyond them: columns, number, text and boolean literals,
-+ − × / %, CAST(… AS DOUBLE), comparisons, AND/OR/NOT and IS [NOT] NULL."""
++ − × / %, CAST(… AS DOUBLE), comparisons, BETWEEN, AND/OR/NOT and IS [NOT] NULL."""
 from __future__ import annotations
 
 from sqlglot import exp
@@ -41,6 +41,14 @@ def _cast(node: exp.Cast) -> tuple:
     return ("cast", _tree(node.this), "double")
 
 
+def _between(node: exp.Between) -> tuple:
+    if node.args.get("symmetric"):
+        raise _Beyond
+    # what BETWEEN means in SQL, NULLs included: low <= x AND x <= high
+    this = _tree(node.this)
+    return ("and", ("ge", this, _tree(node.args["low"])), ("le", this, _tree(node.args["high"])))
+
+
 _LEAVES = {
     exp.Column: lambda node: ("col", node.name),
     exp.Literal: _literal,
@@ -48,6 +56,7 @@ _LEAVES = {
     exp.Paren: lambda node: _tree(node.this),
     exp.Is: _is,
     exp.Cast: _cast,
+    exp.Between: _between,
 }
 
 

@@ -78,6 +78,27 @@ def run(con: duckdb.DuckDBPyConnection, name, data, sql: str) -> pa.Table:
             con.unregister(n)
 
 
+# (name, sql, input schema) -> the Arrow schema DuckDB gives ``sql``: many queries differing
+# only in constants run the same expressions, and each asking DuckDB costs a call (~2 ms)
+_SCHEMAS: dict = {}
+_SCHEMAS_KEPT = 4096
+
+
+def schema_of(con: duckdb.DuckDBPyConnection, name: str, schema: pa.Schema,
+              sql: str) -> pa.Schema:
+    """The schema of ``sql``'s result over a batch of ``schema`` visible as ``name``: DuckDB
+    binds it over no rows once, later asks are remembered (a plan's function names are
+    hashes of their definitions, so one text means one thing)."""
+    key = (name, sql, schema.remove_metadata())
+    known = _SCHEMAS.get(key)
+    if known is None:
+        known = run(con, name, schema.empty_table(), sql).schema
+        if len(_SCHEMAS) >= _SCHEMAS_KEPT:
+            _SCHEMAS.pop(next(iter(_SCHEMAS)))          # the oldest first
+        _SCHEMAS[key] = known
+    return known
+
+
 def typed_empty(con: duckdb.DuckDBPyConnection, columns, extra: str = "") -> pa.Table:
     """No rows, with the Arrow types DuckDB gives ``columns`` (plan Columns: name, DuckDB
     type); ``extra`` adds more select items."""

@@ -223,7 +223,9 @@ def _sql(tree) -> str:
 
 class Kernel:
     """A compiled tree. ``learn(batch, con)`` once (DuckDB types the steps over the batch's
-    schema), then ``kernel(batch)`` for each batch."""
+    schema), then ``kernel(batch)`` for each batch. ``memo``, a dict shared by kernels over
+    the same batch, computes a step they have in common once (the grouped filter's N queries
+    that test ``bidder % N`` against different constants)."""
 
     def __init__(self, tree):
         self.steps: list = []                # SQL of each arithmetic step, typed by DuckDB
@@ -234,20 +236,19 @@ class Kernel:
         if self.types is None:
             sql = "SELECT " + ", ".join(f"{s} AS s{i}" for i, s in enumerate(self.steps)) \
                 + " FROM b" if self.steps else None
-            self.types = duck.run(con, "b", batch.slice(0, 0), sql).schema.types \
-                if sql else []
+            self.types = duck.schema_of(con, "b", batch.schema, sql).types if sql else []
 
-    def __call__(self, batch: pa.RecordBatch):
-        return self.f(batch)
+    def __call__(self, batch: pa.RecordBatch, memo: dict | None = None):
+        return self.f(batch, memo)
 
     def _compile(self, tree):
         op, *args = tree
         if op == "col":
             name = args[0]
-            return lambda batch: batch.column(name)
+            return lambda batch, memo: batch.column(name)
         if op in _LITERALS:
             value = _LITERALS[op](*args)
-            return lambda batch: value
+            return lambda batch, memo: value
         if op == "cast":
             if args[1] not in _CASTS:
                 raise Unsupported(f"cast to {args[1]}")
@@ -261,11 +262,15 @@ class Kernel:
             step = len(self.steps)
             self.steps.append(_sql(tree))
 
-        def run(batch):
+        def run(batch, memo):
+            if memo is not None and tree in memo:
+                return memo[tree]
             try:
-                out = kernel(*(f(batch) for f in operands))
+                out = kernel(*(f(batch, memo) for f in operands))
                 if step is not None and out.type != self.types[step]:
                     out = out.cast(self.types[step])     # checked: DuckDB's overflow too
+                if memo is not None:
+                    memo[tree] = out
                 return out
             except pa.ArrowInvalid as e:                 # overflow: DuckDB says how
                 raise Fallback(str(e)) from None
@@ -274,9 +279,10 @@ class Kernel:
         return run
 
 
-def mask(f, batch: pa.RecordBatch) -> pa.Array:
-    """A predicate's value over ``batch`` as a boolean array (a constant is broadcast)."""
-    out = f(batch)
+def mask(f, batch: pa.RecordBatch, memo: dict | None = None) -> pa.Array:
+    """A predicate's value over ``batch`` as a boolean array (a constant is broadcast);
+    ``memo``: see ``Kernel``."""
+    out = f(batch, memo)
     if not pa.types.is_boolean(out.type):
         raise Unsupported(f"predicate of type {out.type}")
     if isinstance(out, pa.Scalar):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import dialect  # noqa: F401
 from dialect.planner import MemoryCatalog, Relation, plan
-from executor import duck, kernels
+from executor import duck, kernels, predicate_index
 from executor import plan as P
 from executor.graph import Graph
 
@@ -35,8 +35,12 @@ texts = st.sampled_from(["s", "'a'", "'x'", "''"])
 comparisons = st.one_of(
     st.tuples(numbers, st.sampled_from(["=", "<>", "<", "<=", ">", ">="]), numbers),
     st.tuples(texts, st.sampled_from(["=", "<>", "<", ">="]), texts))
+betweens = st.one_of(
+    st.tuples(numbers, st.sampled_from(["BETWEEN", "NOT BETWEEN"]), numbers, numbers),
+    st.tuples(texts, st.sampled_from(["BETWEEN", "NOT BETWEEN"]), texts, texts))
 predicates = st.recursive(
     st.one_of(comparisons.map(lambda t: f"({t[0]} {t[1]} {t[2]})"), st.just("f"),
+              betweens.map(lambda t: f"({t[0]} {t[1]} {t[2]} AND {t[3]})"),
               st.sampled_from(["i", "d", "s", "n"]).map(lambda c: f"({c} IS NULL)"),
               st.sampled_from(["i", "s"]).map(lambda c: f"({c} IS NOT NULL)")),
     lambda inner: st.one_of(
@@ -115,6 +119,7 @@ def test_kernels_answer_as_duckdb(monkeypatch, value, other, where, data):
     ("SELECT abs(i) AS a FROM t", 3),
 ])
 def test_simple_expressions_skip_duckdb(monkeypatch, sql, duck_calls):
+    monkeypatch.setattr(duck, "_SCHEMAS", {})        # nothing typed by an earlier test
     calls = []
     real = duck.run
 
@@ -129,6 +134,98 @@ def test_simple_expressions_skip_duckdb(monkeypatch, sql, duck_calls):
         assert g.push("t", batch)[1]
     assert not g.take_failures()
     assert len(calls) == duck_calls, calls
+
+
+def test_queries_that_differ_in_constants_are_typed_once(monkeypatch):
+    """Many queries that differ only in their constants (``run many``'s shape, TelegraphCQ's
+    grouped filter) ask DuckDB to type their expressions once between them, and BETWEEN is
+    the kernels' too: no DuckDB call for any batch."""
+    monkeypatch.setattr(duck, "_SCHEMAS", {})
+    calls = []
+    real = duck.run
+
+    def counting(*args):
+        calls.append(args[-1])
+        return real(*args)
+    monkeypatch.setattr(duck, "run", counting)
+    g = Graph()
+    sqls = {k: f"SELECT b FROM t WHERE b % 20 = {k}" if k % 2 else
+            f"SELECT b FROM t WHERE i BETWEEN {k} AND {k + 5}" for k in range(20)}
+    for k, sql in sqls.items():
+        g.add(k, plan(sqlglot.parse_one(sql, read="cql"), CATALOG))
+    data = [(k, 7 * k, 1.0, None, "a", True) for k in range(40)]
+    got = {k: [] for k in sqls}
+    for _ in range(3):
+        for k, batches in g.push("t", _batch(data)).items():
+            got[k] += [r["b"] for b in batches for r in b.to_pylist()]
+    assert not g.take_failures()
+    want = {k: 3 * [r[1] for r in data if (r[1] % 20 == k if k % 2 else k <= r[0] <= k + 5)]
+            for k in sqls}
+    assert got == want
+    assert calls == ['SELECT ("t.b" % 20) AS s0 FROM b'], calls
+
+
+CONSTANTS = st.one_of(st.sampled_from([0, 1, -1, 3, -7, 123, INT_MAX, -INT_MAX - 1,
+                                       2**63 - 1, -2**63]), st.integers(-10, 10))
+INDEX_EXPRS = ["i", "b", "(b % 7)", "(i - 3)", "(- i)", "d", "n"]
+# (the example's expression or another, operator, constants, constant first)
+index_terms = st.tuples(st.sampled_from([True, True, True, False]),
+                        st.sampled_from(["=", "<", "<=", ">", ">=", "BETWEEN", "<>"]),
+                        CONSTANTS, CONSTANTS, st.booleans())
+
+
+def _index_term(term, expr: str, other: str) -> str:
+    mine, op, c1, c2, flip = term
+    expr = expr if mine else other
+    c1, c2 = (f"({c})" if c < 0 else str(c) for c in (c1, c2))
+    if op == "BETWEEN":
+        return f"({expr} BETWEEN {c1} AND {c2})"
+    return f"({c1} {op} {expr})" if flip else f"({expr} {op} {c1})"
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(expr=st.sampled_from(INDEX_EXPRS), other=st.sampled_from(INDEX_EXPRS),
+       wheres=st.lists(st.lists(index_terms, min_size=1, max_size=2), min_size=2, max_size=10),
+       data=st.lists(rows, min_size=1, max_size=40))
+def test_the_predicate_index_answers_as_duckdb(monkeypatch, expr, other, wheres, data):
+    """Many queries' σ's comparing one expression with constants share the grouped filter's
+    index (a sort and binary searches); each query's rows equal DuckDB's for it alone."""
+    sqls = ["SELECT b, i FROM t WHERE " + " AND ".join(_index_term(t, expr, other) for t in w)
+            for w in wheres]
+    batch = _batch([(r[0] if r[0] is None else r[0] % 25 - 12, *r[1:]) for r in data])
+
+    def together():
+        g = Graph()
+        for k, sql in enumerate(sqls):
+            g.add(k, plan(sqlglot.parse_one(sql, read="cql"), CATALOG))
+        out = {k: [r for b in bs for r in b.to_pylist()]
+               for k, bs in g.push("t", batch).items()}
+        return out, g.take_failures()
+    fast = together()
+    with monkeypatch.context() as m:
+        _without_kernels(m)
+        slow = together()
+    assert fast == slow, sqls
+
+
+def test_the_predicate_index_serves_the_comparisons_with_constants():
+    """The σ's the index can answer are answered there (no per-σ scan), the others not."""
+    trees = [("eq", ("mod", ("col", "b"), ("int", "7")), ("int", str(k))) for k in range(5)]
+    trees += [("and", ("ge", ("col", "i"), ("int", "3")), ("le", ("col", "i"), ("int", "9"))),
+              ("lt", ("neg", ("int", "4")), ("col", "i")),       # -4 < i
+              ("or", ("eq", ("col", "i"), ("int", "1")), ("eq", ("col", "i"), ("int", "2")))]
+    index = predicate_index.RangeIndex(trees, duck.Database()())
+    batch = _batch([(k - 5 if k % 4 else None, 10 * k + 3, 1.0, None, "a", True)
+                    for k in range(30)])
+    got = index.select(batch, {})
+    assert sorted(got) == [0, 1, 2, 3, 4, 5, 6]
+    i = batch.column("i").to_pylist()
+    b = batch.column("b").to_pylist()
+    assert [got[k].tolist() for k in range(5)] == \
+        [[r for r in range(30) if b[r] % 7 == k] for k in range(5)]
+    assert got[5].tolist() == [r for r in range(30) if i[r] is not None and 3 <= i[r] <= 9]
+    assert got[6].tolist() == [r for r in range(30) if i[r] is not None and -4 < i[r]]
 
 
 def test_a_zero_divisor_gets_duckdbs_error():

@@ -28,7 +28,7 @@ class _Vertex:
     the plan node it runs; the counters (rows in and out, batches in, ns spent in the
     operator) are EXPLAIN ANALYZE's, since the vertex was made."""
     __slots__ = ("op", "parents", "children", "key", "sinks", "grouped", "node", "fused",
-                 "rows_in", "rows_out", "batches", "ns")
+                 "unannounced", "rows_in", "rows_out", "batches", "ns")
 
     def __init__(self, op, key=None, node=None):
         self.op, self.key, self.node = op, key, node
@@ -37,6 +37,7 @@ class _Vertex:
         self.children: list = []
         self.sinks: list = []
         self.grouped = None         # the GroupedFilter of the σ's reading this vertex
+        self.unannounced = True     # a scan: operators above may not know the stream began
         self.rows_in = self.rows_out = self.batches = self.ns = 0
 
     def counted(self, started: int, taken, given) -> list:
@@ -67,6 +68,14 @@ class _Query:
         self.rows_in = self.rows_out = 0
         self.unopened: list = []    # vertices of a private query, opened when it is primed
         self.baseline: dict = {}    # id(vertex) -> its counters when the query began sharing it
+
+
+def _keeps_none(masks: list, op) -> bool:
+    """Whether σ ``op`` keeps no row of any message (a watermark it must pass on)."""
+    return all(len(m.get(op, _ALL)) == 0 for m in masks)
+
+
+_ALL = (None,)          # a message whose rows the grouped pass did not decide (len 1)
 
 
 def below(sink: _Vertex) -> list:
@@ -158,6 +167,8 @@ class RunningGraph:
             self._private = False
         self.queries[qid] = q
         q.streams = self._reads(sink)
+        for v in below(sink):       # its operators above shared scans: not told yet
+            v.unannounced = True
         if q.feeds is not None:
             self.failed.pop(q.feeds, None)          # made anew
         broken = next((self.failed[f] for f in sorted(q.streams) if f in self.failed), None)
@@ -300,6 +311,9 @@ class RunningGraph:
                 self.deliver(parent, messages, out)
                 continue
             started = perf_counter_ns() - (share if op.predicate is not None else 0)
+            if masks is not None and _keeps_none(masks, op):
+                parent.counted(started, messages, ())     # the index found no row for it
+                continue
             nxt = self._guarded(parent, lambda: [
                 x for k, m in enumerate(messages)
                 for x in (op.on_watermark(m.ts, port) if isinstance(m, Watermark) else
@@ -399,7 +413,9 @@ class RunningGraph:
         for v in list(self.scans.get(stream.lower(), ())):
             for first in v.counted(perf_counter_ns(), (batch,), v.op.on_batch(batch)):
                 lo, hi = pc.min_max(first.column(TS)).values()
-                self.announce_start(v, lo.as_py())
+                if v.unannounced:           # once, not for every batch: it walks the graph
+                    self.announce_start(v, lo.as_py())
+                    v.unannounced = False
                 latest = hi.as_py() if latest is None else max(latest, hi.as_py())
                 self.deliver(v, [first], out)
         return latest

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .. import duck, kernels
+import numpy as np
+
+from .. import duck, kernels, predicate_index
 from .. import plan as P
 from ..batches import TE, TS
 from ..duck import quote
@@ -70,27 +72,36 @@ class Filter(_DuckOp):
         out = batch.filter(mask, null_selection_behavior="drop")
         return out if out.num_rows else None
 
-    def on_mask(self, batch: pa.RecordBatch, mask: pa.Array) -> list:
-        """The batch's rows where this σ's predicate, computed elsewhere, is true."""
+    def on_mask(self, batch: pa.RecordBatch, mask) -> list:
+        """The batch's rows where this σ's predicate, computed elsewhere, is true: ``mask``
+        is a boolean array or the rows' positions (the predicate index's answer)."""
+        if isinstance(mask, np.ndarray):
+            return [batch.take(pa.array(mask))] if len(mask) else []
         out = batch.filter(mask, null_selection_behavior="drop")
         return [out] if out.num_rows else []
 
 
 class GroupedFilter:
     """TelegraphCQ's grouped filter: the σ's of many queries over one input evaluated together,
-    so N queries with different constants cost one scan of each batch, not N: Arrow's kernels
-    for the simple predicates, one DuckDB pass (one predicate column each) for the rest.
-    ``masks`` returns one boolean array per σ, in order; ``close`` closes the cursor."""
+    so N queries with different constants cost one scan of each batch, not N: the predicate
+    index for σ's comparing one integer expression with constants, Arrow's kernels for the
+    other simple predicates (steps they share computed once), one DuckDB pass (one predicate
+    column each) for the rest. ``masks`` returns, per σ in order, a boolean array or the
+    positions of its rows; ``close`` closes the cursor."""
 
     def __init__(self, filters: list, con):
         self.filters = filters
         self.con = con
+        self.index = predicate_index.RangeIndex([f.node.predicate.tree for f in filters], con)
 
     def close(self) -> None:
         self.con.close()
 
     def masks(self, batch: pa.RecordBatch) -> list:
-        out = [f.fast.run(kernels.mask, batch) for f in self.filters]
+        memo: dict = {}                 # steps the predicates share, computed once
+        indexed = self.index.select(batch, memo)
+        out = [indexed[k] if k in indexed else f.fast.run(kernels.mask, batch, memo)
+               for k, f in enumerate(self.filters)]
         rest = [i for i, m in enumerate(out) if m is None]
         if rest:
             # a predicate DuckDB types as NULL (WHERE NULL) is a mask still: Arrow filters
@@ -138,8 +149,7 @@ class Projection:
         if any(f.f is None for f in self.fast):
             return None
         if self.types is None:
-            self.types = duck.run(self.con, self.name, batch.slice(0, 0),
-                                  self.sql).schema.types
+            self.types = duck.schema_of(self.con, self.name, batch.schema, self.sql).types
         columns = [f.run(kernels.column, batch, t) for f, t in zip(self.fast, self.types)]
         return None if None in columns else columns
 

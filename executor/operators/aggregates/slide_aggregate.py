@@ -5,7 +5,9 @@ A tuple with timestamp ts is in the answers for the τ on the grid with τ - i <
 batch is aggregated by Arrow per (group, first τ, last τ), those partials are spread over
 their slides (numpy) and filed under each τ; a slide's partials are merged once, when it is
 final: once a tuple with ts > τ (or a BOUNDARY past τ) has been seen. So a batch costs what
-its own rows cost, however many groups the open slides hold. A final slide's rows are valid
+its own rows cost, however many groups the open slides hold. Batches that close no slide are
+only held (up to ``_PENDING_BYTES``), then aggregated together: one pass where a shared σ
+hands many queries' aggregates a few rows each per batch. A final slide's rows are valid
 for [τ, τ + j) and leave in τ order. Results equal the aggregate index's (``aggregate.py``), which
 stays the path for other windows and for COUNT(DISTINCT) and user aggregates.
 """
@@ -17,12 +19,15 @@ import pyarrow.compute as pc
 
 from ... import plan as P
 from ...batches import TE, TS, Watermark
+from ... import duck
 from ...duck import quote
 from ..base import Operator
 from ..filter_map import Projection
 
 TAU = "__tau"
 _COMPACT = 64          # a slide's partials are merged into one table after this many batches
+_PENDING_BYTES = 1 << 20   # input held before it is aggregated, though no slide closes
+_EMPTY: dict = {}          # (input schema, keys, partials, funcs) -> partials of no rows
 
 # partial -> (Arrow hash aggregation on the batch, the one that merges two partials)
 _VECTOR = {
@@ -57,6 +62,9 @@ class SlideAggregate(Operator):
         # the latest watermark: at the end, the slide holding then is final too
         self.marked: int | None = None
         self.promised: int | None = None        # the last watermark sent on
+        self.pending: list = []                 # input batches not aggregated yet
+        self.pending_bytes = 0
+        self.pending_first: int | None = None   # the first slide the held rows are in
         self.input = self.final = None          # Projections over the cursor ``open`` takes
 
     def open(self, context):
@@ -72,18 +80,39 @@ class SlideAggregate(Operator):
         self.final = Projection([(f.name, f.expr) for f in node.finals] +
                                 [(TS, tau), (TE, end)], [], self.con, name="r")
 
-    def _grid_up(self, ts: np.ndarray) -> np.ndarray:
+    def _grid_up(self, ts):
+        """The first τ on the grid at or after ``ts`` (an int or an array of them)."""
         return self.offset - ((self.offset - ts) // self.slide) * self.slide
 
     def on_batch(self, batch, port=0):
         if batch.num_rows == 0:
             return []
-        t = self.input.run(batch)
+        ts = batch.column(TS)
+        now = ts[-1].as_py()
+        self.on_start(ts[0].as_py())
+        if self.empty is None:
+            self.empty = self._no_partials(batch.schema)
+        if self.pending and batch.schema != self.pending[0].schema:
+            self._absorb()          # the stream gained a column: no mixed schemas held
+        if not self.pending:
+            self.pending_first = self._grid_up(ts[0].as_py())
+        self.pending.append(batch)
+        self.pending_bytes += batch.get_total_buffer_size()    # (nbytes: ~30 µs a call)
+        if self.pending_bytes >= _PENDING_BYTES:
+            self._absorb()
+        return self._emit(now, inclusive=False) + self._promise(now)
+
+    def _absorb(self, before: int | None = None) -> None:
+        """Aggregate the held rows, if any, or only if one of their slides is before
+        ``before`` (it is about to be final)."""
+        if not self.pending or (before is not None and self.pending_first >= before):
+            return
+        held, self.pending, self.pending_bytes = self.pending, [], 0
+        t = self.input.run(pa.Table.from_batches(held) if len(held) > 1 else held[0])
         ts = t.column(TS).to_numpy()
         first = self._grid_up(ts)                                   # first τ >= ts
         last = self.offset + ((ts + self.size - 1 - self.offset) // self.slide) * self.slide
         counts = np.maximum((last - first) // self.slide + 1, 0)
-        self.on_start(int(ts[0]))
         # aggregate first per (group, first slide, last slide) — tuples there share their
         # slides — then spread those partials over their slides: far fewer rows to explode
         t = t.drop_columns([TS]).append_column("__first", pa.array(first)) \
@@ -96,8 +125,6 @@ class SlideAggregate(Operator):
         order = np.argsort(tau, kind="stable")          # each slide's rows side by side
         rows, tau = rows[order], tau[order]
         spread = pre.drop_columns(["__first", "__last"]).take(pa.array(rows))
-        if self.empty is None:
-            self.empty = spread.schema.empty_table().append_column(TAU, pa.array([], pa.int64()))
         taus, starts = np.unique(tau, return_index=True)
         for k, at in enumerate(taus.tolist()):
             end = int(starts[k + 1]) if k + 1 < len(taus) else len(tau)
@@ -105,8 +132,21 @@ class SlideAggregate(Operator):
             parts.append(spread.slice(int(starts[k]), end - int(starts[k])))
             if len(parts) >= _COMPACT:                 # bounded: many batches, one slide
                 self.slides[at] = [self._merged(parts)]
-        now = int(ts[-1])
-        return self._emit(now, inclusive=False) + self._promise(now)
+
+    def _no_partials(self, schema: pa.Schema) -> pa.Table:
+        """The partials of no rows, typed as ``_absorb`` types them (with TAU), for the rows
+        of empty slides: asked of Arrow once for all aggregates alike (many queries')."""
+        projected = duck.schema_of(self.con, self.input.name, schema, self.input.sql)
+        key = (projected, tuple(self.keys), tuple(self.partials), tuple(self.funcs))
+        if key not in _EMPTY:
+            if len(_EMPTY) >= 1024:
+                _EMPTY.pop(next(iter(_EMPTY)))          # the oldest first
+            none = pa.array([], pa.int64())
+            t = projected.empty_table().drop_columns([TS]).append_column("__first", none) \
+                .append_column("__last", none)
+            pre = grouped(t, self.keys + ["__first", "__last"], self.partials, self.funcs)
+            _EMPTY[key] = pre.drop_columns(["__first", "__last"]).append_column(TAU, none)
+        return _EMPTY[key]
 
     def _merged(self, parts: list) -> pa.Table:
         """One row per group: the slide's partials merged."""
@@ -137,7 +177,7 @@ class SlideAggregate(Operator):
         closes, not at the next heartbeat. Every interval out of here lies on the slide
         grid, so a watermark on the grid cuts none of the answers above in two (one at a
         heartbeat's instant did). Once a slide at most."""
-        at = int(self._grid_up(np.array([now]))[0])
+        at = self._grid_up(now)
         if self.promised is not None and at <= self.promised:
             return []
         self.promised = at
@@ -145,8 +185,10 @@ class SlideAggregate(Operator):
 
     def _emit(self, now: int | None, *, inclusive: bool) -> list:
         """Rows of the slides final at ``now`` (τ < now), or of every slide at the end."""
+        self._absorb(before=now)
         done = sorted(at for at in self.slides if now is None or at < now)
-        if not done and (self.keys or self.started is None):
+        if not done and (self.keys or self.started is None or now is not None and
+                         self._grid_up(now) - self.slide < self._unanswered()):
             return []
         finals = []
         for at in done:
@@ -168,14 +210,14 @@ class SlideAggregate(Operator):
             return ready
         have = set(ready.column(TAU).to_pylist()) if ready is not None else set()
         if now is not None:
-            hi = int(self._grid_up(np.array([now]))[0]) - self.slide
+            hi = self._grid_up(now) - self.slide
         else:               # the end: every slide up to the one the last watermark is in
             last = [self.offset + (self.marked - self.offset) // self.slide * self.slide] \
                 if self.marked is not None else []
             hi = max([*have, *last], default=None)
         if hi is None:
             return ready
-        lo = self.emitted_until if self.emitted_until is not None else self.started
+        lo = self._unanswered()
         missing = [x for x in range(lo, hi + 1, self.slide) if x not in have]
         self.emitted_until = max(lo, hi + self.slide)
         if not missing:
@@ -190,8 +232,13 @@ class SlideAggregate(Operator):
         filler = pa.table(empty).select(ready.schema.names)
         return pa.concat_tables([ready, filler.cast(ready.schema)])
 
+    def _unanswered(self) -> int:
+        """Keyless: the first slide whose row has not been sent."""
+        return self.emitted_until if self.emitted_until is not None else self.started
+
     def state_size(self) -> int:
-        return sum(t.num_rows for parts in self.slides.values() for t in parts)
+        return sum(t.num_rows for parts in self.slides.values() for t in parts) + \
+            sum(t.num_rows for t in self.pending)
 
 
 def grouped(table: pa.Table, by: list, partials: list, funcs: list) -> pa.Table:
