@@ -96,6 +96,24 @@ def test_a_slide_is_answered_when_data_closes_it_and_whole():
     assert sorted((k, n, _seconds(t)) for k, n, t in out) == [(1, 2, 4.0), (2, 2, 4.0)], out
 
 
+def test_a_window_table_function_is_answered_when_data_passes_its_end():
+    """Flink's TUMBLE through an aggregate answers a window in the step whose tuple passes
+    its end, with no BOUNDARY (the window operator says, on data, where the next copy can
+    start at the earliest), and a BOUNDARY inside a window cuts no answer in two."""
+    sql = ("SELECT window_start, window_end, k, COUNT(*) AS n FROM TABLE(TUMBLE(TABLE s, "
+           "DESCRIPTOR(ts), INTERVAL '2' SECOND)) GROUP BY window_start, window_end, k")
+    g = Graph()
+    g.add(1, _plan(sql))
+
+    def answered(out):
+        return sorted((_seconds(a), _seconds(b), k, n) for a, b, k, n in _rows(out, 1))
+    assert answered(g.push("s", _batch([(1, 1, 0.5), (1, 1, 1.0), (2, 1, 1.5)]))) == []
+    assert answered(g.push("s", _batch([(1, 1, 2.5)]))) == [(0.0, 2.0, 1, 2), (0.0, 2.0, 2, 1)]
+    assert answered(g.push("s", _batch([(1, 1, 3.0)]))) == []
+    assert answered(g.watermark("s", int(3.3 * S))) == []
+    assert answered(g.push("s", _batch([(1, 1, 4.5)]))) == [(2.0, 4.0, 1, 2)]
+
+
 def test_count_windows_share_one_state():
     g = Graph()
     g.add(1, _plan("SELECT valid_from, valid_to, SUM(v) FROM s [PARTITION BY k ROWS 2]"))

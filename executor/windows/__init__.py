@@ -157,6 +157,14 @@ class GridWindow(_Kind):
             stamped = stamped.append_column(name, pa.array(values).cast(pa.timestamp("us")))
         return stamped
 
+    def first_copy(self, ts: int) -> int:
+        """Where the earliest copy of a tuple at ``ts`` or later starts: its first window's
+        end - 1 µs (``copies``' ``first``, which grows with ts)."""
+        if self.cumulative:
+            start = self.offset_us + (ts - self.offset_us) // self.size_us * self.size_us
+            return start + ((ts - start) // self.step_us + 1) * self.step_us - 1
+        return self.offset_us + ((ts - self.offset_us) // self.step_us + 1) * self.step_us - 1
+
     def reach(self, st, con=None):
         return None if st is None else st - self.size_us - self.step_us + 1
 
