@@ -3,6 +3,7 @@ Prints one JSON record per measurement and appends it to docs/benchmarks/results
 
     python -m bench.nexmark.run throughput [--events 2000000] [--queries q0,q1,q2,q5,q7,q8]
                                            [--clients copy,cursor,arrow] [--repeat 3]
+                                           [--server-cpus 0]   # the server on core 0 only
     python -m bench.nexmark.run latency    [--rates 1000,10000,100000] [--seconds 10]
     python -m bench.nexmark.run many       [--counts 1,10,100,1000] [--events 1000000]
     python -m bench.nexmark.run memory     [--minutes 10] [--rate 100000]
@@ -161,13 +162,27 @@ class Sampler:
         self.thread.join()
 
 
-def _server(tmp: str) -> ServerProcess:
+def _server(tmp: str, cpus: set | None = None) -> ServerProcess:
+    """A server on free ports; ``cpus``: the only cores its processes may run on."""
     # q14's count_char: the example module of clients/python, named by the operator
-    return ServerProcess(tmp, "--log-level", "WARNING",
-                         "--function", "count_char=functions:count_char",
-                         env={"PYTHONPATH": os.pathsep.join(
-                             [os.path.join(ROOT, "clients", "python"),
-                              os.environ.get("PYTHONPATH", "")])})
+    srv = ServerProcess(tmp, "--log-level", "WARNING",
+                        "--function", "count_char=functions:count_char",
+                        env={"PYTHONPATH": os.pathsep.join(
+                            [os.path.join(ROOT, "clients", "python"),
+                             os.environ.get("PYTHONPATH", "")])})
+    if cpus:
+        confine(srv.proc.pid, cpus)
+    return srv
+
+
+def confine(pid: int, cpus: set) -> None:
+    """Process ``pid``, every thread of it and its child processes, on ``cpus`` only (what
+    ``taskset -a`` does; threads and processes started later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            for child in f.read().split():
+                confine(int(child), cpus)
 
 
 def _files(events: int, rate: float, folder: str) -> tuple[dict, dict, dict]:
@@ -202,7 +217,9 @@ def throughput(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
         out = _throughput(files, args.queries.split(","), os.path.join(tmp, "data"),
-                          args.clients.split(","), args.repeat)
+                          args.clients.split(","), args.repeat,
+                          {int(c) for c in args.server_cpus.split(",")}
+                          if args.server_cpus else None)
     _print_summary(out)
 
 
@@ -217,11 +234,11 @@ CLIENTS = {
 
 
 def _throughput(files: tuple, names: list, data_dir: str, clients: list,
-                repeat: int) -> dict:
+                repeat: int, cpus: set | None = None) -> dict:
     """cqgate's throughput records over ``files`` (from ``_files``): {(query, client):
-    [record of each run]}."""
+    [record of each run]}; ``cpus``: the server's cores (None: all)."""
     tables, parquet, _ = files
-    srv = _server(data_dir)
+    srv = _server(data_dir, cpus)
     run = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     out: dict = {}
     try:
@@ -246,7 +263,8 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                         expected_rows=want, seconds=round(secs, 3),
                         events_per_s=round(events / secs), ingest_seconds=round(fed, 3),
                         peak_rss_mib=round(mem.peak / 1024, 1),
-                        cpu_us_per_event=cpu.per_event_us(events)))
+                        cpu_us_per_event=cpu.per_event_us(events),
+                        server_cpus=sorted(cpus) if cpus else None))
     finally:
         srv.stop()
     return out
@@ -713,6 +731,9 @@ def main() -> None:
     t.add_argument("--event-rate", type=float, default=100_000,
                    help="events per second of event time in the file (default 100,000: "
                         "2 M events span 20 s, so the 10 s windows close several times)")
+    t.add_argument("--server-cpus", default=None,
+                   help="cores the server may run on, e.g. 0 or 0,1 (default: all), as "
+                        "taskset -a would confine it")
     t.set_defaults(func=throughput)
     sb = sub.add_parser("side-by-side")
     sb.add_argument("--events", type=int, default=2_000_000)
