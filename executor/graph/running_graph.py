@@ -70,12 +70,12 @@ class _Query:
         self.baseline: dict = {}    # id(vertex) -> its counters when the query began sharing it
 
 
+_ALL = (None,)          # a message whose rows the grouped pass did not decide (len 1)
+
+
 def _keeps_none(masks: list, op) -> bool:
     """Whether σ ``op`` keeps no row of any message (a watermark it must pass on)."""
     return all(len(m.get(op, _ALL)) == 0 for m in masks)
-
-
-_ALL = (None,)          # a message whose rows the grouped pass did not decide (len 1)
 
 
 def below(sink: _Vertex) -> list:

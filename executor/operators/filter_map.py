@@ -4,9 +4,8 @@ a tree that Arrow's kernels evaluate without a DuckDB call (``kernels``); a batc
 cannot do exactly as DuckDB would goes to DuckDB."""
 from __future__ import annotations
 
-import pyarrow as pa
-
 import numpy as np
+import pyarrow as pa
 
 from .. import duck, kernels, predicate_index
 from .. import plan as P

@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ... import duck
 from ... import plan as P
 from ...batches import TE, TS, Watermark
-from ... import duck
 from ...duck import quote
 from ..base import Operator
 from ..filter_map import Projection
