@@ -26,7 +26,7 @@ from ..filter_map import Projection
 
 TAU = "__tau"
 _COMPACT = 64          # a slide's partials are merged into one table after this many batches
-_PENDING_BYTES = 1 << 18   # input held before it is aggregated, though no slide closes
+_PENDING_BYTES = 1 << 16   # input held before it is aggregated, though no slide closes
 _EMPTY: dict = {}          # (input schema, keys, partials, funcs) -> partials of no rows
 
 # partial -> (Arrow hash aggregation on the batch, the one that merges two partials)
