@@ -110,6 +110,21 @@ def test_kernels_answer_as_duckdb(monkeypatch, value, other, where, data):
     assert fast[2] == slow[2], sql                # same errors, each query's own
 
 
+@pytest.fixture
+def duck_sql(monkeypatch) -> list:
+    """The SQL of every DuckDB call the executor makes from here on, none remembered from an
+    earlier test."""
+    monkeypatch.setattr(duck, "_SCHEMAS", {})
+    calls = []
+    real = duck.run
+
+    def counting(*args):
+        calls.append(args[-1])
+        return real(*args)
+    monkeypatch.setattr(duck, "run", counting)
+    return calls
+
+
 @pytest.mark.parametrize("sql, duck_calls", [
     # NEXMark q1 and q2's shapes: DuckDB is called only to type the steps and the output,
     # over no rows, on the first batch
@@ -118,15 +133,8 @@ def test_kernels_answer_as_duckdb(monkeypatch, value, other, where, data):
     # beyond the kernels (a function): DuckDB for every batch
     ("SELECT abs(i) AS a FROM t", 3),
 ])
-def test_simple_expressions_skip_duckdb(monkeypatch, sql, duck_calls):
-    monkeypatch.setattr(duck, "_SCHEMAS", {})        # nothing typed by an earlier test
-    calls = []
-    real = duck.run
-
-    def counting(*args):
-        calls.append(args[-1])
-        return real(*args)
-    monkeypatch.setattr(duck, "run", counting)
+def test_simple_expressions_skip_duckdb(duck_sql, sql, duck_calls):
+    calls = duck_sql
     g = Graph()
     g.add(1, plan(sqlglot.parse_one(sql, read="cql"), CATALOG))
     batch = _batch([(k, 123 * k, 1.0, decimal.Decimal("1.5"), "a", True) for k in range(10)])
@@ -136,18 +144,11 @@ def test_simple_expressions_skip_duckdb(monkeypatch, sql, duck_calls):
     assert len(calls) == duck_calls, calls
 
 
-def test_queries_that_differ_in_constants_are_typed_once(monkeypatch):
+def test_queries_that_differ_in_constants_are_typed_once(duck_sql):
     """Many queries that differ only in their constants (``run many``'s shape, TelegraphCQ's
     grouped filter) ask DuckDB to type their expressions once between them, and BETWEEN is
     the kernels' too: no DuckDB call for any batch."""
-    monkeypatch.setattr(duck, "_SCHEMAS", {})
-    calls = []
-    real = duck.run
-
-    def counting(*args):
-        calls.append(args[-1])
-        return real(*args)
-    monkeypatch.setattr(duck, "run", counting)
+    calls = duck_sql
     g = Graph()
     sqls = {k: f"SELECT b FROM t WHERE b % 20 = {k}" if k % 2 else
             f"SELECT b FROM t WHERE i BETWEEN {k} AND {k + 5}" for k in range(20)}
