@@ -80,7 +80,7 @@ class Backend:
             wire.Drop: self.on_drop, wire.DropStream: self.on_drop_stream,
             wire.Stats: self.on_stats, wire.Snapshot: self.on_snapshot,
             wire.Recompute: self.on_recompute, wire.Progress: self.on_progress,
-            wire.Analyze: self.on_analyze,
+            wire.Analyze: self.on_analyze, wire.Mark: self.send_mark,
         }
         self.retained: dict = {}          # stream -> deque of recent batches (snapshots)
         self.history: dict = {}           # qid -> {stream: [tables]} to prime it with
@@ -269,6 +269,10 @@ class Backend:
             self.send(wire.rows(msg.qid, table))
         self._answer(msg.req, ok=True)
 
+    def send_mark(self, msg: wire.Mark) -> None:
+        """Echo a mark: the rows of everything sent before it have gone out before it."""
+        self.send(wire.encode(msg))
+
     def on_progress(self, msg: wire.Progress | wire.Watermark) -> None:
         stats = self.streams.setdefault(msg.stream.lower(), StreamStats())
         stats.watermark = max(stats.watermark or msg.ts, msg.ts)
@@ -321,7 +325,7 @@ def serve(sock: socket.socket) -> None:
             name, table, progress = _coalesced(frames, payload)
             backend.take(name, table)
             for p in progress:
-                backend.on_progress(p)
+                backend.dispatch(p)
         else:
             backend.handle(kind, payload)
         # busy: working, not waiting for a frame nor for the gateway to take the answers
@@ -333,7 +337,8 @@ def serve(sock: socket.socket) -> None:
 
 def _coalesced(frames: wire.Frames, payload: bytes) -> tuple[str, pa.Table, list]:
     """A DATA frame and the DATA frames of the same stream already queued behind it, as one
-    table, with the PROGRESS messages of that stream among them: when the back end falls
+    table, with the PROGRESS messages of that stream and the MARKs among them (each is handled
+    after the table, which is still after all it marks): when the back end falls
     behind, small batches grow, so the cost per batch (a DuckDB call per operator) is paid
     once for many. Batches already big are left as they are (joining them would only copy
     their rows). Frames of other kinds or streams stop it, so the order of everything else
@@ -342,7 +347,10 @@ def _coalesced(frames: wire.Frames, payload: bytes) -> tuple[str, pa.Table, list
     tables, progress, rows = [table], [], table.num_rows
     while rows < COALESCE_ROWS and (nxt := frames.peek()) is not None:
         kind, body = nxt
-        if kind == wire.PROGRESS and (msg := wire.decode(kind, body)).stream == name:
+        if kind in (wire.PROGRESS, wire.MARK):
+            msg = wire.decode(kind, body)
+            if kind == wire.PROGRESS and msg.stream != name:
+                break
             progress.append(msg)
         elif kind == wire.DATA and wire.data_stream(body) == name:
             more = wire.parse_data(body)[1]
@@ -371,6 +379,10 @@ def main(argv=None) -> None:
         serve(sock)
     except (BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
         pass
+    # nothing here is durable: the interpreter's teardown (DuckDB, Arrow's pools, thousands of
+    # objects) would only keep the gateway's shutdown waiting, about half a second
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,16 @@ def _modulo(a, b):
     return pc.subtract_checked(a, pc.multiply_checked(pc.divide_checked(a, b), b))
 
 
+def _floor_modulo(a, b):
+    """``pmod``: the residue with the divisor's sign, ((a % b) + b) % b in SQL (Arrow's
+    ``modulo``, one pass); what splits a key across back ends (gateway/link/shards.py)."""
+    _numeric(a, b)
+    if not _integers(a, b):
+        raise Unsupported("modulo of non-integers")
+    _no_zero(b)
+    return pc.modulo(a, b)
+
+
 def _to_double(a):
     """CAST(a AS DOUBLE) as DuckDB does it: a decimal's unscaled integer divided by 10^scale
     (Arrow's own cast rounds differently)."""
@@ -183,6 +193,7 @@ _OPERATORS = {
     "mul": _arith(pc.multiply_checked),
     "div": _divide,
     "mod": _modulo,
+    "pmod": _floor_modulo,
     "neg": _negate,
     "eq": _compare(pc.equal),
     "ne": _compare(pc.not_equal),
@@ -195,7 +206,7 @@ _OPERATORS = {
     "not": _boolean(pc.invert),
     "is_null": pc.is_null,
 }
-_ARITHMETIC = ("add", "sub", "mul", "div", "mod", "neg")
+_ARITHMETIC = ("add", "sub", "mul", "div", "mod", "pmod", "neg")
 _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "eq": "=", "ne": "<>",
             "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "AND", "or": "OR"}
 
@@ -217,6 +228,9 @@ def _sql(tree) -> str:
         return f"CAST({_sql(args[0])} AS {args[1].upper()})"
     if op in _SYMBOLS:
         return f"({_sql(args[0])} {_SYMBOLS[op]} {_sql(args[1])})"
+    if op == "pmod":
+        a, b = _sql(args[0]), _sql(args[1])
+        return f"((({a} % {b}) + {b}) % {b})"
     return {"neg": "(- {})", "not": "(NOT {})", "is_null": "({} IS NULL)"}[op].format(
         _sql(args[0]))
 

@@ -9,9 +9,11 @@ Gateway → back end: ``PLAN`` {req, qid, plan, feeds} · ``DATA`` stream + batc
 ``HISTORY`` qid/stream + batch (archived tuples that prime query qid, sent before its PLAN,
 SNAPSHOT or RECOMPUTE) · ``RECOMPUTE`` {req, qid, plan, seam, spans} (the query over its
 history as though no tuple was late: ``ROWS`` then ``ANSWER``) · ``ANALYZE`` {req, qids} (EXPLAIN
-ANALYZE: each query's operators with their counters, in ``ANSWER``'s ``operators``).
+ANALYZE: each query's operators with their counters, in ``ANSWER``'s ``operators``) ·
+``MARK`` {n} (sent back once everything before it is answered: where the rows of queries
+sharded across back ends are merged).
 Back end → gateway: ``ROWS`` qid + batch · ``ENDED`` {qid, error?, sqlstate?} · ``ANSWER``
-{req, ok, error?, …}.
+{req, ok, error?, …} · ``MARK`` {n}.
 
 Each JSON frame holds one frozen message (``PlanQuery``, ``Ended``, …, registered in ``MESSAGES``
 by kind byte); ``encode`` and ``decode`` are the only way between a message and its frame.
@@ -33,7 +35,7 @@ from executor.batches import INF, micros  # noqa: F401 - re-exported
 
 PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
 SNAPSHOT, TABLE, PROGRESS, HISTORY, RECOMPUTE, ANALYZE = b"Q", b"T", b"G", b"H", b"C", b"Y"
-ROWS, ENDED, ANSWER = b"R", b"E", b"A"
+ROWS, ENDED, ANSWER, MARK = b"R", b"E", b"A", b"M"
 
 _HEAD = struct.Struct("!cI")
 _NAME = struct.Struct("!H")
@@ -117,6 +119,12 @@ class Progress(Control, kind=PROGRESS):
 class Watermark(Control, kind=WATERMARK):
     stream: str
     ts: int
+
+
+@dataclass(frozen=True)
+class Mark(Control, kind=MARK):
+    """A point in the frames to a back end, echoed when it has been reached."""
+    n: int
 
 
 @dataclass(frozen=True)

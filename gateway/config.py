@@ -31,6 +31,7 @@ class Config:
     max_message_bytes: int = 64 * 1024 * 1024
     max_line_bytes: int = 1024 * 1024    # longest line a source may send
     workers: int = 16                    # threads running DuckDB work
+    backend_workers: int = 1             # back-end processes keyed aggregates are split across
     log_level: str = "INFO"
     aggregates: str | None = None        # user aggregates: "name=module:Class,..."
     functions: str | None = None         # Python functions: "name=module:function,..."

@@ -34,6 +34,7 @@ SAMPLES = [
                 backend={"batches": 1, "batch_rows": 2, "busy_seconds": 0.5}),
     wire.Analyze(req=6, qids=[7, 8]),
     wire.Answer(req=6, ok=True, operators={"7": {"label": "σ", "rows_in": 2, "inputs": []}}),
+    wire.Mark(n=3),
 ]
 
 
@@ -46,7 +47,7 @@ def _split(frame: bytes) -> tuple[bytes, bytes]:
 
 def test_every_message_kind_has_a_sample():
     assert {type(m) for m in SAMPLES} == set(wire.MESSAGES.values())
-    assert len(wire.MESSAGES) == 11
+    assert len(wire.MESSAGES) == 12
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
@@ -176,3 +177,20 @@ def test_coalescing_keeps_progress_as_messages():
         name, table, progress = backend._coalesced(frames, frames.next()[1])
         assert (name, table.num_rows, progress) == ("s", 4, [wire.Progress("s", 4)])
         assert wire.decode(*frames.next()) == wire.Progress("t", 5)
+
+
+def test_marks_among_joined_data_are_echoed_after_it():
+    """A MARK says the rows of everything before it have gone out: joined into one batch with
+    the DATA around it, it is answered after the batch, which it still follows."""
+    a, b = socket.socketpair()
+    with a, b:
+        batch = pa.record_batch({"x": pa.array([1, 2])})
+        a.sendall(wire.data("s", batch) + wire.encode(wire.Mark(1)) +
+                  wire.data("s", batch) + wire.encode(wire.Mark(2)))
+        frames = wire.Frames(b)
+        name, table, progress = backend._coalesced(frames, frames.next()[1])
+        assert (name, table.num_rows, progress) == ("s", 4, [wire.Mark(1), wire.Mark(2)])
+    be, sent = _backend()
+    for msg in progress:
+        be.dispatch(msg)
+    assert _replies(sent) == [wire.Mark(1), wire.Mark(2)]

@@ -229,6 +229,21 @@ def test_the_predicate_index_serves_the_comparisons_with_constants():
     assert got[6].tolist() == [r for r in range(30) if i[r] is not None and -4 < i[r]]
 
 
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.one_of(st.none(), st.integers(-2**63, 2**63 - 1),
+                                 st.integers(-20, 20)), min_size=1, max_size=40),
+       divisor=st.integers(-9, 9).filter(bool))
+def test_pmod_is_the_floor_residue_duckdb_computes(values, divisor):
+    """``pmod``, which splits a key across back ends, is ((a % b) + b) % b in DuckDB's terms."""
+    tree = ("pmod", ("col", "a"), ("int", str(divisor)))
+    batch = pa.record_batch({"a": pa.array(values, pa.int64())})
+    con = duck.Database()()
+    kernel = kernels.Kernel(tree)
+    kernel.learn(batch, con)
+    want = duck.run(con, "b", batch, f"SELECT {kernels._sql(tree)} AS r FROM b").column(0)
+    assert kernel(batch).to_pylist() == want.to_pylist()
+
+
 def test_a_zero_divisor_gets_duckdbs_error():
     """DuckDB's error, with PostgreSQL's SQLSTATE (the query's, not the system's)."""
     sql = "SELECT b / i AS q FROM t"

@@ -125,6 +125,23 @@ QUERIES = {q.name: q for q in [
 ]}
 
 
+# not among QUERIES (the peers run those): keyed aggregates ``run scale`` splits across
+# back-end workers: q5's first stage on its own (little work per event), and the distinct
+# bidders of each auction (much more)
+KEYED = {q.name: q for q in [
+    Query("keyed", "bids per auction in 10 s windows sliding every 2 s (q5's first stage)",
+          "SELECT auction, COUNT(*) AS num, valid_from FROM bids "
+          "[RANGE '10 seconds' SLIDE '2 seconds'] GROUP BY auction",
+          "SELECT auction, COUNT(*) AS num, e FROM " + _ends("{bids}", 10, 2) +
+          " GROUP BY auction, e", ("bids",)),
+    Query("distinct", "distinct bidders per auction in 10 s windows sliding every 2 s",
+          "SELECT auction, COUNT(DISTINCT bidder) AS bidders, valid_from FROM bids "
+          "[RANGE '10 seconds' SLIDE '2 seconds'] GROUP BY auction",
+          "SELECT auction, COUNT(DISTINCT bidder) AS bidders, e FROM " +
+          _ends("{bids}", 10, 2) + " GROUP BY auction, e", ("bids",)),
+]}
+
+
 def oracle(query: Query, files: dict) -> list[tuple]:
     """The query's answer computed by DuckDB over ``files`` ({stream: parquet path}), sorted."""
     import duckdb

@@ -4,6 +4,8 @@ Prints one JSON record per measurement and appends it to docs/benchmarks/results
     python -m bench.nexmark.run throughput [--events 2000000] [--queries q0,q1,q2,q5,q7,q8]
                                            [--clients copy,cursor,arrow] [--repeat 3]
                                            [--server-cpus 0]   # the server on core 0 only
+    python -m bench.nexmark.run scale      [--workers 1,2] [--server-cpus '0|0,1']
+                                           [--queries keyed,distinct,q5]  # workers × cores
     python -m bench.nexmark.run latency    [--rates 1000,10000,100000] [--seconds 10]
     python -m bench.nexmark.run many       [--counts 1,10,100,1000] [--events 1000000]
     python -m bench.nexmark.run memory     [--minutes 10] [--rate 100000]
@@ -33,7 +35,7 @@ import psycopg
 
 from . import drive, generate, peers, suite
 from .postgres import Postgres
-from .queries import QUERIES, oracle
+from .queries import KEYED, QUERIES, oracle
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "docs", "benchmarks", "results.jsonl")
@@ -108,18 +110,17 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
 
 
 class CpuMeter:
-    """CPU seconds spent while it is entered: by the gateway, by its back end, and by this
-    process (the source pushing the files, the client reading the rows, and the memory
-    sampler)."""
+    """CPU seconds spent while it is entered: by the gateway, by its back ends (all of them,
+    with ``--backend-workers``), and by this process (the source pushing the files, the client
+    reading the rows, and the memory sampler)."""
 
     def __init__(self, gateway_pid: int):
-        self.pids = {"gateway": gateway_pid}
-        self.pids.update(("back_end", p) for p in _children(gateway_pid)[:1])
+        self.pids = {"gateway": [gateway_pid], "back_end": _children(gateway_pid)}
         self.spent: dict = {}
 
     def _now(self) -> dict:
         own = os.times()
-        return {**{k: cpu_seconds(p) for k, p in self.pids.items()},
+        return {**{k: sum(cpu_seconds(p) for p in ps) for k, ps in self.pids.items()},
                 "client_and_source": own.user + own.system}
 
     def __enter__(self):
@@ -162,10 +163,11 @@ class Sampler:
         self.thread.join()
 
 
-def _server(tmp: str, cpus: set | None = None) -> ServerProcess:
-    """A server on free ports; ``cpus``: the only cores its processes may run on."""
+def _server(tmp: str, cpus: set | None = None, workers: int = 1) -> ServerProcess:
+    """A server on free ports; ``cpus``: the only cores its processes may run on;
+    ``workers``: its back-end processes."""
     # q14's count_char: the example module of clients/python, named by the operator
-    srv = ServerProcess(tmp, "--log-level", "WARNING",
+    srv = ServerProcess(tmp, "--log-level", "WARNING", "--backend-workers", str(workers),
                         "--function", "count_char=functions:count_char",
                         env={"PYTHONPATH": os.pathsep.join(
                             [os.path.join(ROOT, "clients", "python"),
@@ -234,16 +236,19 @@ CLIENTS = {
 
 
 def _throughput(files: tuple, names: list, data_dir: str, clients: list,
-                repeat: int, cpus: set | None = None) -> dict:
+                repeat: int, cpus: set | None = None, workers: int = 1,
+                queries: dict = QUERIES, measurement: str = "throughput") -> dict:
     """cqgate's throughput records over ``files`` (from ``_files``): {(query, client):
-    [record of each run]}; ``cpus``: the server's cores (None: all)."""
+    [record of each run]}; ``cpus``: the server's cores (None: all); ``workers``: its
+    back-end processes; ``queries``: where the names are looked up; ``measurement``: what
+    the records say they are."""
     tables, parquet, _ = files
-    srv = _server(data_dir, cpus)
+    srv = _server(data_dir, cpus, workers)
     run = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     out: dict = {}
     try:
         for name in names:
-            q = QUERIES[name]
+            q = queries[name]
             want = len(oracle(q, parquet))
             events = sum(tables[s].num_rows for s in q.reads)
             if q.setup:
@@ -258,16 +263,41 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                         fed, got, secs = push_through(srv, reader, files, q.reads)
                     reader.close()
                     out.setdefault((name, client), []).append(record(
-                        measurement="throughput", run=run, query=name, title=q.title,
+                        measurement=measurement, run=run, query=name, title=q.title,
                         client=client, repeat=k, events=events, result_rows=got,
                         expected_rows=want, seconds=round(secs, 3),
                         events_per_s=round(events / secs), ingest_seconds=round(fed, 3),
                         peak_rss_mib=round(mem.peak / 1024, 1),
                         cpu_us_per_event=cpu.per_event_us(events),
-                        server_cpus=sorted(cpus) if cpus else None))
+                        server_cpus=sorted(cpus) if cpus else None,
+                        backend_workers=workers))
     finally:
         srv.stop()
     return out
+
+
+def scale(args) -> None:
+    """Keyed aggregates (``queries.KEYED``; q5, which is not split, beside them) with each
+    number of back-end workers in ``--workers``, the server on each core set of
+    ``--server-cpus``: events/s and CPU µs per event of the gateway and of all back ends."""
+    names = args.queries.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
+        rows = []
+        for cores in args.server_cpus.split("|"):
+            cpus = {int(c) for c in cores.split(",")}
+            for w in [int(x) for x in args.workers.split(",")]:
+                out = _throughput(files, names, os.path.join(tmp, f"data-{cores}-{w}"),
+                                  ["copy"], args.repeat, cpus, w, {**KEYED, **QUERIES},
+                                  "scale")
+                rows += [(cores, w, name, recs) for (name, _), recs in out.items()]
+    print("| server cores | back-end workers | query | events/s (median) | runs | CPU µs/event: "
+          "gateway, back ends, client and source (median run) |\n|---|---|---|---|---|---|")
+    for cores, w, name, recs in rows:
+        runs = ", ".join(f"{r['events_per_s'] / 1000:,.0f} k" for r in recs)
+        mid = sorted(recs, key=lambda r: r["events_per_s"])[len(recs) // 2]
+        cpu = ", ".join(f"{v:.2f}" for v in mid["cpu_us_per_event"].values())
+        print(f"| {cores} | {w} | {name} | {_median(recs):,} | {runs} | {cpu} |")
 
 
 def _median(recs: list) -> int:
@@ -735,6 +765,17 @@ def main() -> None:
                    help="cores the server may run on, e.g. 0 or 0,1 (default: all), as "
                         "taskset -a would confine it")
     t.set_defaults(func=throughput)
+    sc = sub.add_parser("scale")
+    sc.add_argument("--events", type=int, default=2_000_000)
+    sc.add_argument("--queries", default="keyed,distinct,q5",
+                    help="keyed and distinct (split by auction across the workers) and any "
+                         "of QUERIES")
+    sc.add_argument("--workers", default="1,2", help="back-end workers to try")
+    sc.add_argument("--server-cpus", default="0|0,1",
+                    help="core sets to confine the server to, separated by |")
+    sc.add_argument("--repeat", type=int, default=3, help="runs of each (default 3)")
+    sc.add_argument("--event-rate", type=float, default=100_000)
+    sc.set_defaults(func=scale)
     sb = sub.add_parser("side-by-side")
     sb.add_argument("--events", type=int, default=2_000_000)
     sb.add_argument("--queries", default=",".join(QUERIES))

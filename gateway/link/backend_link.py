@@ -2,13 +2,17 @@
 on one end of a socket pair, sends it plans and stream data, and sorts what comes back into
 one result queue per running query (``LiveRows``), which cursors and portals read.
 
-If the back end dies, every running query ends with an error (57P02), a new back end starts,
-and the queries the server itself keeps (named windows, derived streams) are planned again.
+With ``workers`` > 1, more back ends run beside the first: a continuous keyed aggregate is split
+across all of them by its key (``shards.py``), each getting the stream's rows; everything else
+runs on the first. If a back end dies, every query running on it ends with an error (57P02), a
+new one starts, and the queries the server itself keeps (named windows, derived streams) are
+planned again.
 """
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import itertools
 import logging
 import os
@@ -27,6 +31,7 @@ from gateway.link.frames import BackendFrames
 from gateway.link.outbox import Outbox
 from gateway.pgwire import errors as E
 from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
+from gateway.link.shards import ShardMerge, shard_key, shard_plan
 
 log = logging.getLogger("cqgate")
 HIGH_WATER = 8 << 20       # bytes queued towards the back end before ingest waits
@@ -43,57 +48,34 @@ def _instant(us: int | None) -> str:
     return "?" if us is None else str(dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us))
 
 
-class BackendLink:
-    def __init__(self, aggregates: str | None = None, clock: Clock = SYSTEM):
-        self.aggregates = aggregates        # user aggregate specs, loaded by the back end too
-        self.clock = clock                  # the time result queues wait by
-        self.loop: asyncio.AbstractEventLoop | None = None
+class _Worker:
+    """One back-end process: the process, the transport its frames come back on, the frames
+    to it, and the last MARK it echoed."""
+
+    def __init__(self, index: int):
+        self.index = index
         self.proc: subprocess.Popen | None = None
-        self.transport: asyncio.Transport | None = None   # reads the back end's frames
-        self.out: Outbox | None = None      # frames to the back end
-        self._live: dict = {}              # qid -> LiveRows
-        self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
-        # qid -> the feeds it reads in arrival order (stream@arrival) or by arrival time
-        # (stream@proctime)
-        self.arrivals: dict = {}
-        self.answers: dict = {}           # req -> Future
-        self.tables_in_use: dict = {}     # table name -> number of running queries reading it
-        self._tables_of: dict = {}        # qid -> the tables it reads
-        self.labels: dict = {}            # qid -> how the log names a running query
-        self._ids = itertools.count(1)
-        self._restart: asyncio.Task | None = None
-        self._stopping = False
-        self.restarts = 0
-        self.replies = {wire.Ended: self._on_ended, wire.Answer: self._on_answer}
+        self.transport: asyncio.Transport | None = None
+        self.out: Outbox | None = None
+        self.echoed = 0
 
-    # ------------------------------------------------------------------ process
-    def pid(self) -> int | None:
-        """The back end process's pid while it runs."""
-        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
-
-    async def start(self) -> None:
-        self.loop = asyncio.get_running_loop()
+    async def start(self, loop, aggregates: str | None, on_frame, on_lost) -> None:
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        env["CQGATE_AGGREGATES"] = self.aggregates or ""
+        env["CQGATE_AGGREGATES"] = aggregates or ""
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "executor.backend", "--fd", str(theirs.fileno())],
             pass_fds=[theirs.fileno()], env=env)
         theirs.close()
-        self.transport, _ = await self.loop.create_unix_connection(
-            lambda: BackendFrames(self._on_frame, self._lost), sock=ours)
+        self.transport, _ = await loop.create_unix_connection(
+            lambda: BackendFrames(on_frame, on_lost), sock=ours)
         if self.out is not None:
             self.out.close()
-        self.out = Outbox(ours, self.loop, HIGH_WATER)
-        log.info("back end started (pid %d)", self.proc.pid)
-        for qid, (plan, feeds) in list(self.persistent.items()):
-            await self._register(qid, plan, feeds)
-            log.info("query restarted: %s (from live data)", self.labels.get(qid, f"#{qid}"))
+        self.out = Outbox(ours, loop, HIGH_WATER)
 
     async def stop(self) -> None:
-        self._stopping = True
         if self.out is not None:
             self.out.close()
         if self.transport is not None:
@@ -108,8 +90,8 @@ class BackendLink:
                     return
 
     async def _exited(self, seconds: float) -> bool:
-        """Whether the back end's process ends within ``seconds`` (polled: the loop goes on;
-        a process's exit is the machine's time, whatever clock the server runs on)."""
+        """Whether the process ends within ``seconds`` (polled: the loop goes on; a process's
+        exit is the machine's time, whatever clock the server runs on)."""
         deadline = time.monotonic() + seconds
         while self.proc.poll() is None:
             if time.monotonic() >= deadline:
@@ -117,43 +99,141 @@ class BackendLink:
             await asyncio.sleep(0.02)
         return True
 
-    def _lost(self) -> None:
-        """The socket to the back end closed: unless the server is stopping, it crashed."""
-        if not self._stopping:
-            self._restart = asyncio.ensure_future(self._crashed())
 
-    async def _crashed(self) -> None:
-        code = self.proc.wait() if self.proc else None
-        log.error("the back end stopped (exit code %s); restarting it", code)
+class BackendLink:
+    def __init__(self, aggregates: str | None = None, clock: Clock = SYSTEM, workers: int = 1):
+        self.aggregates = aggregates        # user aggregate specs, loaded by the back end too
+        self.clock = clock                  # the time result queues wait by
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.workers = [_Worker(i) for i in range(max(1, workers))]
+        self.merges: dict = {}              # qid -> ShardMerge of a query split across them
+        self.split_reads: dict = {}         # stream -> the columns split queries read of it
+        self.marks = 0                      # MARKs sent so far
+        self._live: dict = {}              # qid -> LiveRows
+        self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
+        # qid -> the feeds it reads in arrival order (stream@arrival) or by arrival time
+        # (stream@proctime)
+        self.arrivals: dict = {}
+        self.answers: dict = {}           # req -> (Future, the back end asked)
+        self.tables_in_use: dict = {}     # table name -> number of running queries reading it
+        self._tables_of: dict = {}        # qid -> the tables it reads
+        self.labels: dict = {}            # qid -> how the log names a running query
+        self._ids = itertools.count(1)
+        self._restart: asyncio.Task | None = None
+        self._stopping = False
+        self.restarts = 0
+        self.replies = {wire.Ended: self._on_ended, wire.Answer: self._on_answer,
+                        wire.Mark: self._on_mark}
+
+    # ------------------------------------------------------------------ process
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.workers[0].proc
+
+    @property
+    def out(self) -> Outbox | None:
+        """Frames to the first back end (every query's, except the split copies)."""
+        return self.workers[0].out
+
+    def pid(self) -> int | None:
+        """The (first) back end process's pid while it runs."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    async def start(self) -> None:
+        """Start the back ends not running yet, then plan again the queries the server
+        keeps."""
+        self.loop = asyncio.get_running_loop()
+        for w in self.workers:
+            if w.proc is None or w.proc.poll() is not None:
+                await self._start_worker(w)
+        for qid, (plan, feeds) in list(self.persistent.items()):
+            await self._register(qid, plan, feeds)
+            log.info("query restarted: %s (from live data)", self.labels.get(qid, f"#{qid}"))
+
+    async def _start_worker(self, w: _Worker) -> None:
+        await w.start(self.loop, self.aggregates,
+                      functools.partial(self._on_frame, worker=w.index),
+                      functools.partial(self._lost, w))
+        w.echoed = self.marks               # it has seen none of the marks sent so far
+        log.info("back end %sstarted (pid %d)", f"{w.index} " if w.index else "", w.proc.pid)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await asyncio.gather(*(w.stop() for w in self.workers))
+
+    def _lost(self, w: _Worker) -> None:
+        """The socket to a back end closed: unless the server is stopping, it crashed."""
+        if not self._stopping:
+            self._restart = asyncio.ensure_future(self._crashed(w))
+
+    async def _crashed(self, w: _Worker) -> None:
+        code = w.proc.wait() if w.proc else None
+        log.error("the back end%s stopped (exit code %s); restarting it",
+                  f" {w.index}" if w.index else "", code)
         self.restarts += 1
         err = E.PgError("the back end stopped; this query was lost", sqlstate="57P02",
                         hint="Run the query again.")
-        for qid, live in list(self._live.items()):
-            live.finish(err)
+        # the first back end runs every query (the split ones in part); another only the
+        # split ones, whose copies on the back ends still running are dropped
+        lost = list(self._live) if w.index == 0 else list(self.merges)
+        for qid in lost:
+            live = self._live.pop(qid, None)
+            if live is not None:
+                live.finish(err)
             self._release_tables(qid)
             self._log_stop(qid, "lost with the back end")
-        self._live.clear()
-        for fut in self.answers.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self.answers.clear()
-        await self.start()
+            self._unsplit(qid, but=w.index)
+        for req, (fut, asked) in list(self.answers.items()):
+            if asked == w.index:
+                del self.answers[req]
+                if not fut.done():
+                    fut.set_exception(err)
+        if w.index == 0:
+            await self.start()
+        else:
+            await self._start_worker(w)
 
     # ------------------------------------------------------------------ replies
-    def _on_frame(self, kind: bytes, payload) -> None:
+    def _on_frame(self, kind: bytes, payload, worker: int = 0) -> None:
         if kind == wire.ROWS:            # Arrow rows: read where they lie, never through JSON
-            self._on_rows(payload)
+            self._on_rows(payload, worker)
         else:
             msg = wire.decode(kind, payload)
-            self.replies[type(msg)](msg)
+            self.replies[type(msg)](msg, worker)
 
-    def _on_rows(self, payload: bytes) -> None:
+    def _on_rows(self, payload: bytes, worker: int) -> None:
         qid, table = wire.parse_rows(payload)
+        merge = self.merges.get(qid)
+        if merge is not None:
+            merge.add(worker, self.workers[worker].echoed, table)
+            return
         live = self._live.get(qid)
         if live is not None:
             live.put(table)
 
-    def _on_ended(self, msg: wire.Ended) -> None:
+    def _on_mark(self, msg: wire.Mark, worker: int) -> None:
+        self.workers[worker].echoed = msg.n
+        upto = min(w.echoed for w in self.workers)
+        for merge in list(self.merges.values()):
+            merge.release(upto)
+
+    def _mark(self) -> None:
+        """After frames that may bring rows of split queries, a MARK to every back end."""
+        if self.merges:
+            self.marks += 1
+            frame = wire.encode(wire.Mark(self.marks))
+            for w in self.workers:
+                w.out.write(frame)
+
+    def _on_ended(self, msg: wire.Ended, worker: int) -> None:
+        merge = self.merges.get(msg.qid)
+        if merge is not None:
+            if not msg.error:            # a split query ends when all its copies have
+                merge.ended.add(worker)
+                if len(merge.ended) < len(self.workers):
+                    return
+                merge.release(None)
+            self._unsplit(msg.qid, but=worker)
         # a failed query stays listed (cq_queries shows why) until its cursor closes
         live = self._live.get(msg.qid) if msg.error else self._live.pop(msg.qid, None)
         self._release_tables(msg.qid)
@@ -166,18 +246,26 @@ class BackendLink:
             live.failure = msg.error
         live.finish(err)
 
-    def _on_answer(self, msg: wire.Answer) -> None:
-        fut = self.answers.pop(msg.req, None)
+    def _on_answer(self, msg: wire.Answer, worker: int) -> None:
+        fut, _ = self.answers.pop(msg.req, (None, None))
         if fut is not None and not fut.done():
             fut.set_result(msg)
 
-    async def _ask(self, request: type, **fields) -> wire.Answer:
-        """Send a request (a message class with a ``req`` field) and wait for its ANSWER;
-        one that did not succeed raises its error."""
+    async def _ask(self, request: type, worker: int = 0, **fields) -> wire.Answer:
+        """Send a request (a message class with a ``req`` field) to a back end and wait for
+        its ANSWER; one that did not succeed raises its error."""
+        return await self._answer(self._request(request, worker, **fields))
+
+    def _request(self, request: type, worker: int = 0, **fields) -> asyncio.Future:
+        """Send a request now; the future of its ANSWER."""
         req = next(self._ids)
         fut = self.loop.create_future()
-        self.answers[req] = fut
-        self.out.write(wire.encode(request(req=req, **fields)))
+        self.answers[req] = (fut, worker)
+        self.workers[worker].out.write(wire.encode(request(req=req, **fields)))
+        return fut
+
+    @staticmethod
+    async def _answer(fut: asyncio.Future) -> wire.Answer:
         answer = await asyncio.wait_for(fut, timeout=60)
         if not answer.ok:
             raise E.PgError(answer.error, sqlstate=answer.sqlstate or "XX000")
@@ -189,7 +277,55 @@ class BackendLink:
 
     async def _register(self, qid: int, plan: P.Plan, feeds: str | None,
                         seam: int | None = None) -> None:
-        await self._ask(wire.PlanQuery, qid=qid, plan=P.to_dict(plan), feeds=feeds, seam=seam)
+        merge = self.merges.get(qid)
+        if merge is None:
+            await self._ask(wire.PlanQuery, qid=qid, plan=P.to_dict(plan), feeds=feeds,
+                            seam=seam)
+            return
+        # every back end gets its copy before any other frame, so all see the same rows
+        n = len(self.workers)
+        asks = [self._answer(self._request(
+            wire.PlanQuery, worker=i, qid=qid, feeds=None, seam=None,
+            plan=P.to_dict(shard_plan(plan, merge.key, i, n)))) for i in range(n)]
+        results = await asyncio.gather(*asks, return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            self._unsplit(qid)
+            raise failed
+
+    def _split_key(self, plan: P.Plan) -> P.Expr | None:
+        return shard_key(plan) if len(self.workers) > 1 else None
+
+    def split_by(self, plan: P.Plan) -> str | None:
+        """How a continuous query starting now without archived tuples would be split across
+        the back ends (EXPLAIN's line), or None when it runs on one."""
+        key = self._split_key(plan)
+        return None if key is None else \
+            f"across {len(self.workers)} back ends by the key {key.sql}"
+
+    def _split(self, qid: int, plan: P.Plan, live: LiveRows) -> None:
+        """Split a keyed query across the back ends when there are several and it can be."""
+        key = self._split_key(plan)
+        if key is not None:
+            self.merges[qid] = ShardMerge(len(self.workers), live.put, key, plan)
+            self._split_reads()
+
+    def _split_reads(self) -> None:
+        reads: dict = {}
+        for merge in self.merges.values():
+            for name in merge.streams:
+                reads.setdefault(name, set()).update(merge.columns)
+        self.split_reads = reads
+
+    def _unsplit(self, qid: int, but: int | None = None) -> None:
+        """A split query is over: its copies on the back ends (``but`` one) are dropped."""
+        if self.merges.pop(qid, None) is None:
+            return
+        self._split_reads()
+        frame = wire.encode(wire.Drop(qid))
+        for w in self.workers:
+            if w.index != but and w.out is not None:
+                w.out.write(frame)
 
     async def _start_query(self, qid: int, plan: P.Plan, feeds: str | None,
                            tables: dict | None, history: dict | None = None,
@@ -205,8 +341,11 @@ class BackendLink:
             {s + P.PROCTIME for s in P.proctime_streams(plan.root)}
         if arrivals:
             self.arrivals[qid] = arrivals
-        log.info("query started: %s%s", self.labels.get(qid, f"#{qid}"),
-                 f" (primed from the archive up to {_instant(seam)})" if history else "")
+        merge = self.merges.get(qid)
+        log.info("query started: %s%s%s", self.labels.get(qid, f"#{qid}"),
+                 f" (primed from the archive up to {_instant(seam)})" if history else "",
+                 f" (split across {len(self.workers)} back ends by {merge.key.sql})"
+                 if merge is not None else "")
         self._tables_of[qid] = list(tables or {})
         for t in self._tables_of[qid]:
             self.tables_in_use[t] = self.tables_in_use.get(t, 0) + 1
@@ -224,9 +363,12 @@ class BackendLink:
         live.streams = P.streams_read(plan.root)
         self._live[qid] = live
         self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
+        if not tables and not history:
+            self._split(qid, plan, live)
         try:
             await self._start_query(qid, plan, None, tables, history, seam)
         except E.PgError:
+            self._unsplit(qid)
             self._live.pop(qid, None)
             self.labels.pop(qid, None)
             raise
@@ -329,6 +471,8 @@ class BackendLink:
         self._release_tables(qid)
         self._log_stop(qid, how)
         self._write_soon(wire.encode(wire.Drop(qid)))
+        if qid in self.merges:               # (on the loop: this may run in another thread)
+            self.loop.call_soon_threadsafe(self._unsplit, qid, 0)
 
     def _log_stop(self, qid: int, how: str) -> None:
         label = self.labels.pop(qid, None)
@@ -336,11 +480,12 @@ class BackendLink:
             log.info("query %s: %s", how, label)
 
     def drop_stream(self, name: str) -> None:
-        self._write_soon(wire.encode(wire.DropStream(name)))
+        self._write_soon(wire.encode(wire.DropStream(name)), everywhere=True)
 
-    def _write_soon(self, data: bytes) -> None:
-        if self.out is not None:
-            self.out.write(data)              # safe from any thread, in order
+    def _write_soon(self, data: bytes, everywhere: bool = False) -> None:
+        for w in self.workers if everywhere else self.workers[:1]:
+            if w.out is not None:
+                w.out.write(data)              # safe from any thread, in order
 
     # ------------------------------------------------------------------ data
     async def send_data(self, stream: str, table: pa.Table, latest: int | None,
@@ -349,29 +494,55 @@ class BackendLink:
         for cq_streams and snapshots; not a BOUNDARY). ``wait``: back pressure, wait while
         the back end is behind (a stream that sheds load instead waits only past
         ``SHED_LIMIT`` bytes, so memory stays bounded either way)."""
+        # the rows of a stream that split queries read go to every back end, each of which
+        # keeps its keys' share; the others get only the columns the split queries read
+        split = self.split_reads.get(stream.lower())
+        to = self.workers if split is not None else self.workers[:1]
         if table.num_rows:
             self.out.write(wire.data_parts(stream, table))
+            if split is not None:
+                parts = wire.data_parts(stream, table.select(
+                    [c for c in table.column_names if c in split]))
+                for w in self.workers[1:]:
+                    w.out.write(parts)
         if latest is not None:
             self.out.write(wire.encode(wire.Progress(stream, latest)))
-        if wait or self.out.get_write_buffer_size() > SHED_LIMIT:
-            await self.out.drain()
+        self._mark()
+        for w in to:
+            if wait or w.out.get_write_buffer_size() > SHED_LIMIT:
+                await w.out.drain()
 
     def behind(self) -> bool:
-        """Whether the back end has fallen behind: more than BEHIND bytes wait for it."""
-        return self.out is not None and self.out.get_write_buffer_size() > BEHIND
+        """Whether a back end has fallen behind: more than BEHIND bytes wait for it."""
+        return any(w.out is not None and w.out.get_write_buffer_size() > BEHIND
+                   for w in self.workers)
 
     async def watermark(self, stream: str, ts: int, wait: bool = True) -> None:
-        """A BOUNDARY; ``wait``: until the back end has taken what is queued for it."""
-        self.out.write(wire.encode(wire.Watermark(stream, ts)))
+        """A BOUNDARY, to every back end (so that all close a split query's windows at the
+        same instant); ``wait``: until each has taken what is queued for it."""
+        frame = wire.encode(wire.Watermark(stream, ts))
+        for w in self.workers:
+            w.out.write(frame)
+        self._mark()
         if wait:
-            await self.out.drain()
+            for w in self.workers:
+                await w.out.drain()
 
     async def stats(self) -> dict:
         """{"queries": [...], "streams": [...], "backend": {...}}: one dict of counters per
         running query and per stream the back end has seen, and the back end's own."""
-        answer = await self._ask(wire.Stats)
-        return {"queries": answer.queries, "streams": answer.streams,
-                "backend": answer.backend or {}}
+        answers = await asyncio.gather(*(self._ask(wire.Stats, worker=w.index)
+                                         for w in self.workers))
+        queries = answers[0].queries
+        by_qid = {q["qid"]: q for q in queries}
+        for answer in answers[1:]:        # a split query's copies: each saw every row in,
+            for q in answer.queries:      # each sent and holds its keys' share
+                mine = by_qid.get(q["qid"])
+                if mine is not None:
+                    mine["rows_out"] += q["rows_out"]
+                    mine["state"] += q["state"]
+        backend = dict(answers[0].backend or {}, workers=len(self.workers))
+        return {"queries": queries, "streams": answers[0].streams, "backend": backend}
 
     async def analyze(self, qids: list) -> dict:
         """{qid: its operators with their counters (EXPLAIN ANALYZE's tree)} of the queries

@@ -41,6 +41,10 @@ def _serve(args) -> int:
     for listed in ("aggregates", "functions"):
         if isinstance(getattr(cfg, listed), list):
             setattr(cfg, listed, ",".join(getattr(cfg, listed)))
+    if cfg.backend_workers < 1:
+        print(f"cqgate: --backend-workers must be at least 1, not {cfg.backend_workers}",
+              file=sys.stderr)
+        return 2
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines() if cfg.log_format == "json" else logging.Formatter(
         "%(asctime)s cqgate %(levelname)s %(message)s"))
@@ -156,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-connections", type=int, default=d.max_connections,
                    help="sessions at once; the next is refused with 53300 (default "
                         f"{d.max_connections}; env CQGATE_MAX_CONNECTIONS)")
+    s.add_argument("--backend-workers", type=int, default=d.backend_workers,
+                   help="back-end processes; a continuous keyed aggregate over one stream is "
+                        "split across them by its key, everything else runs on the first "
+                        f"(default {d.backend_workers}; env CQGATE_BACKEND_WORKERS)")
     s.add_argument("--duckdb-memory", default=d.duckdb_memory,
                    help="memory DuckDB may use for SQL on tables (a size such as 4GB, or a "
                         "share of the machine's memory such as 50%%); larger queries spill to "

@@ -78,7 +78,7 @@ class Server:
         pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="cqgate-duckdb")
         P.load_user_aggregates(config.aggregates)          # fails at start, not at the first query
         store.functions.add_operators(P.load_python_functions(config.functions))
-        backend = BackendLink(config.aggregates, clock)
+        backend = BackendLink(config.aggregates, clock, config.backend_workers)
         archive = Archive(config.data_dir)
         spark = Spark(config.spark_master, config.data_dir)
         # a cursor's query on Spark ends with its cursor: nothing of one survives a restart;

@@ -134,6 +134,9 @@ def explain_statement(ctx: StatementContext, tree: X.Explain,
         p = plan_query(ctx, inner)
         lines = explain(p)
         shape = spark_shape_for(ctx, inner, p) if p.mode == "continuous" else None
+        split = ctx.services.backend.split_by(p) if shape is None else None
+        if split is not None:
+            lines.append(f"Split {split} (unless its windows are primed from the archive)")
         if shape is not None:
             lines[0] = "continuous query (Spark Structured Streaming) →" + \
                 lines[0].split("→", 1)[1]
