@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.request
 
 import psycopg
 import pytest
@@ -30,7 +31,8 @@ CASES = 60
 
 @pytest.fixture(scope="module")
 def split_server(tmp_path_factory):
-    s = ServerProcess(str(tmp_path_factory.mktemp("cqgate-split")), "--backend-workers", "2")
+    s = ServerProcess(str(tmp_path_factory.mktemp("cqgate-split")), "--backend-workers", "2",
+                      "--http-port", "0")
     yield s
     s.stop()
     tracebacks = logged_tracebacks(s.lines)
@@ -154,6 +156,14 @@ def test_a_lost_worker_ends_only_the_split_queries(split_server):
         assert {r[:2] for r in rows} == {(1, 1), (2, 1)}
         assert {k: (min(r[2] for r in rows if r[0] == k), max(r[3] for r in rows if r[0] == k))
                 for k in (1, 2)} == {1: (at(1), at(6)), 2: (at(2), at(7))}
+
+
+def test_metrics_show_every_back_end(split_server):
+    with urllib.request.urlopen(f"http://127.0.0.1:{split_server.http_port}/metrics",
+                                timeout=10) as r:
+        text = r.read().decode()
+    for process in ("gateway", "backend", "backend_1"):
+        assert f'cqgate_process_cpu_seconds_total{{process="{process}"}}' in text
 
 
 def test_backend_workers_must_be_positive():

@@ -1,20 +1,24 @@
-"""The clearinghouse through the real server: sources on the ingest port (csvwrapper with its
-options, jsonwrapper, user wrappers), ``cqgate push``, slack policies replayed on shuffled
-streams with a known delay distribution, heartbeats, malformed input and its views, back
-pressure and ON OVERLOAD load shedding, and ALTER STREAM ADD COLUMN while data flows."""
+"""The clearinghouse through the real server: sources on the ingest port (csvwrapper with
+its options, jsonwrapper, user wrappers, arrowwrapper), ``cqgate push``, slack policies
+replayed on shuffled streams with a known delay distribution, heartbeats, malformed input and
+its views, back pressure and ON OVERLOAD load shedding, and ALTER STREAM ADD COLUMN while data
+flows."""
 from __future__ import annotations
 
 import datetime as dt
 import os
 import random
+import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 
 import psycopg
+import pyarrow as pa
 import pytest
 
 from continuous import fetch as _fetch, follow as _follow, make_stream as _stream
@@ -144,6 +148,86 @@ def test_json_source_and_unknown_names(server):
     assert _source(server.ingest_port, "nosuchwrapper,x\n1\n").startswith(b"ERROR: unknown wrapper")
     assert _source(server.ingest_port, "csvwrapper,nosuchstream\n1\n").startswith(
         b'ERROR: stream "nosuchstream" does not exist')
+
+
+def _ipc(*tables) -> bytes:
+    """Tables as one Arrow IPC stream, each its own record batches of up to 3 rows."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, tables[0].schema) as writer:
+        for t in tables:
+            for batch in t.to_batches(max_chunksize=3):
+                writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def test_an_arrow_source_gives_the_rows_a_csv_source_gives(server):
+    rng = random.Random(7)
+    ks = [rng.choice([None, -5, 0, 1, 2**31 - 1]) for _ in range(40)]
+    names = [rng.choice([None, "a", "b c", "é"]) for _ in range(40)]
+    csv_text = "".join(f"{'' if k is None else k},{n or ''},2026-11-01 00:00:{i:02d}\n"
+                       for i, (k, n) in enumerate(zip(ks, names)))
+    # by name in any case and order, int64 into INT, a zoned time read as UTC
+    table = pa.table({"NAME": pa.array([n or None for n in names]),
+                      "t": pa.array([at(i) for i in range(40)], pa.timestamp("us", "UTC")),
+                      "k": pa.array(ks, pa.int64())})
+    got, create = {}, "CREATE STREAM {s} (k INT, name TEXT, t TIMESTAMP TIMESTAMPCOLUMN)"
+    with _follow(server, "acsv", create) as (s1, admin, cur1), \
+            _follow(server, "aarw", create) as (s2, _, cur2):
+        for s, cur in ((s1, cur1), (s2, cur2)):
+            cur.execute(f"DECLARE c{s} CURSOR FOR SELECT k, name, t FROM {s}")
+        assert _source(server.ingest_port, f"csvwrapper,{s1}\n{csv_text}") == b""
+        data = _ipc(table.slice(0, 20), table.slice(20))
+        assert _source(server.ingest_port, f"arrowwrapper,{s2}\n".encode() + data) == b""
+        for s, cur in ((s1, cur1), (s2, cur2)):
+            admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(60)}")
+            got[s] = _fetch(cur, f"FETCH 40 FROM c{s}")
+    assert got[s2] == got[s1] == [(k, n, i) for i, (k, n) in enumerate(zip(ks, names))]
+
+
+def test_an_arrow_source_skips_a_batch_that_does_not_fit_and_refuses_what_is_not_arrow(
+        server):
+    with _follow(server, "abad") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
+        good = pa.table({"k": ["1", "2"], "v": [10, 20], "t": [at(1), at(2)]})
+        bad = pa.table({"k": ["3", "x"], "v": [30, 40], "t": [at(3), at(4)]})
+        later = pa.table({"k": ["5"], "v": [50], "t": [at(5)]})
+        assert _source(server.ingest_port,
+                       f"arrowwrapper,{s}\n".encode() + _ipc(good, bad, later)) == b""
+        assert _fetch(cur, "FETCH 3 FROM c") == [(1, 10), (2, 20), (5, 50)]
+        reason = admin.execute("SELECT line, reason FROM cq_ingest_errors WHERE stream = %s",
+                               [s]).fetchall()
+        assert len(reason) == 1 and reason[0][0] == 2 and 'column "k"' in reason[0][1], reason
+        head = f"arrowwrapper,{s}\n".encode()
+        other = pa.table({"k": [1], "nosuch": [1]})
+        # a string column whose last offset points far past its bytes: read unchecked, it
+        # would have the server read memory it does not own
+        valid = _ipc(pa.table({"k": ["ab", "cd"]}))
+        where = valid.rfind(struct.pack("<iii", 0, 2, 4))
+        forged = valid[:where] + struct.pack("<iii", 0, 2, 1 << 20) + valid[where + 12:]
+        for sent, error in [
+                (head + forged, "batch 1 is malformed"),
+                (head + _ipc(other), f'column "nosuch" of the Arrow stream is not a column '
+                                     f'of stream "{s}"'),
+                (head + b"1,2,2026-11-01 00:00:09\n", "the Arrow stream ends inside a message"),
+                (head + _ipc(good)[:-30], "the Arrow stream ends inside a message")]:
+            answer = _source(server.ingest_port, sent).decode()
+            assert answer.startswith("ERROR: " + error), answer
+        # what came before a refusal's batch is kept; the stream goes on
+        admin.execute(f"INSERT INTO {s} VALUES (6, 60, {lit(6)})")
+        assert _fetch(cur, "FETCH 1 FROM c") == [(6, 60)]
+
+
+def test_the_arrow_source_in_the_docs_runs(server):
+    docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+    text = open(os.path.join(docs, "ingest.md"), encoding="utf-8").read()
+    (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    with _follow(server, "meter", "CREATE STREAM {s} (house INT, kwh DOUBLE, "
+                 "t TIMESTAMP TIMESTAMPCOLUMN)") as (s, admin, cur):
+        cur.execute(f"DECLARE m CURSOR FOR SELECT house, kwh, valid_from FROM {s}")
+        exec(code.replace("arrowwrapper,meter", f"arrowwrapper,{s}")
+             .replace("55533", str(server.ingest_port)), {})
+        at_10 = units(dt.datetime(2026, 11, 1, 10, 0, 0))
+        assert _fetch(cur, "FETCH 2 FROM m") == [(3, 1.5, at_10 + 12), (4, 0.25, at_10 + 13)]
 
 
 def test_cqgate_push(server, tmp_path):

@@ -12,6 +12,7 @@ import time
 import adbc_driver_postgresql.dbapi as adbc
 import asyncpg
 import psycopg
+import pyarrow as pa
 
 from .generate import DDL, SCHEMAS
 
@@ -242,9 +243,10 @@ class ArrowReader:
             self._conn.close()
 
 
-def _send(port: int, stream: str, data: bytes, errors: list) -> None:
+def _send(port: int, stream: str, data: bytes, errors: list,
+          wrapper: str = "csvwrapper") -> None:
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(f"csvwrapper,{stream}\n".encode())
+        sock.sendall(f"{wrapper},{stream}\n".encode())
         for i in range(0, len(data), CHUNK):
             sock.sendall(data[i:i + CHUNK])
         sock.shutdown(socket.SHUT_WR)
@@ -253,18 +255,28 @@ def _send(port: int, stream: str, data: bytes, errors: list) -> None:
             errors.append(answer.decode())
 
 
-def feed(port: int, files: dict) -> None:
-    """Send each stream's CSV ({stream: bytes}) on its own source connection, all at once, as
-    fast as the server reads them."""
+def feed(port: int, files: dict, wrapper: str = "csvwrapper") -> None:
+    """Send each stream's CSV ({stream: bytes}; with ``wrapper`` arrowwrapper, its Arrow IPC
+    stream: ``ipc_bytes``) on its own source connection, all at once, as fast as the server
+    reads them."""
     errors: list = []
-    threads = [threading.Thread(target=_send, args=(port, s, d, errors)) for s, d in
-               files.items()]
+    threads = [threading.Thread(target=_send, args=(port, s, d, errors, wrapper))
+               for s, d in files.items()]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors:
         raise RuntimeError("; ".join(errors))
+
+
+def ipc_bytes(table: pa.Table, rows: int = 65536) -> bytes:
+    """A table as one Arrow IPC stream (what ``arrowwrapper`` reads), in batches of ``rows``."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=rows):
+            writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
 
 
 def paced(port: int, stream: str, lines: list[bytes], rate: float, tick: float = 0.001) -> list:

@@ -4,6 +4,7 @@ Prints one JSON record per measurement and appends it to docs/benchmarks/results
     python -m bench.nexmark.run throughput [--events 2000000] [--queries q0,q1,q2,q5,q7,q8]
                                            [--clients copy,cursor,arrow] [--repeat 3]
                                            [--server-cpus 0]   # the server on core 0 only
+                                           [--ingest arrow]    # sources send Arrow, not CSV
     python -m bench.nexmark.run scale      [--workers 1,2] [--server-cpus '0|0,1']
                                            [--queries keyed,distinct,q5]  # workers × cores
     python -m bench.nexmark.run latency    [--rates 1000,10000,100000] [--seconds 10]
@@ -115,7 +116,9 @@ class CpuMeter:
     reading the rows, and the memory sampler)."""
 
     def __init__(self, gateway_pid: int):
-        self.pids = {"gateway": [gateway_pid], "back_end": _children(gateway_pid)}
+        self.pids = {"gateway": [gateway_pid]}
+        if kids := _children(gateway_pid):
+            self.pids["back_end"] = kids
         self.spent: dict = {}
 
     def _now(self) -> dict:
@@ -199,13 +202,15 @@ def _end(tables: dict, streams) -> str:
     return str(last.astype("datetime64[s]") + np.timedelta64(30, "s")).replace("T", " ")
 
 
-def push_through(srv, reader, files: tuple, streams, wait: float = 600) -> tuple:
-    """``streams``' files (from ``_files``) pushed through the ingest port as fast as the
-    server takes them, the streams advanced past their end, and ``reader`` waited for:
-    (seconds feeding, rows read, seconds from the first byte to the last row)."""
-    tables, _, csv = files
+def push_through(srv, reader, files: tuple, streams, wait: float = 600,
+                 wrapper: str = "csvwrapper") -> tuple:
+    """``streams``' files (from ``_files``: CSV, or Arrow IPC for ``wrapper`` arrowwrapper)
+    pushed through the ingest port as fast as the server takes them, the streams advanced past
+    their end, and ``reader`` waited for: (seconds feeding, rows read, seconds from the first
+    byte to the last row)."""
+    tables, _, data = files
     t0 = time.perf_counter()
-    drive.feed(srv.ingest_port, {s: csv[s] for s in streams})
+    drive.feed(srv.ingest_port, {s: data[s] for s in streams}, wrapper)
     fed = time.perf_counter() - t0
     drive.advance(srv.dsn, streams, _end(tables, streams))
     got = reader.wait(wait)
@@ -217,11 +222,12 @@ def throughput(args) -> None:
     them, a client draining every row; events/s = input events / (last row − first byte).
     Each query runs ``--repeat`` times with each client of ``--clients``."""
     with tempfile.TemporaryDirectory() as tmp:
-        files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
+        files = _sent_as(_files(args.events, args.event_rate, os.path.join(tmp, "events")),
+                         args.ingest)
         out = _throughput(files, args.queries.split(","), os.path.join(tmp, "data"),
                           args.clients.split(","), args.repeat,
                           {int(c) for c in args.server_cpus.split(",")}
-                          if args.server_cpus else None)
+                          if args.server_cpus else None, wrapper=INGEST[args.ingest])
     _print_summary(out)
 
 
@@ -235,13 +241,24 @@ CLIENTS = {
 }
 
 
+INGEST = {"csv": "csvwrapper", "arrow": "arrowwrapper"}
+
+
+def _sent_as(files: tuple, ingest: str) -> tuple:
+    """``_files``' events as the sources send them: CSV, or the same as Arrow IPC streams."""
+    if ingest == "csv":
+        return files
+    return files[0], files[1], {s: drive.ipc_bytes(t) for s, t in files[0].items()}
+
+
 def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                 repeat: int, cpus: set | None = None, workers: int = 1,
-                queries: dict = QUERIES, measurement: str = "throughput") -> dict:
+                queries: dict = QUERIES, measurement: str = "throughput",
+                wrapper: str = "csvwrapper") -> dict:
     """cqgate's throughput records over ``files`` (from ``_files``): {(query, client):
     [record of each run]}; ``cpus``: the server's cores (None: all); ``workers``: its
     back-end processes; ``queries``: where the names are looked up; ``measurement``: what
-    the records say they are."""
+    the records say they are; ``wrapper``: how the sources send (``INGEST``)."""
     tables, parquet, _ = files
     srv = _server(data_dir, cpus, workers)
     run = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -260,7 +277,8 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                     drive.declare(srv.dsn, streams=q.reads)
                     reader = CLIENTS[client](srv.dsn, q.cqgate).start(expect=want, keep=False)
                     with Sampler(srv.proc.pid) as mem, CpuMeter(srv.proc.pid) as cpu:
-                        fed, got, secs = push_through(srv, reader, files, q.reads)
+                        fed, got, secs = push_through(srv, reader, files, q.reads,
+                                                      wrapper=wrapper)
                     reader.close()
                     out.setdefault((name, client), []).append(record(
                         measurement=measurement, run=run, query=name, title=q.title,
@@ -270,7 +288,8 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                         peak_rss_mib=round(mem.peak / 1024, 1),
                         cpu_us_per_event=cpu.per_event_us(events),
                         server_cpus=sorted(cpus) if cpus else None,
-                        backend_workers=workers))
+                        backend_workers=workers,
+                        ingest=next(k for k, v in INGEST.items() if v == wrapper)))
     finally:
         srv.stop()
     return out
@@ -282,14 +301,15 @@ def scale(args) -> None:
     ``--server-cpus``: events/s and CPU µs per event of the gateway and of all back ends."""
     names = args.queries.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
+        files = _sent_as(_files(args.events, args.event_rate, os.path.join(tmp, "events")),
+                         args.ingest)
         rows = []
         for cores in args.server_cpus.split("|"):
             cpus = {int(c) for c in cores.split(",")}
             for w in [int(x) for x in args.workers.split(",")]:
                 out = _throughput(files, names, os.path.join(tmp, f"data-{cores}-{w}"),
                                   ["copy"], args.repeat, cpus, w, {**KEYED, **QUERIES},
-                                  "scale")
+                                  "scale", INGEST[args.ingest])
                 rows += [(cores, w, name, recs) for (name, _), recs in out.items()]
     print("| server cores | back-end workers | query | events/s (median) | runs | CPU µs/event: "
           "gateway, back ends, client and source (median run) |\n|---|---|---|---|---|---|")
@@ -761,6 +781,9 @@ def main() -> None:
     t.add_argument("--event-rate", type=float, default=100_000,
                    help="events per second of event time in the file (default 100,000: "
                         "2 M events span 20 s, so the 10 s windows close several times)")
+    t.add_argument("--ingest", default="csv", choices=sorted(INGEST),
+                   help="how the sources send the events: CSV lines (csvwrapper) or one "
+                        "Arrow IPC stream each (arrowwrapper)")
     t.add_argument("--server-cpus", default=None,
                    help="cores the server may run on, e.g. 0 or 0,1 (default: all), as "
                         "taskset -a would confine it")
@@ -775,6 +798,7 @@ def main() -> None:
                     help="core sets to confine the server to, separated by |")
     sc.add_argument("--repeat", type=int, default=3, help="runs of each (default 3)")
     sc.add_argument("--event-rate", type=float, default=100_000)
+    sc.add_argument("--ingest", default="csv", choices=sorted(INGEST))
     sc.set_defaults(func=scale)
     sb = sub.add_parser("side-by-side")
     sb.add_argument("--events", type=int, default=2_000_000)

@@ -135,9 +135,10 @@ class BackendLink:
         """Frames to the first back end (every query's, except the split copies)."""
         return self.workers[0].out
 
-    def pid(self) -> int | None:
-        """The (first) back end process's pid while it runs."""
-        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+    def pids(self) -> dict:
+        """{how metrics name it (backend, backend_1, …): pid} of the back ends running."""
+        return {f"backend_{w.index}" if w.index else "backend": w.proc.pid
+                for w in self.workers if w.proc is not None and w.proc.poll() is None}
 
     async def start(self) -> None:
         """Start the back ends not running yet, then plan again the queries the server

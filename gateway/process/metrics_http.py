@@ -98,8 +98,8 @@ async def snapshot(services, connections: int = 0, plans: bool = False) -> dict:
         for q in queries:
             q["plan"] = trees.get((q["pid"], q["name"]))
     processes = []
-    for process, pid in (("gateway", os.getpid()), ("backend", services.backend.pid())):
-        got = _proc(pid) if pid else None
+    for process, pid in {"gateway": os.getpid(), **services.backend.pids()}.items():
+        got = _proc(pid)
         if got is not None:
             processes.append({"process": process, "resident_bytes": got[0],
                               "cpu_seconds": got[1]})

@@ -7,8 +7,9 @@ is data, or punctuation, ``#punctuate <timestamp>``: nothing earlier will follow
 Wrappers: ``csvwrapper`` (TelegraphCQ's rules: extra fields are dropped, missing ones are NULL,
 a line without the event time is stamped with its arrival time; the stream's ``delimiter``,
 ``quote`` and ``columns`` options say how lines read), ``jsonwrapper`` (one object a line, keys
-by column name), and user wrappers (CREATE WRAPPER: Python ``init``/``next``/``done``, served
-to a stream once attached with ALTER STREAM … ADD WRAPPER).
+by column name), user wrappers (CREATE WRAPPER: Python ``init``/``next``/``done``, served
+to a stream once attached with ALTER STREAM … ADD WRAPPER), and ``arrowwrapper``: no lines
+after the head line, one Arrow IPC stream (``ArrowSource``).
 
 Clean CSV chunks are parsed and typed by Arrow at once; otherwise lines are read one by one
 and typed by DuckDB (``TRY_CAST``), so a bad line (a value its column cannot hold, broken
@@ -55,6 +56,7 @@ PUNCTUATE_BYTES = PUNCTUATE.strip().encode()
 
 
 WRAPPERS = {"csvwrapper": "csv", "jsonwrapper": "json"}
+ARROW_WRAPPER = "arrowwrapper"
 _ARROW_PARSES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string,
                  pa.types.is_boolean, pa.types.is_date32,
                  lambda t: pa.types.is_timestamp(t) and t.tz is None)
@@ -334,6 +336,110 @@ class _BadLine(Exception):
     """A line that cannot be read; the message is the reason."""
 
 
+_END_OF_ARROW = b"\xff\xff\xff\xff\x00\x00\x00\x00"     # the IPC stream's end marker
+
+
+class ArrowSource(Source):
+    """``arrowwrapper``: after its head line the connection carries one Arrow IPC stream (what
+    ``pyarrow.ipc.new_stream`` writes), whose batches become the stream's rows as they are,
+    with no parsing. Its columns are the stream's by name (any case; a missing one is NULL,
+    one the stream lacks closes the connection with an error); each is cast to its column's
+    type (UTC for a zoned timestamp), and a batch a cast fails on is skipped and logged like
+    a bad line (its number counts batches). A NULL event time is stamped with the arrival."""
+
+    def __init__(self, services: Services, obj, peer: str, reader: SourceStream):
+        super().__init__(services, obj, "arrow", peer, None, reader)
+        self.buf = b""                    # the start of a message not complete yet …
+        self.more: list = []              # … and bytes received since, not joined yet
+        self.retry_at = 0                 # bytes held before a message is looked for again
+        self.sent: pa.Schema | None = None   # the IPC stream's schema, once read
+        self.batch_no = 0
+        self.short = ""                   # why the bytes held are no message yet
+
+    async def _read_chunk(self) -> None:
+        data = await self.reader.read_some(CHUNK)
+        if self.services.streams.objects.get(self.obj.key) is not self.obj:
+            raise _BadLine(f'stream "{self.obj.name}" was dropped')
+        self.more.append(data)
+        held = len(self.buf) + sum(map(len, self.more))
+        if data and held < self.retry_at:
+            return
+        # joined only when the bytes held have doubled since the last look: a message of
+        # many receives is copied a few times, not once per receive
+        self.buf, self.more = b"".join([self.buf, *self.more]), []
+        self.pending.extend(Batch(rows=rows) for rows in self._messages())
+        self.retry_at = 2 * len(self.buf)
+        if not data:
+            if self.buf:
+                raise _BadLine(f"the Arrow stream ends inside a message ({self.short})")
+            self.ended = True
+        elif len(self.buf) > self.services.config.max_message_bytes:
+            raise _BadLine(f"an Arrow message is longer than the limit "
+                           f"({self.services.config.max_message_bytes} bytes): {self.short}")
+
+    def _messages(self) -> list:
+        """The rows of every complete message held (a schema gives none); the bytes left are
+        the start of the next message."""
+        out = []
+        while self.buf:
+            if self.buf.startswith(_END_OF_ARROW):
+                self.buf = self.buf[len(_END_OF_ARROW):]
+                continue
+            source = pa.BufferReader(self.buf)
+            try:
+                message = pa.ipc.read_message(source)
+            except (pa.ArrowInvalid, OSError) as e:     # too short: more to come, or none will
+                self.short = str(e)
+                break
+            self.buf = self.buf[source.tell():]
+            if message.type == "schema":
+                self.sent = pa.ipc.read_schema(message)
+                self._check_columns()
+            elif message.type == "record batch" and self.sent is not None:
+                self.batch_no += 1
+                batch = pa.ipc.read_record_batch(message, self.sent)
+                try:
+                    # offsets and UTF-8 checked before any kernel reads them: bytes from the
+                    # network must not be able to crash the server
+                    batch.validate(full=True)
+                except pa.ArrowInvalid as e:
+                    raise _BadLine(f"batch {self.batch_no} is malformed: {e}") from None
+                rows = self._typed_batch(batch)
+                if rows is not None and rows.num_rows:
+                    out.append(rows)
+            else:
+                raise _BadLine(f"an Arrow {message.type} message where a "
+                               f"{'schema' if self.sent is None else 'record batch'} belongs "
+                               "(dictionary-encoded columns are not read: send their values)")
+        return out
+
+    def _check_columns(self) -> None:
+        lower = [n.lower() for n in self.names]
+        unknown = [f.name for f in self.sent if f.name.lower() not in lower]
+        if unknown:
+            raise _BadLine(f'column "{unknown[0]}" of the Arrow stream is not a column of '
+                           f'stream "{self.obj.name}"')
+
+    def _typed_batch(self, batch: pa.RecordBatch) -> pa.Table | None:
+        if len(self.obj.columns) != len(self.names):       # ALTER STREAM … ADD COLUMN
+            self._configure()
+        by_name = {f.name.lower(): i for i, f in enumerate(batch.schema)}
+        columns = []
+        for name, field in zip(self.names, self.schema):
+            at = by_name.get(name.lower())
+            if at is None:
+                columns.append(pa.nulls(batch.num_rows, field.type))
+                continue
+            try:
+                columns.append(batch.column(at).cast(field.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                self._bad(self.batch_no, f'batch {self.batch_no}, column "{name}" '
+                          f"({batch.schema.field(at).type} to {field.type}): {e}")
+                return None
+        self.line_no += batch.num_rows
+        return self._stamped(pa.Table.from_arrays(columns, schema=self.schema))
+
+
 def _fields(values, n: int) -> list:
     """One row as exactly ``n`` text fields in line order (extra ones dropped, missing ones
     NULL, as TelegraphCQ's csvwrapper does)."""
@@ -442,11 +548,14 @@ def _source(services: Services, head: str, peer: str, reader: SourceStream) -> S
     schema, _, name = (target or "").strip().rpartition(".")
     obj = services.streams.get(schema or None, name, kinds=("stream",)) if name else None
     if obj is None:
-        if wrapper not in WRAPPERS and services.streams.get("public", wrapper,
-                                                            kinds=("wrapper",)) is None:
+        known = wrapper in (*WRAPPERS, ARROW_WRAPPER) or \
+            services.streams.get("public", wrapper, kinds=("wrapper",)) is not None
+        if not known:
             raise _BadLine(f'unknown wrapper "{wrapper}"')
         raise _BadLine(f'stream "{(target or "").strip()}" does not exist')
     _may_feed(services, obj, role.strip() if role else None, password)
+    if wrapper == ARROW_WRAPPER:
+        return ArrowSource(services, obj, peer, reader)
     kind, user = _wrapper_for(services, obj, wrapper)
     try:
         return Source(services, obj, kind, peer, user, reader)

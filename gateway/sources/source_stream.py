@@ -1,5 +1,6 @@
 """A source connection's bytes, received straight into one buffer and handed out as whole lines:
-``readline()`` for the head line, then ``read_lines(n)`` for up to ``n`` bytes of whole lines.
+``readline()`` for the head line, then ``read_lines(n)`` for up to ``n`` bytes of whole lines
+(or ``read_some(n)``, bytes as they come, for a source that sends no lines).
 
 asyncio's StreamReader copies every received piece into its buffer and again out of it; at a
 source's hundreds of megabytes a minute that copying was a good share of the gateway's loop.
@@ -105,6 +106,12 @@ class SourceStream(asyncio.BufferedProtocol):
             if self.eof:
                 return self._take(self.end)
             await self._wait()
+
+    async def read_some(self, n: int) -> bytes:
+        """Up to ``n`` bytes, as soon as there are any; b"" at the end of the stream."""
+        while self.end == self.pos and not self.eof:
+            await self._wait()
+        return self._take(min(self.end, self.pos + n))
 
     # ------------------------------------------------------------------ writing
     def write(self, data: bytes) -> None:
