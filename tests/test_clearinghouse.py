@@ -230,6 +230,21 @@ def test_the_arrow_source_in_the_docs_runs(server):
         assert _fetch(cur, "FETCH 2 FROM m") == [(3, 1.5, at_10 + 12), (4, 0.25, at_10 + 13)]
 
 
+def test_cqgate_push_sends_an_arrow_stream_file(server, tmp_path):
+    with _follow(server, "pusha") as (s, admin, cur):
+        cur.execute(f"DECLARE c CURSOR FOR SELECT k, v FROM {s}")
+        f = tmp_path / "data.arrows"
+        f.write_bytes(_ipc(pa.table({"k": [1, 2, 3], "v": [10, 20, 30],
+                                     "t": [at(1), at(2), at(3)]})))
+        push = [sys.executable, "-m", "gateway", "push", s, str(f), "--wrapper",
+                "arrowwrapper", "--quiet", "--port", str(server.ingest_port)]
+        r = subprocess.run(push, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert _fetch(cur, "FETCH 3 FROM c") == [(1, 10), (2, 20), (3, 30)]
+        r = subprocess.run(push + ["--rate", "10"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "--rate and --speed pace lines" in r.stderr
+
+
 def test_cqgate_push(server, tmp_path):
     with _follow(server, "push") as (s, admin, cur):
         cur.execute(f"DECLARE c CURSOR FOR SELECT k FROM {s}")

@@ -154,7 +154,10 @@ class ShardMerge:
                 self.held[i] = [(m, t) for m, t in held if upto is not None and m > upto]
         if not out:
             return
-        table = pa.concat_tables(out) if len(out) > 1 else out[0]
+        # a batch typed otherwise (the queue casts to the client's types anyway) joins the
+        # rest by the first one's types: names may repeat, so not by unifying schemas
+        table = pa.concat_tables([t if t.schema.equals(out[0].schema) else
+                                  t.cast(out[0].schema) for t in out])
         if len(out) > 1:
             # Arrow's sort is stable: a key's rows, all from one worker, keep their order
             table = table.take(pc.sort_indices(table.column(self.order)))

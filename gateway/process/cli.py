@@ -111,6 +111,7 @@ examples:
   cqgate push trips trips.csv
   cqgate push --wrapper jsonwrapper clicks clicks.jsonl
   cqgate push --speed 10 trips trips.csv         # replay ten times faster than event time
+  cqgate push --wrapper arrowwrapper trips trips.arrows   # an Arrow IPC stream file
   tail -f app.log | cqgate push --wrapper syslog logs -
 """
 
@@ -234,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("stream", help="the stream, optionally schema-qualified")
     u.add_argument("file", help="a file of lines, or - for standard input")
     u.add_argument("--wrapper", default="csvwrapper",
-                   help="csvwrapper (default), jsonwrapper, or a wrapper made with CREATE "
-                        "WRAPPER and attached to the stream")
+                   help="csvwrapper (default), jsonwrapper, arrowwrapper (FILE is an Arrow "
+                        "IPC stream, sent as fast as the server takes it), or a wrapper made "
+                        "with CREATE WRAPPER and attached to the stream")
     pace = u.add_mutually_exclusive_group()
     pace.add_argument("--rate", type=float, help="send at most this many lines a second")
     pace.add_argument("--speed", type=float,

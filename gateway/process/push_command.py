@@ -115,6 +115,10 @@ def _answer(sock) -> bytes:
 
 
 def push(args) -> int:
+    if args.wrapper == "arrowwrapper" and (args.rate is not None or args.speed is not None):
+        print("cqgate push: --rate and --speed pace lines; an Arrow stream (arrowwrapper) is "
+              "sent as fast as the server takes it", file=sys.stderr)
+        return 2
     src = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
     total = None if args.file == "-" else os.path.getsize(args.file)
     progress = Progress(total, args.quiet)
