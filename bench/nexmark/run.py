@@ -227,7 +227,7 @@ def throughput(args) -> None:
         out = _throughput(files, args.queries.split(","), os.path.join(tmp, "data"),
                           args.clients.split(","), args.repeat,
                           {int(c) for c in args.server_cpus.split(",")}
-                          if args.server_cpus else None, wrapper=INGEST[args.ingest])
+                          if args.server_cpus else None, ingest=args.ingest)
     _print_summary(out)
 
 
@@ -254,11 +254,11 @@ def _sent_as(files: tuple, ingest: str) -> tuple:
 def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                 repeat: int, cpus: set | None = None, workers: int = 1,
                 queries: dict = QUERIES, measurement: str = "throughput",
-                wrapper: str = "csvwrapper") -> dict:
+                ingest: str = "csv") -> dict:
     """cqgate's throughput records over ``files`` (from ``_files``): {(query, client):
     [record of each run]}; ``cpus``: the server's cores (None: all); ``workers``: its
     back-end processes; ``queries``: where the names are looked up; ``measurement``: what
-    the records say they are; ``wrapper``: how the sources send (``INGEST``)."""
+    the records say they are; ``ingest``: how the sources send (``INGEST``)."""
     tables, parquet, _ = files
     srv = _server(data_dir, cpus, workers)
     run = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -278,7 +278,7 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                     reader = CLIENTS[client](srv.dsn, q.cqgate).start(expect=want, keep=False)
                     with Sampler(srv.proc.pid) as mem, CpuMeter(srv.proc.pid) as cpu:
                         fed, got, secs = push_through(srv, reader, files, q.reads,
-                                                      wrapper=wrapper)
+                                                      wrapper=INGEST[ingest])
                     reader.close()
                     out.setdefault((name, client), []).append(record(
                         measurement=measurement, run=run, query=name, title=q.title,
@@ -288,8 +288,7 @@ def _throughput(files: tuple, names: list, data_dir: str, clients: list,
                         peak_rss_mib=round(mem.peak / 1024, 1),
                         cpu_us_per_event=cpu.per_event_us(events),
                         server_cpus=sorted(cpus) if cpus else None,
-                        backend_workers=workers,
-                        ingest=next(k for k, v in INGEST.items() if v == wrapper)))
+                        backend_workers=workers, ingest=ingest))
     finally:
         srv.stop()
     return out
@@ -309,15 +308,12 @@ def scale(args) -> None:
             for w in [int(x) for x in args.workers.split(",")]:
                 out = _throughput(files, names, os.path.join(tmp, f"data-{cores}-{w}"),
                                   ["copy"], args.repeat, cpus, w, {**KEYED, **QUERIES},
-                                  "scale", INGEST[args.ingest])
+                                  "scale", args.ingest)
                 rows += [(cores, w, name, recs) for (name, _), recs in out.items()]
     print("| server cores | back-end workers | query | events/s (median) | runs | CPU µs/event: "
           "gateway, back ends, client and source (median run) |\n|---|---|---|---|---|---|")
     for cores, w, name, recs in rows:
-        runs = ", ".join(f"{r['events_per_s'] / 1000:,.0f} k" for r in recs)
-        mid = sorted(recs, key=lambda r: r["events_per_s"])[len(recs) // 2]
-        cpu = ", ".join(f"{v:.2f}" for v in mid["cpu_us_per_event"].values())
-        print(f"| {cores} | {w} | {name} | {_median(recs):,} | {runs} | {cpu} |")
+        print(f"| {cores} | {w} | {name} | {_cells(recs)} |")
 
 
 def _median(recs: list) -> int:
@@ -328,10 +324,16 @@ def _print_summary(out: dict) -> None:
     print("| query | client | events/s (median) | runs | CPU µs/event: gateway, back end, "
           "client and source (median run) |\n|---|---|---|---|---|")
     for (name, client), recs in out.items():
-        runs = ", ".join(f"{r['events_per_s'] / 1000:,.0f} k" for r in recs)
-        mid = sorted(recs, key=lambda r: r["events_per_s"])[len(recs) // 2]
-        cpu = ", ".join(f"{v:.2f}" for v in mid["cpu_us_per_event"].values())
-        print(f"| {name} | {client} | {_median(recs):,} | {runs} | {cpu} |")
+        print(f"| {name} | {client} | {_cells(recs)} |")
+
+
+def _cells(recs: list) -> str:
+    """A summary row's measured cells: the median events/s, every run's, and the CPU µs per
+    event of each process in the median run."""
+    runs = ", ".join(f"{r['events_per_s'] / 1000:,.0f} k" for r in recs)
+    mid = sorted(recs, key=lambda r: r["events_per_s"])[len(recs) // 2]
+    cpu = ", ".join(f"{v:.2f}" for v in mid["cpu_us_per_event"].values())
+    return f"{_median(recs):,} | {runs} | {cpu}"
 
 
 def _suite_counts(q, end: str):

@@ -78,22 +78,22 @@ def _read(obj) -> set:
     return set()
 
 
-def _chain(plan: P.Plan) -> list:
-    """The nodes from the (split) plan's aggregate down to its scan."""
+def _chain(plan: P.Plan) -> tuple[list, P.StreamScan, set]:
+    """A split plan's nodes from its aggregate down to (not including) its scan, the scan,
+    and the scan's columns those nodes read."""
     node, chain = plan.root, []
     while not isinstance(node, P.StreamScan):
         if chain or isinstance(node, P.Aggregate):
             chain.append(node)
         node = node.input
-    return chain + [node]
+    return chain, node, {c.name for c in node.schema} & set().union(*map(_read, chain))
 
 
 def read_columns(plan: P.Plan) -> set:
     """The columns of its stream a split plan reads (as the stream's batches name them): its
     copies are sent only those."""
-    *above, scan = _chain(plan)
-    used = set().union(*map(_read, above))
-    names = {c.name.split(".", 1)[1] for c in scan.schema if c.name in used}
+    _, scan, used = _chain(plan)
+    names = {c.split(".", 1)[1] for c in used}
     return names | {c for c in (scan.timestamp_column, scan.end_column) if c}
 
 
@@ -103,8 +103,8 @@ def shard_plan(plan: P.Plan, key: P.Expr, i: int, n: int) -> P.Plan:
     does not select it (``ShardMerge`` sorts by it, then drops it). The scan and the nodes up
     to the aggregate carry only the stream's columns the aggregate and what is under it read:
     the filter copies those, not every string of the stream."""
-    aggregate, *below, scan = _chain(plan)
-    unused = {c.name for c in scan.schema} - set().union(*map(_read, [aggregate, *below]))
+    (_, *below), scan, used = _chain(plan)
+    unused = {c.name for c in scan.schema} - used
 
     def narrow(node):
         return dataclasses.replace(node, schema=tuple(c for c in node.schema

@@ -380,18 +380,19 @@ class ArrowSource(Source):
     def _messages(self) -> list:
         """The rows of every complete message held (a schema gives none); the bytes left are
         the start of the next message."""
-        out = []
-        while self.buf:
-            if self.buf.startswith(_END_OF_ARROW):
-                self.buf = self.buf[len(_END_OF_ARROW):]
+        out, source = [], pa.BufferReader(self.buf)
+        # read in place; the bytes left are cut off once, at the end (cutting them after each
+        # message copied the rest of the chunk once per message)
+        while (at := source.tell()) < len(self.buf):
+            if self.buf.startswith(_END_OF_ARROW, at):
+                source.seek(at + len(_END_OF_ARROW))
                 continue
-            source = pa.BufferReader(self.buf)
             try:
                 message = pa.ipc.read_message(source)
             except (pa.ArrowInvalid, OSError) as e:     # too short: more to come, or none will
                 self.short = str(e)
+                source.seek(at)
                 break
-            self.buf = self.buf[source.tell():]
             if message.type == "schema":
                 self.sent = pa.ipc.read_schema(message)
                 self._check_columns()
@@ -411,6 +412,7 @@ class ArrowSource(Source):
                 raise _BadLine(f"an Arrow {message.type} message where a "
                                f"{'schema' if self.sent is None else 'record batch'} belongs "
                                "(dictionary-encoded columns are not read: send their values)")
+        self.buf = self.buf[source.tell():]
         return out
 
     def _check_columns(self) -> None:
