@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -366,6 +367,13 @@ def _coalesced(frames: wire.Frames, payload: bytes) -> tuple[str, pa.Table, list
     return name, table, progress
 
 
+def _warm() -> None:
+    """pyarrow imports pandas (about 0.3 s) the first time it converts a numpy array, to
+    check for pandas' types: done here while the back end waits for work, so that the first
+    batch of the first query does not pay for it."""
+    pa.array(np.zeros(1))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m executor.backend")
     ap.add_argument("--fd", type=int, required=True)
@@ -374,6 +382,7 @@ def main(argv=None) -> None:
                         format="%(asctime)s backend %(levelname)s %(message)s")
     allocator.keep_freed_memory()
     udf.load(os.environ.get("CQGATE_AGGREGATES"))
+    threading.Thread(target=_warm, name="warm", daemon=True).start()
     sock = socket.socket(fileno=args.fd)
     try:
         serve(sock)

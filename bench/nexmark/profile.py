@@ -100,14 +100,16 @@ def profile(srv, name: str, files: tuple, rate: int, folder: str) -> dict:
     drive.declare(srv.dsn, streams=q.reads)
     reader = CLIENTS["copy"](srv.dsn, q.cqgate).start(expect=want, keep=False)
     cpu = CpuMeter(srv.proc.pid)
-    raws = {k: os.path.join(folder, f"{name}.{k}.txt") for k in cpu.pids}
-    spies = [_spy(pid, rate, raws[k]) for k, pid in cpu.pids.items()]
+    # the profiled server has one back end: each process is the first (only) of its kind
+    pids = {k: ps[0] for k, ps in cpu.pids.items()}
+    raws = {k: os.path.join(folder, f"{name}.{k}.txt") for k in pids}
+    spies = [_spy(pid, rate, raws[k]) for k, pid in pids.items()]
     time.sleep(1.0)                         # py-spy attached before the first event
     # each process's main thread (its event loop): its thread id is the pid
-    before = {k: cpu_seconds(pid, thread=pid) for k, pid in cpu.pids.items()}
+    before = {k: cpu_seconds(pid, thread=pid) for k, pid in pids.items()}
     with cpu:
         _, got, secs = push_through(srv, reader, files, q.reads)
-    main = {k: cpu_seconds(pid, thread=pid) - before[k] for k, pid in cpu.pids.items()}
+    main = {k: cpu_seconds(pid, thread=pid) - before[k] for k, pid in pids.items()}
     for s in spies:
         s.send_signal(signal.SIGINT)        # py-spy writes its file on an interrupt
     for s in spies:
