@@ -100,3 +100,65 @@ def test_the_connection_closes_only_after_the_last_line_is_taken():
 
     finished, closed_at = asyncio.run(asyncio.wait_for(main(), 30))
     assert finished["at"] <= closed_at
+
+
+class _Transport:
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+class _CountingView:
+    """memoryview as the module sees it, counting the bytes written through slices."""
+    moved = 0
+
+    def __init__(self, obj):
+        self.view = memoryview(obj)
+
+    def __getitem__(self, key):
+        return self.view[key]
+
+    def __setitem__(self, key, value):
+        _CountingView.moved += len(value)
+        self.view[key] = value
+
+    def release(self):
+        self.view.release()
+
+
+def test_a_lagging_reader_moves_each_byte_at_most_once(monkeypatch):
+    """A reader some megabytes behind its source (up to ``high`` bytes wait unread) takes as
+    much as each receive brings. Making room for the next receive must not move all the
+    unread bytes each time: the old buffer did, and copied every byte dozens of times over."""
+    from gateway.sources import source_stream
+    monkeypatch.setattr(source_stream, "memoryview", _CountingView, raising=False)
+    _CountingView.moved = 0
+    high, chunk, lag = 8 << 20, source_stream.RECV, 6 << 20
+    stream = SourceStream(None, high, set())
+    stream.transport = _Transport()
+    line = b"1,2,3,some text of a bid,2026-11-29 00:00:00\n"
+    pattern = line * (source_stream.RECV // len(line) + 2)
+    sent, taken, biggest = 0, [], 0
+
+    async def run():
+        nonlocal sent, biggest
+        while sent < 200 << 20:
+            if stream.paused or stream.end - stream.pos >= lag:
+                # a reader as fast as the source but some megabytes behind it
+                taken.append(await stream.read_lines(chunk, 1 << 20))
+                if stream.paused:
+                    continue
+            room = stream.get_buffer(-1)
+            n = min(len(room), source_stream.RECV)
+            room[:n] = pattern[sent % len(line):][:n]
+            room.release()                  # as the transport lets go of it after a receive
+            stream.buffer_updated(n)
+            sent += n
+            biggest = max(biggest, len(stream.buf))
+    asyncio.run(asyncio.wait_for(run(), 60))
+    got = b"".join(taken)
+    assert got and got == (line * (len(got) // len(line)))      # whole lines, in order
+    assert _CountingView.moved <= sent, (_CountingView.moved, sent)
+    assert biggest <= 3 * high

@@ -40,16 +40,20 @@ class SourceStream(asyncio.BufferedProtocol):
         if self.pos == self.end:
             self.pos = self.end = 0
         if len(self.buf) - self.end < RECV:
-            if self.pos:
-                # the unread bytes to the front, in place: deleting the taken ones and
-                # extending again reallocated (and copied) the whole buffer at each receive
-                n = self.end - self.pos
+            n = self.end - self.pos
+            if self.pos and n <= self.pos:
+                # the unread bytes to the front, in place, only when no more of them move
+                # than were taken since the last move: each byte is moved at most once. (Up to
+                # ``high`` bytes wait unread; moving them all for each receive's room copied
+                # every byte many times over.)
                 view = memoryview(self.buf)
                 view[:n] = view[self.pos:self.end]
                 view.release()
                 self.pos, self.end = 0, n
             if len(self.buf) - self.end < RECV:
-                self.buf.extend(bytes(RECV))
+                # grown by half at least, so growing costs a copy a byte at most too; reading
+                # pauses at ``high``, which bounds it
+                self.buf.extend(bytes(max(RECV, len(self.buf) // 2)))
         return memoryview(self.buf)[self.end:]
 
     def buffer_updated(self, nbytes: int) -> None:
