@@ -1,6 +1,9 @@
-"""bench/nexmark/profile.py's reading of py-spy's collapsed stacks: each sample's stage is
+"""bench/nexmark/stage_profile.py's reading of py-spy's collapsed stacks: each sample's stage is
 named by the innermost frame of the project's own code, by process."""
-from bench.nexmark.profile import OTHER, stage_of, stages
+import os
+import sys
+
+from bench.nexmark.stage_profile import OTHER, stage_of, stages
 
 LOOP = "run (asyncio/runners.py:190);_run_once (asyncio/base_events.py:1922)"
 
@@ -42,3 +45,15 @@ def test_collapsed_lines_are_counted_per_stage(tmp_path):
         + LOOP + " 3\n"
         + LOOP + ";handle (/srv/cqgate/gateway/sources/ingest_port.py:502) 5\n\n")
     assert stages("gateway", str(raw)) == {"wire encoding": 7, OTHER: 3, "ingest parse": 5}
+
+
+def test_no_bench_module_is_named_like_a_standard_library_one():
+    """The peers run as scripts (``python bench/nexmark/peer_flink.py``), so their folder comes
+    first on sys.path: a ``profile.py`` there was imported by cProfile (through Beam, in
+    PyFlink) in place of the standard library's, and both peers failed before their first
+    event."""
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+    mine = {os.path.join(os.path.relpath(d, bench), f)
+            for d, _, files in os.walk(bench) if ".venvs" not in d
+            for f in files if f.endswith(".py") and f[:-3] in sys.stdlib_module_names}
+    assert not mine

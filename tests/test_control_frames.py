@@ -100,9 +100,11 @@ def _send(sock, data: bytes) -> None:
 
 def test_messages_come_through_both_readers_among_data_frames():
     """Control frames mixed with Arrow frames (some big) read back as the same messages on
-    the back end's reader and the gateway's."""
+    the back end's reader and the gateway's; a control frame big enough to get a buffer of
+    its own (not a bytes object) too."""
     batch = pa.record_batch({"x": pa.array(range(40_000))})
-    data = b"".join(wire.encode(m) + wire.data("s", batch) for m in SAMPLES)
+    big = wire.Answer(req=7, ok=True, queries=[{"sql": "x" * wire.FrameBuffer.BIG}])
+    data = b"".join(wire.encode(m) + wire.data("s", batch) for m in SAMPLES) + wire.encode(big)
 
     def decoded(frames):
         return [wire.decode(k, p) for k, p in frames if k in wire.MESSAGES]
@@ -113,7 +115,7 @@ def test_messages_come_through_both_readers_among_data_frames():
         reader, got = wire.Frames(b), []
         while (f := reader.next()) is not None:
             got.append(f)
-    assert decoded(got) == SAMPLES
+    assert decoded(got) == SAMPLES + [big]
     assert [wire.parse_data(p)[1].num_rows for k, p in got if k == wire.DATA] == \
         [40_000] * len(SAMPLES)
 
@@ -129,7 +131,7 @@ def test_messages_come_through_both_readers_among_data_frames():
         a.close()
         return got
 
-    assert decoded(asyncio.run(main())) == SAMPLES
+    assert decoded(asyncio.run(main())) == SAMPLES + [big]
 
 
 def _backend():

@@ -2,7 +2,7 @@
 the real server (the files pushed through the ingest port, a COPY client draining every row)
 while py-spy samples the gateway and the back end, and each process's CPU is read from /proc.
 
-    python -m bench.nexmark.profile [--events 2000000] [--queries q0,q1,q5,q7] [--rate 250]
+    python -m bench.nexmark.stage_profile [--events 2000000] [--queries q0,q1,q5,q7] [--rate 250]
 
 py-spy counts only the samples where a thread holds the interpreter's lock (``--gil``): that
 is the Python time (wall time, so capped at the process's CPU), split into stages by the
