@@ -19,12 +19,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
 from . import plan as P
-from . import allocator, udf, wire
+from . import allocator, pg_text, udf, wire
 from .graph import Graph, NotRunnable
 from .operators.base import QueryError
 
@@ -50,6 +52,7 @@ class StreamStats:
 class QueryStats:
     started: float
     last_emit: float | None = None
+    encode: Callable | None = None      # its rows -> what the client reads (EncodeRows)
 
 
 @dataclass
@@ -82,6 +85,7 @@ class Backend:
             wire.Stats: self.on_stats, wire.Snapshot: self.on_snapshot,
             wire.Recompute: self.on_recompute, wire.Progress: self.on_progress,
             wire.Analyze: self.on_analyze, wire.Mark: self.send_mark,
+            wire.EncodeRows: self.on_encode_rows,
         }
         self.retained: dict = {}          # stream -> deque of recent batches (snapshots)
         self.history: dict = {}           # qid -> {stream: [tables]} to prime it with
@@ -122,6 +126,15 @@ class Backend:
             self._emit(self.graph.prime(msg.qid, {
                 name: pa.concat_tables(parts) for name, parts in history.items()}, msg.seam))
         self._emit({})                   # LIMIT 0 ends at once
+
+    def on_encode_rows(self, msg: wire.EncodeRows) -> None:
+        """The query's rows go out as the client will read them, encoded here, where they
+        are produced, rather than by the gateway's one event loop."""
+        q = self.queries.get(msg.qid)
+        if q is not None:
+            q.encode = partial(pg_text.copy_data_table, oids=msg.oids,
+                               tz=pg_text.zone(msg.tz), csv=msg.csv, delimiter=msg.delimiter,
+                               null=msg.null, quote=msg.quote)
 
     def on_history(self, payload: bytes) -> None:
         qid, stream, table = wire.parse_history(payload)
@@ -286,8 +299,16 @@ class Backend:
     def _emit(self, results: dict) -> None:
         now = time.time()
         for qid, batches in results.items():
-            if qid in self.queries:
-                self.queries[qid].last_emit = now
+            q = self.queries.get(qid)
+            if q is not None:
+                q.last_emit = now
+            try:
+                if q is not None and q.encode is not None:
+                    batches = [q.encode(b) for b in batches]
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
+                # a value with no text form ends its query, not the back end
+                self._end(qid, f"could not encode a row for COPY: {e}", "XX000")
+                continue
             for b in batches:
                 self.send(wire.rows(qid, b))
         for qid, (error, sqlstate) in self.graph.take_failures().items():
@@ -396,4 +417,3 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     main()
-

@@ -36,7 +36,7 @@ from executor.batches import INF, micros  # noqa: F401 - re-exported
 
 PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
 SNAPSHOT, TABLE, PROGRESS, HISTORY, RECOMPUTE, ANALYZE = b"Q", b"T", b"G", b"H", b"C", b"Y"
-ROWS, ENDED, ANSWER, MARK = b"R", b"E", b"A", b"M"
+ROWS, ENDED, ANSWER, MARK, ENCODE = b"R", b"E", b"A", b"M", b"K"
 
 _HEAD = struct.Struct("!cI")
 _NAME = struct.Struct("!H")
@@ -126,6 +126,21 @@ class Watermark(Control, kind=WATERMARK):
 class Mark(Control, kind=MARK):
     """A point in the frames to a back end, echoed when it has been reached."""
     n: int
+
+
+@dataclass(frozen=True)
+class EncodeRows(Control, kind=ENCODE):
+    """From now on, send query ``qid``'s rows as COPY's text (or, ``csv``, CSV) lines of its
+    first ``len(oids)`` columns, one CopyData message a row (``pg_text.copy_data_table``): the
+    gateway forwards them to a COPY … TO STDOUT client as they are. ``tz``: the session's
+    TimeZone, for timestamptz."""
+    qid: int
+    oids: list
+    tz: str
+    csv: bool
+    delimiter: str
+    null: str
+    quote: str
 
 
 @dataclass(frozen=True)

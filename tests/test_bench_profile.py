@@ -57,3 +57,10 @@ def test_no_bench_module_is_named_like_a_standard_library_one():
             for d, _, files in os.walk(bench) if ".venvs" not in d
             for f in files if f.endswith(".py") and f[:-3] in sys.stdlib_module_names}
     assert not mine
+
+
+def test_a_copy_encoded_in_the_back_end_counts_as_wire_encoding():
+    encode = "copy_lines (/srv/cqgate/executor/pg_text.py:240)"
+    emit = "Backend._emit (/srv/cqgate/executor/backend.py:307)"
+    assert stage_of("back_end", _stack(emit, encode)) == "wire encoding"
+    assert stage_of("gateway", _stack(encode)) == "wire encoding"

@@ -35,6 +35,8 @@ SAMPLES = [
     wire.Analyze(req=6, qids=[7, 8]),
     wire.Answer(req=6, ok=True, operators={"7": {"label": "σ", "rows_in": 2, "inputs": []}}),
     wire.Mark(n=3),
+    wire.EncodeRows(qid=7, oids=[20, 25], tz="Europe/Paris", csv=True, delimiter=";",
+                    null="", quote='"'),
 ]
 
 
@@ -47,7 +49,7 @@ def _split(frame: bytes) -> tuple[bytes, bytes]:
 
 def test_every_message_kind_has_a_sample():
     assert {type(m) for m in SAMPLES} == set(wire.MESSAGES.values())
-    assert len(wire.MESSAGES) == 12
+    assert len(wire.MESSAGES) == 13
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)

@@ -6,8 +6,8 @@ import struct
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
+from executor import pg_text
 from gateway.pgwire import messages as M
-from gateway.pgwire import types as T
 
 EPOCH = dt.datetime(1970, 1, 1)
 
@@ -53,4 +53,4 @@ micros = st.one_of(
 @given(st.lists(micros, min_size=1, max_size=40))
 def test_timestamp_text_matches_datetime(values):
     arr = pa.array(values, pa.timestamp("us"))
-    assert T._timestamp_text(arr).to_pylist() == [reference_stamp(v) for v in values]
+    assert pg_text._timestamp_text(arr).to_pylist() == [reference_stamp(v) for v in values]

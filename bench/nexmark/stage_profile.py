@@ -9,7 +9,7 @@ is the Python time (wall time, so capped at the process's CPU), split into stage
 innermost frame of the project's own code. The rest of a process's CPU is Arrow's and
 DuckDB's threads and the kernel's socket copies. Stages: ingest parse, slack ordering,
 framing to the back end, operator work, result framing (rows between the processes) and wire
-encoding (rows for the client).
+encoding (rows for the client: in the back end too, where it encodes a COPY's rows).
 Prints one JSON record per query (appended to docs/benchmarks/results.jsonl), then a table.
 Nothing here asserts a speed. py-spy comes with ``pip install .[bench]``.
 """
@@ -45,7 +45,9 @@ RULES = [
     ("gateway", "executor/wire.py", None, "result framing"),
     ("gateway", "gateway/link/", None, "result framing"),
     ("gateway", "gateway/pgwire/", None, "wire encoding"),
+    ("gateway", "executor/pg_text.py", None, "wire encoding"),
     ("gateway", "gateway/sessions/connection.py", None, "wire encoding"),
+    ("back_end", "executor/pg_text.py", None, "wire encoding"),   # a COPY's rows, encoded
     ("back_end", "executor/wire.py", ("rows", "_framed", "encode", "send_", "frame"),
      "result framing"),
     ("back_end", "executor/graph/results.py", None, "result framing"),

@@ -475,6 +475,15 @@ class BackendLink:
         if qid in self.merges:               # (on the loop: this may run in another thread)
             self.loop.call_soon_threadsafe(self._unsplit, qid, 0)
 
+    def encode_rows(self, qid: int, how: dict) -> bool:
+        """Ask the back end to send the query's rows encoded for a COPY client from now on
+        (``how``: the fields of ``wire.EncodeRows``); False where it cannot: a query split
+        across back ends, whose rows the gateway merges by valid_from, or one not running."""
+        if qid in self.merges or qid not in self._live:
+            return False
+        self._write_soon(wire.encode(wire.EncodeRows(qid=qid, **how)))
+        return True
+
     def _log_stop(self, qid: int, how: str) -> None:
         label = self.labels.pop(qid, None)
         if label is not None:           # one line per query, however it ends

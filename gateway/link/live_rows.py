@@ -11,11 +11,14 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 
 import pyarrow as pa
 
 from gateway.clock import SYSTEM, Clock
 from gateway.link.spill import Spill
+from gateway.pgwire.copy_format import ENCODED, copy_data_table
+from gateway.pgwire.types import zone
 from gateway.pgwire.errors import PgError, QueryCanceled
 
 log = logging.getLogger("cqgate")
@@ -67,12 +70,14 @@ class LiveRows:
         self.streams: set = set()         # the streams and named relations it reads
         self.notices: list = []           # (severity, sqlstate, message) for its next FETCH
         self._changed = asyncio.Event()
+        self._encode = None               # rows that still come typed -> ENCODED rows
 
     # called by the back-end link, on the server's loop
     def put(self, table: pa.Table) -> None:
         if table.num_rows and not self.ended:
             if self.schema is not None and table.schema != self.schema:
-                table = table.cast(self.schema)
+                table = self._encode(table) if self._encode is not None else \
+                    table.cast(self.schema)
             size = table.get_total_buffer_size()
             b = self.bounds
             self.n_pending += table.num_rows
@@ -110,6 +115,23 @@ class LiveRows:
                     hint="Read the rows faster (FETCH more often, or more at a time), or raise "
                          "cq.result_spill or cq.result_memory."))
                 return
+
+    def encode_at_source(self, oids: list, tz: str, csv: bool, delimiter: str, null: str,
+                         quote: str) -> bool:
+        """From now on the rows come as a COPY … TO STDOUT client reads them, one CopyData
+        message a row (``ENCODED``): the source is asked to encode them where it produces
+        them, and those already here, and any that still come typed (rows primed from the
+        archive), are encoded here the same way. Not once rows have gone to disk (they stay
+        as they are), nor where the source cannot; False then."""
+        how = dict(oids=oids, tz=tz, csv=csv, delimiter=delimiter, null=null, quote=quote)
+        if self.spill is not None or not self.link.encode_rows(self.qid, how):
+            return False
+        encode = partial(copy_data_table, oids=oids, tz=zone(tz), csv=csv,
+                         delimiter=delimiter, null=null, quote=quote)
+        self.pending = deque(encode(t) for t in self.pending)
+        self.memory_bytes = sum(t.get_total_buffer_size() for t in self.pending)
+        self.schema, self._encode = ENCODED, encode
+        return True
 
     def _label(self) -> str:
         return f"cursor {self.name}" if self.name else f"query of pid {self.owner}"

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from executor.pg_text import (ENCODED, copy_data_table, copy_lines, copy_messages,  # noqa: F401
+                              csv_field, encoded_bytes)             # (re-exported)
 from gateway.pgwire import messages as M
-from gateway.pgwire import types as T
 from gateway.pgwire.errors import BadCopyFormat
 
 _ESC = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
@@ -85,76 +85,10 @@ def parse_csv(data: bytes, ncols: int, delimiter: str, null: str, quote: str, es
     return _read(data, ncols, parse, null, header, False)
 
 
-# the characters PostgreSQL's text format writes with a backslash (besides the delimiter)
-_TEXT_ESCAPES = [("\\", "\\\\"), ("\b", "\\b"), ("\f", "\\f"), ("\n", "\\n"),
-                 ("\r", "\\r"), ("\t", "\\t"), ("\v", "\\v")]
-# the text of these types is digits, signs, '.', ':', ' ', letters and nothing else
-_PLAIN_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
-                pa.types.is_boolean, pa.types.is_date, pa.types.is_timestamp, pa.types.is_time)
-
-
-def _plain(typ: pa.DataType, *chars: str) -> bool:
-    """Whether no value of ``typ`` can print any of ``chars``: its column needs no escaping."""
-    return any(check(typ) for check in _PLAIN_TYPES) and \
-        not any(c.isalnum() or c in "-+.: " for c in chars)
-
-
-def _as_string(text: pa.Array) -> pa.Array:
-    """Encoded text (binary, valid UTF-8 by construction) seen as a string array: a view, not
-    a cast, which would check every byte."""
-    return text if pa.types.is_string(text.type) else text.view(pa.string())
-
-
-def _holds_any(s: pa.Array, chars: str) -> bool:
-    """Whether some value of a string array may hold one of ``chars``: its bytes are scanned
-    in one go by numpy (a regex per value costs 25 times more). Control characters are
-    looked for as a class, so one of them not in ``chars`` answers yes too."""
-    data = s.buffers()[2]
-    if data is None or len(s) == 0:
-        return False
-    width = np.int64 if pa.types.is_large_string(s.type) else np.int32
-    offsets = np.frombuffer(s.buffers()[1], width)[s.offset:s.offset + len(s) + 1]
-    x = np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]]
-    if not len(x):
-        return False
-    if any(ord(c) < 32 for c in chars) and x.min() < 32:
-        return True
-    return any((x == ord(c)).any() for c in chars if 32 <= ord(c) < 128) or \
-        any(ord(c) >= 128 for c in chars)
-
-
-def _text_field(text: pa.Array, typ: pa.DataType, delimiter: str, null: str) -> pa.Array:
-    """A column's text in COPY's text format: backslash escapes, NULL as ``null``."""
-    s = _as_string(text)
-    escapes = _TEXT_ESCAPES + ([(delimiter, "\\" + delimiter)]
-                               if delimiter not in "\b\f\n\r\t\v" else [])
-    if not _plain(typ, delimiter) and _holds_any(s, "".join(a for a, _ in escapes)):
-        for a, b in escapes:
-            s = pc.replace_substring(s, a, b)
-    return pc.fill_null(s, null)
-
-
-def _csv_field(text: pa.Array, typ: pa.DataType, delimiter: str, quote: str,
-               null: str) -> pa.Array:
-    """A column's text in CSV: quoted where it holds the delimiter, the quote or a line
-    break, or reads as the NULL string; NULL as ``null``, unquoted."""
-    s = _as_string(text)
-    if _plain(typ, delimiter, quote) or not _holds_any(s, delimiter + quote + "\n\r"):
-        needs = pc.equal(s, null) if null else None
-    else:
-        special = "[" + re.escape(delimiter + quote) + "\\n\\r]"
-        needs = pc.or_(pc.match_substring_regex(s, special), pc.equal(s, null))
-    if needs is None or not pc.any(needs).as_py():
-        return pc.fill_null(s, null)
-    quoted = pc.binary_join_element_wise(quote, pc.replace_substring(s, quote, quote * 2),
-                                         quote, "")
-    return pc.fill_null(pc.if_else(pc.fill_null(needs, False), quoted, s), null)
-
-
 def header_line(fields, delimiter: str, quote: str) -> bytes:
     """CSV HEADER's line of column names."""
     names = pa.array([f.name for f in fields], pa.string())
-    line = delimiter.join(_csv_field(names, pa.string(), delimiter, quote, "").to_pylist())
+    line = delimiter.join(csv_field(names, pa.string(), delimiter, quote, "").to_pylist())
     return (line + "\n").encode()
 
 
@@ -168,30 +102,6 @@ def copy_file_data(fields, table: pa.Table, tz, csv: bool, delimiter: str, null:
     """The rows of ``table`` as the contents of a COPY … TO file: lines ended by newlines."""
     if not fields or not table.num_rows:
         return b""
-    lines = copy_lines(fields, table, tz, csv, delimiter, null, quote)
+    lines = copy_lines([f.type_oid for f in fields], table, tz, csv, delimiter, null, quote)
     whole = pc.binary_join(pa.ListArray.from_arrays([0, len(lines)], lines), b"\n")
     return whole[0].as_py() + b"\n"
-
-
-def copy_lines(fields, table: pa.Table, tz, csv: bool, delimiter: str, null: str,
-               quote: str) -> pa.Array:
-    """The rows of ``table`` as COPY's text or CSV lines (without line ends), built whole
-    columns at a time."""
-    cols = []
-    for i, f in enumerate(fields):
-        arr = table.column(i).combine_chunks() if table.column(i).num_chunks != 1 \
-            else table.column(i).chunk(0)
-        text = T.text_column(arr, f.type_oid, tz)
-        cols.append((_csv_field(text, arr.type, delimiter, quote, null) if csv
-                     else _text_field(text, arr.type, delimiter, null)).view(pa.binary()))
-    # each line joined by Arrow's own separator: far fewer pieces per row than joining every
-    # value and separator as a piece of its own
-    return pc.binary_join_element_wise(*cols, pa.scalar(delimiter.encode(), pa.binary()))
-
-
-def copy_messages(fields, table: pa.Table, tz, csv: bool, delimiter: str, null: str,
-                  quote: str) -> bytes:
-    """The rows of ``table`` as CopyData messages, one a row as PostgreSQL sends them."""
-    if not fields or not table.num_rows:
-        return b""
-    return M.copy_data_rows(copy_lines(fields, table, tz, csv, delimiter, null, quote))

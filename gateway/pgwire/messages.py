@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from executor.pg_text import back_to_back, fixed_records
 from gateway.pgwire.errors import ProtocolViolation, ProgramLimitExceeded
 
 PROTOCOL_3_0 = 196608
@@ -373,14 +374,6 @@ def row_description(fields: Iterable[tuple]) -> bytes:
 _ROW_HEAD = np.dtype([("tag", "u1"), ("length", ">i4"), ("columns", ">i2")])
 
 
-def _fixed(values: np.ndarray) -> pa.Array:
-    """A numpy array of fixed-size records → a binary array of their bytes, one per row."""
-    width = values.dtype.itemsize
-    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(values),
-                                                 [None, pa.py_buffer(values.tobytes())])
-    return fixed.cast(pa.binary())
-
-
 def data_rows(columns: Sequence[pa.Array], tag: int | None = ord("D")) -> bytes:
     """DataRow messages for a batch, built without a Python loop over rows: each column is an
     Arrow binary array of already-encoded values (null = SQL NULL). Each row's header and each
@@ -403,35 +396,13 @@ def data_rows(columns: Sequence[pa.Array], tag: int | None = ord("D")) -> bytes:
         if null is not None:
             length = np.where(null, -1, length)
         total += np.maximum(length, 0)
-        parts += [_fixed(length.astype(">i4")), col]
+        parts += [fixed_records(length.astype(">i4")), col]
     if tag is None:
         head = np.full(n, len(columns), ">i2")
     else:
         head = np.empty(n, _ROW_HEAD)
         head["tag"], head["length"], head["columns"] = tag, total, len(columns)
-    return back_to_back(pc.binary_join_element_wise(_fixed(head), *parts, b""))
-
-
-def back_to_back(values: pa.Array) -> bytes:
-    """The values of a binary array one after another: they already lie so in its data
-    buffer, so this is one copy of that stretch."""
-    n = len(values)
-    offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + n + 1]
-    return values.buffers()[2][offsets[0]:offsets[-1]].to_pybytes()
-
-
-_COPY_HEAD = np.dtype([("tag", "u1"), ("length", ">i4")])
-
-
-def copy_data_rows(lines: pa.Array) -> bytes:
-    """CopyData messages, one a row as PostgreSQL sends them, for a whole batch of ``lines``
-    (a binary array, each line without its newline)."""
-    head = np.empty(len(lines), _COPY_HEAD)
-    head["tag"], head["length"] = ord("d"), pc.binary_length(lines).to_numpy() + 5
-    return back_to_back(pc.binary_join_element_wise(_fixed(head), lines, _NEWLINE, b""))
-
-
-_NEWLINE = pa.scalar(b"\n", pa.binary())
+    return back_to_back(pc.binary_join_element_wise(fixed_records(head), *parts, b""))
 
 
 def command_complete(tag: str) -> bytes:

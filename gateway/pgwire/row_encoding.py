@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from executor.pg_text import text_column
 from gateway.pgwire import messages as M
 from gateway.pgwire import types as T
 from gateway.pgwire.errors import FeatureNotSupported
@@ -45,5 +46,5 @@ def encode_rows(rows: Rows, limit: int, formats: list, tz: dt.tzinfo) -> tuple[b
             raise FeatureNotSupported(
                 f"binary output of type {f.type_oid} is not supported; ask for text")
         else:
-            cols.append(T.text_column(arr, f.type_oid, tz))
+            cols.append(text_column(arr, f.type_oid, tz))
     return M.data_rows(cols), n

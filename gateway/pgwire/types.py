@@ -7,7 +7,6 @@ timestamps, ``postgres`` IntervalStyle, ``{...}`` arrays).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import re
 import struct
@@ -15,13 +14,13 @@ import uuid
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Callable
-from zoneinfo import ZoneInfo
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from dialect.names import pg_type_name
+from executor.pg_text import cast_text, interval_text, text_column, zone  # noqa: F401 - zone re-exported
 
 from gateway.pgwire.errors import InvalidTextRepresentation, FeatureNotSupported, PgError
 
@@ -149,193 +148,6 @@ def type_oid_case_sql(column: str) -> str:
     return ("CASE " + " ".join(whens + arr) +
             f" WHEN {column} LIKE 'DECIMAL%[]' THEN 1231 WHEN {column} LIKE 'DECIMAL%' THEN 1700"
             " ELSE 25 END")
-
-
-# --------------------------------------------------------------------------- text output
-def _float_text(v: float) -> str:
-    """Shortest round-trip digits as PostgreSQL 12+ prints them: scientific notation below
-    1e-4 and from 1e15 on (Python's repr switches at 1e16), ``Infinity``/``NaN``."""
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    r = repr(v)
-    if "e" not in r and abs(v) >= 1e15:
-        sign, body = ("-", r[1:]) if r[0] == "-" else ("", r)
-        whole, _, frac = body.partition(".")
-        digits = (whole + frac.rstrip("0")).rstrip("0")
-        mant = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{mant}e+{len(whole) - 1:02d}"
-    return r[:-2] if r.endswith(".0") else r
-
-
-def _float4_text(v: float) -> str:
-    if math.isnan(v) or math.isinf(v):
-        return _float_text(v)
-    r = str(np.float32(v))
-    if r.endswith(".0"):
-        r = r[:-2]
-    return r
-
-
-def _frac(us: int) -> str:
-    return ("." + f"{us:06d}".rstrip("0")) if us else ""
-
-
-def _ts_text(v: dt.datetime) -> str:
-    return v.strftime("%Y-%m-%d %H:%M:%S") + _frac(v.microsecond) if v.year >= 1000 else \
-        f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}" \
-        + _frac(v.microsecond)
-
-
-def _offset_text(off: dt.timedelta) -> str:
-    secs = int(off.total_seconds())
-    sign = "+" if secs >= 0 else "-"
-    secs = abs(secs)
-    h, rem = divmod(secs, 3600)
-    m, s = divmod(rem, 60)
-    out = f"{sign}{h:02d}"
-    if m or s:
-        out += f":{m:02d}"
-    if s:
-        out += f":{s:02d}"
-    return out
-
-
-def interval_text(months: int, days: int, micros: int) -> str:
-    parts = []
-    years, mons = divmod(abs(months), 12)
-    sign = -1 if months < 0 else 1
-    if years:
-        parts.append(f"{sign * years} year" + ("s" if sign * years != 1 else ""))
-    if mons:
-        parts.append(f"{sign * mons} mon" + ("s" if sign * mons != 1 else ""))
-    if days:
-        parts.append(f"{days} day" + ("s" if days != 1 else ""))
-    if micros or not parts:
-        neg = micros < 0
-        micros = abs(micros)
-        secs, us = divmod(micros, 1_000_000)
-        h, rem = divmod(secs, 3600)
-        m, s = divmod(rem, 60)
-        t = f"{h:02d}:{m:02d}:{s:02d}" + _frac(us)
-        parts.append(("-" if neg else "") + t)
-    return " ".join(parts)
-
-
-def _array_elem_text(v, enc) -> str:
-    if v is None:
-        return "NULL"
-    s = enc(v)
-    if s == "" or s.upper() == "NULL" or re.search(r'[{}",\\\s]', s):
-        s = '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return s
-
-
-def _py_text(v, tz: dt.tzinfo) -> str:
-    """Text form of one Python value as PostgreSQL prints it."""
-    if isinstance(v, dt.datetime) and v.tzinfo is not None:
-        return _tstz_text(v, tz)
-    return _PY_TEXT.get(type(v), str)(v)
-
-
-def _tstz_text(v: dt.datetime, tz: dt.tzinfo) -> str:
-    loc = v.astimezone(tz)
-    return _ts_text(loc) + _offset_text(loc.utcoffset())
-
-
-def _list_text(v, tz) -> str:
-    return "{" + ",".join(_array_elem_text(x, lambda y: _py_text(y, tz)) for x in v) + "}"
-
-
-_PY_TEXT: dict[type, Callable] = {
-    bool: lambda v: "t" if v else "f",
-    float: _float_text,
-    dt.datetime: _ts_text,
-    dt.date: lambda v: v.isoformat(),
-    dt.time: lambda v: v.strftime("%H:%M:%S") + _frac(v.microsecond),
-    dt.timedelta: lambda v: interval_text(0, v.days, v.seconds * 1_000_000 + v.microseconds),
-    bytes: lambda v: "\\x" + v.hex(),
-    Decimal: lambda v: str(v),
-    uuid.UUID: str,
-    dict: lambda v: json.dumps(v, default=str),
-    pa.MonthDayNano: lambda v: interval_text(v.months, v.days, v.nanoseconds // 1000),
-}
-
-
-def _cast_text(arr: pa.Array) -> pa.Array:
-    """Vectorised: Arrow's own string cast already prints what PostgreSQL prints."""
-    return pc.cast(pc.cast(arr, pa.string()), pa.binary())
-
-
-def _float_column_text(arr: pa.Array) -> pa.Array:
-    """Arrow prints the same shortest digits as PostgreSQL but switches to scientific notation
-    at other exponents; values outside [1e-4, 1e14) and non-finite ones go through Python."""
-    f = _float4_text if arr.type == pa.float32() else _float_text
-    out = _cast_text(arr)
-    a = pc.abs(arr)
-    odd = pc.or_kleene(pc.greater_equal(a, 1e14),
-                       pc.and_kleene(pc.less(a, 1e-4), pc.not_equal(a, 0)))
-    odd = pc.fill_null(pc.or_kleene(odd, pc.is_nan(arr)), False)
-    if not pc.any(odd).as_py():
-        return out
-    fixed = [f(v).encode() for v in pc.filter(arr, odd).to_pylist()]
-    return pc.replace_with_mask(out, odd, pa.array(fixed, pa.binary()))
-
-
-def _timestamp_text(arr: pa.Array) -> pa.Array:
-    """'YYYY-MM-DD HH:MM:SS[.ffffff]' with trailing fractional zeros dropped, as a string array.
-    Arrow prints every µs timestamp with all six fractional digits, so trimming '0's and
-    then a bare '.' off the right is exactly PostgreSQL's form."""
-    if arr.type.unit != "us":
-        arr = arr.cast(pa.timestamp("us", tz=arr.type.tz), safe=False)
-    text = pc.ascii_rtrim(pc.cast(arr, pa.string()), "0")
-    # a whole second is left with a bare '.', which goes too (one more pass only if any is)
-    return pc.ascii_rtrim(text, ".") if pc.any(pc.ends_with(text, ".")).as_py() else text
-
-
-def _timestamptz_text(arr: pa.Array, tz: dt.tzinfo) -> pa.Array:
-    """Local time in the session zone plus its UTC offset; offsets are few, so they are
-    formatted once each and gathered."""
-    name = getattr(tz, "key", "UTC")
-    utc = arr.cast(pa.timestamp("us", tz="UTC"), safe=False)
-    local = pc.local_timestamp(utc.cast(pa.timestamp("us", tz=name)))
-    offsets = pc.subtract(local.cast(pa.int64()), utc.cast(pa.int64()))
-    uniq = pc.unique(offsets)
-    labels = pa.array([None if o is None else _offset_text(dt.timedelta(microseconds=o))
-                       for o in uniq.to_pylist()], pa.string())
-    suffix = pc.take(labels, pc.index_in(offsets, uniq))
-    text = pc.binary_join_element_wise(_timestamp_text(local), suffix, "")
-    return pc.cast(text, pa.binary())
-
-
-def text_column(arr: pa.Array, oid: int, tz: dt.tzinfo) -> pa.Array:
-    """Encode a whole Arrow column to PostgreSQL text format: a binary array (null = NULL)."""
-    t = arr.type
-    if pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_string(t) \
-            or pa.types.is_large_string(t) or pa.types.is_date32(t):
-        return _cast_text(arr)
-    if pa.types.is_boolean(t):
-        return pc.cast(pc.if_else(arr, "t", "f"), pa.binary())
-    if pa.types.is_floating(t):
-        return _float_column_text(arr)
-    if pa.types.is_timestamp(t):
-        if t.tz:
-            return _timestamptz_text(arr, tz)
-        return pc.cast(_timestamp_text(arr), pa.binary())
-    if isinstance(t, pa.ExtensionType):
-        return text_column(arr.storage if isinstance(arr, pa.ExtensionArray) else arr, oid, tz)
-    if oid in (22, 30) and pa.types.is_list(t):       # int2vector, oidvector: "1 2"
-        return pc.cast(pc.binary_join(pc.cast(arr, pa.list_(pa.string())), " "), pa.binary())
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        enc = lambda v: _list_text(v, tz)  # noqa: E731
-    elif pa.types.is_struct(t) or pa.types.is_map(t):
-        enc = lambda v: json.dumps(v if not isinstance(v, list) else dict(v),  # noqa: E731
-                                   default=str)
-    else:
-        enc = lambda v: _py_text(v, tz)  # noqa: E731
-    return pa.array([None if v is None else enc(v).encode() for v in arr.to_pylist()],
-                    pa.binary())
 
 
 # --------------------------------------------------------------------------- binary output
@@ -479,7 +291,7 @@ def binary_column(arr: pa.Array, oid: int) -> pa.Array:
     """Encode a whole Arrow column to PostgreSQL binary format: a binary array."""
     if oid in TEXT_LIKE:                 # their binary form is their UTF-8 text
         if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-            return _cast_text(arr)
+            return cast_text(arr)
         return text_column(arr, oid, _UTC)   # a struct or map shown as text, say
     values, dtype = _fixed_width(arr, oid)
     if values is not None:
@@ -694,10 +506,3 @@ def _decode_param(raw: bytes | None, oid: int, fmt: int):
         return parse_array_text(s, TEXT_PARSERS.get(pgt.elem_oid, str))
     parser = TEXT_PARSERS.get(oid)
     return parser(s) if parser else s
-
-
-def zone(name: str) -> dt.tzinfo:
-    try:
-        return ZoneInfo(name)
-    except (KeyError, ValueError, OSError):
-        return _UTC

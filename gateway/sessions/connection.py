@@ -15,7 +15,7 @@ from gateway.sessions import copy_data
 from gateway.tables import settings as S
 from gateway.syntax.command_syntax import CopyRequest
 from gateway.pgwire import copy_binary
-from gateway.pgwire.copy_format import copy_header, copy_messages
+from gateway.pgwire.copy_format import ENCODED, copy_header, copy_messages, encoded_bytes
 from gateway.pgwire import messages as M
 from gateway.pgwire import types as T
 from gateway.pgwire.errors import (AdminShutdown, PgError, DuplicatePreparedStatement,
@@ -484,11 +484,19 @@ class Connection:
                 res.close()
             raise
 
+        oids = [f.type_oid for f in res.fields]
+
         def encode(table):
             if binary is not None:
                 return binary.rows(table)
-            return copy_messages(res.fields, table, s.tz, req.csv, req.delimiter, req.null,
+            if table.schema == ENCODED:               # encoded by the back end
+                return encoded_bytes(table)
+            return copy_messages(oids, table, s.tz, req.csv, req.delimiter, req.null,
                                  req.quote)
+
+        if binary is None and isinstance(res, LiveRows) and oids:
+            res.encode_at_source(oids, getattr(s.tz, "key", "UTC"), req.csv, req.delimiter,
+                                 req.null, req.quote)
 
         self.core.start_copy_out(len(res.fields), binary is not None)
         if req.csv and req.header:
@@ -514,7 +522,7 @@ class Connection:
         """``encode(table)``; a big table in a worker thread (Arrow lets go of the GIL), so
         the loop goes on taking stream data and serving clients meanwhile, a small one at
         once (the hand-over would only add latency)."""
-        if table.num_rows < THREAD_ROWS:
+        if table.num_rows < THREAD_ROWS or table.schema == ENCODED:
             return encode(table)
         return await asyncio.get_running_loop().run_in_executor(self.services.pool, encode,
                                                                 table)

@@ -318,6 +318,10 @@ class SparkStreams:
         log.info("query %s on Spark: %s", how, " ".join(sq.live.sql.split()))
         threading.Thread(target=self._stop_one, args=(sq,), daemon=True).start()
 
+    def encode_rows(self, qid: int, how: dict) -> bool:
+        """Spark's rows reach the gateway typed, and the gateway encodes them for COPY."""
+        return False
+
     def forget(self, qid: int) -> None:
         self.end_query(qid, "ended")
 
