@@ -19,7 +19,6 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -132,9 +131,8 @@ class Backend:
         are produced, rather than by the gateway's one event loop."""
         q = self.queries.get(msg.qid)
         if q is not None:
-            q.encode = partial(pg_text.copy_data_table, oids=msg.oids,
-                               tz=pg_text.zone(msg.tz), csv=msg.csv, delimiter=msg.delimiter,
-                               null=msg.null, quote=msg.quote)
+            q.encode = pg_text.copy_encoder(msg.oids, msg.tz, msg.csv, msg.delimiter, msg.null,
+                                            msg.quote, msg.binary)
 
     def on_history(self, payload: bytes) -> None:
         qid, stream, table = wire.parse_history(payload)

@@ -9,6 +9,7 @@ import math
 import re
 import uuid
 from decimal import Decimal
+from functools import partial
 from typing import Callable
 from zoneinfo import ZoneInfo
 
@@ -315,9 +316,117 @@ def copy_data_table(table, oids: list, tz: dt.tzinfo, csv: bool, delimiter: str,
     return pa.Table.from_arrays([copy_data_messages(lines)], schema=ENCODED)
 
 
+def copy_encoder(oids: list, tz: str, csv: bool, delimiter: str, null: str, quote: str,
+                 binary: bool = False):
+    """A table's rows -> a table of ``ENCODED``, as a COPY with these options sends them."""
+    if binary:
+        return partial(copy_binary_table, oids=oids)
+    return partial(copy_data_table, oids=oids, tz=zone(tz), csv=csv, delimiter=delimiter,
+                   null=null, quote=quote)
+
+
+def binary_fast(oids: list, schema: pa.Schema) -> bool:
+    """Whether ``copy_binary_table`` encodes every column of ``schema`` as ``oids``."""
+    return all(binary_fast_column(pa.array([], type=f.type), oid) is not None
+               for oid, f in zip(oids, schema))
+
+
 def encoded_bytes(table: pa.Table) -> bytes:
     """The CopyData messages of a table of ``ENCODED``, back to back."""
     return b"".join(back_to_back(chunk) for chunk in table.column(0).chunks)
+
+
+TEXT_LIKE = {25, 1043, 19, 1042, 18, 114, 142, 705}
+PG_EPOCH_US = 946_684_800_000_000      # 2000-01-01 in Unix microseconds
+PG_EPOCH_DAYS = 10_957
+
+
+def _fixed_width(arr: pa.Array, oid: int):
+    """(numpy values, big-endian dtype) for types whose binary form is one fixed-width number."""
+    t = arr.type
+    if oid in (20, 23, 21, 26, 700, 701) and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        dtype = {20: ">i8", 23: ">i4", 21: ">i2", 26: ">u4", 700: ">f4", 701: ">f8"}[oid]
+        return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False), dtype
+    if oid in (1114, 1184) and pa.types.is_timestamp(t):
+        us = arr.cast(pa.timestamp("us", tz=t.tz), safe=False).cast(pa.int64())
+        return pc.subtract(pc.fill_null(us, 0), PG_EPOCH_US).to_numpy(), ">i8"
+    if oid == 1082 and pa.types.is_date32(t):
+        days = pc.fill_null(arr.cast(pa.int32()), 0)
+        return pc.subtract(days, PG_EPOCH_DAYS).to_numpy(), ">i4"
+    if oid == 16 and pa.types.is_boolean(t):
+        return pc.fill_null(arr, False).to_numpy(zero_copy_only=False), ">u1"
+    return None, None
+
+def binary_fast_column(arr: pa.Array, oid: int) -> pa.Array | None:
+    """A column's PostgreSQL binary form where it needs no Python per value: text-like
+    strings (their UTF-8) and types whose binary form is one fixed-width number; None for
+    any other (``gateway/pgwire/types.py`` has the rest)."""
+    if oid in TEXT_LIKE and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return cast_text(arr)
+    values, dtype = _fixed_width(arr, oid)
+    if values is None:
+        return None
+    w = np.dtype(dtype).itemsize
+    offsets = np.arange(0, (len(arr) + 1) * w, w, dtype=np.int32)
+    out = pa.Array.from_buffers(pa.binary(), len(arr), [
+        None, pa.py_buffer(offsets), pa.py_buffer(values.astype(dtype).tobytes())])
+    if arr.null_count:
+        out = pc.if_else(pc.is_valid(arr), out, pa.scalar(None, pa.binary()))
+    return out
+
+
+def copy_binary_table(table, oids: list) -> pa.Table:
+    """The rows of ``table`` (a table or a record batch) as binary COPY's CopyData messages,
+    one a row, in a table of ``ENCODED`` (the signature that goes before the first row is the
+    gateway's to add). Only for columns ``binary_fast_column`` encodes; ValueError else."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    cols = []
+    for i, oid in enumerate(oids):
+        col = table.column(i)
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+        out = binary_fast_column(arr, oid)
+        if out is None:
+            raise ValueError(f"no vectorised binary form for type {oid} ({arr.type})")
+        cols.append(out)
+    return pa.Table.from_arrays([data_row_messages(cols, ord("d"))], schema=ENCODED)
+
+
+_ROW_HEAD = np.dtype([("tag", "u1"), ("length", ">i4"), ("columns", ">i2")])
+
+
+def data_row_messages(columns: list, tag: int | None = ord("D")) -> pa.Array:
+    """DataRow messages for a batch, built without a Python loop over rows: each column is an
+    Arrow binary array of already-encoded values (null = SQL NULL). Each row's header and each
+    cell's length word are numpy records; Arrow concatenates header, lengths and values row by
+    row: a binary array, one message a row. With ``tag`` ``d`` they are binary COPY's CopyData
+    messages, whose data is a DataRow's body; with None, the bodies alone (binary COPY's rows in
+    a file). ``columns`` must not be empty."""
+    n = len(columns[0])
+    parts, total = [], np.full(n, 4 + 2 + 4 * len(columns), np.int64)
+    for col in columns:
+        col = col.cast(pa.binary()) if col.type != pa.binary() else col
+        null = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
+        if null is not None:
+            col = pc.fill_null(col, b"")
+        length = pc.binary_length(col).to_numpy()
+        if null is not None:
+            length = np.where(null, -1, length)
+        total += np.maximum(length, 0)
+        parts += [fixed_records(length.astype(">i4")), col]
+    if tag is None:
+        head = np.full(n, len(columns), ">i2")
+    else:
+        head = np.empty(n, _ROW_HEAD)
+        head["tag"], head["length"], head["columns"] = tag, total, len(columns)
+    return pc.binary_join_element_wise(fixed_records(head), *parts, b"")
+
+
+def data_rows(columns: list, tag: int | None = ord("D")) -> bytes:
+    """``data_row_messages`` back to back, in one buffer."""
+    if not columns or not len(columns[0]):
+        return b""
+    return back_to_back(data_row_messages(columns, tag))
 
 
 def fixed_records(values: np.ndarray) -> pa.Array:

@@ -131,9 +131,10 @@ class Mark(Control, kind=MARK):
 @dataclass(frozen=True)
 class EncodeRows(Control, kind=ENCODE):
     """From now on, send query ``qid``'s rows as COPY's text (or, ``csv``, CSV) lines of its
-    first ``len(oids)`` columns, one CopyData message a row (``pg_text.copy_data_table``): the
-    gateway forwards them to a COPY … TO STDOUT client as they are. ``tz``: the session's
-    TimeZone, for timestamptz."""
+    first ``len(oids)`` columns, one CopyData message a row (``pg_text.copy_data_table``), or
+    with ``binary`` as binary COPY's rows (``pg_text.copy_binary_table``): the gateway forwards
+    them to a COPY … TO STDOUT client as they are. ``tz``: the session's TimeZone, for
+    timestamptz."""
     qid: int
     oids: list
     tz: str
@@ -141,6 +142,7 @@ class EncodeRows(Control, kind=ENCODE):
     delimiter: str
     null: str
     quote: str
+    binary: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ from dialect.planner import MemoryCatalog, Relation, plan
 from executor import backend, pg_text, wire
 from executor import plan as P
 from gateway.link.live_rows import LiveRows
+from gateway.pgwire import copy_binary
+from gateway.pgwire import messages as M
+from gateway.pgwire import types as T
 from continuous import Feeder, lit, unique
 
 S = 1_000_000
@@ -99,7 +102,7 @@ def test_rows_already_waiting_and_rows_still_typed_are_encoded_in_the_gateway():
         assert live.encode_at_source(*args) is can
         live.put(batch.slice(3))
         assert link.asked == [(7, dict(oids=args[0], tz="UTC", csv=False, delimiter="\t",
-                                       null="\\N", quote='"'))]
+                                       null="\\N", quote='"', binary=False))]
         got = live._pop(None)
         assert got.num_rows == len(ROWS)
         if can:
@@ -159,3 +162,50 @@ def _copy(c, sql: str) -> list:
     with c.cursor() as cur:
         with cur.copy(sql) as copy:
             return [bytes(chunk) for chunk in copy]
+
+
+def test_binary_rows_from_the_back_end_are_the_gateways_binary_rows():
+    oids = [23, 701, 25, 1114]
+    typed = _run(None)
+    encoded = _run(wire.EncodeRows(qid=7, oids=oids, tz="UTC", csv=False, delimiter="\t",
+                                   null="\\N", quote='"', binary=True))
+    assert encoded and all(t.schema == pg_text.ENCODED for t in encoded)
+    want = b"".join(M.data_rows([T.binary_column(t.column(i).combine_chunks(), oid)
+                                 for i, oid in enumerate(oids)], tag=ord("d")) for t in typed)
+    assert b"".join(pg_text.encoded_bytes(t) for t in encoded) == want
+
+
+def test_binary_copy_is_encoded_at_the_source_only_where_every_column_is_one_arrow_step():
+    schema = pa.schema([("k", pa.int32()), ("t", pa.string()), ("at", pa.timestamp("us"))])
+    assert pg_text.binary_fast([23, 25, 1114], schema)
+    assert not pg_text.binary_fast([23, 1700, 1114], schema.set(
+        1, pa.field("n", pa.decimal128(10, 3))))          # numeric: Python per value
+
+
+@pytest.mark.parametrize("columns", ["k, x, t, b, at, ts", "k, n, ts"])
+def test_a_continuous_binary_copy_gives_the_rows_of_the_snapshots_copy(server, columns):
+    """Binary COPY: encoded by the back end where every column allows it (the first case),
+    by the gateway otherwise (numeric); either way the rows of the snapshot's COPY."""
+    s = unique("copybin")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {s} (k INT, x DOUBLE PRECISION, t TEXT, b BOOLEAN, "
+                  "n DECIMAL(10, 3), at TIMESTAMPTZ, ts TIMESTAMP TIMESTAMPCOLUMN)")
+    inserts = [f"INSERT INTO {s} VALUES ({k}, {_sql(x)}, {_sql(t)}, {_sql(b)}, {_sql(n)}, "
+               f"TIMESTAMPTZ '2026-11-29 0{k}:30:00+00', {lit(k)})"
+               for k, x, t, b, n in VALUES]
+    inserts.append(f"INSERT INTO {s} VALUES (100, 0, 'later', true, 0, NULL, {lit(20)})")
+    query = f"SELECT {columns} FROM {s} [UNBOUNDED] WHERE k < 100"
+    feeder = Feeder(server.dsn, f"FROM {s}", inserts)
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        live = _copy(c, f"COPY ({query} LIMIT {len(VALUES)}) TO STDOUT (FORMAT binary)")
+        feeder.join_checked()
+        c.execute("SET cq.mode = snapshot")
+        snap = _copy(c, f"COPY ({query}) TO STDOUT (FORMAT binary)")
+    assert live[0].startswith(copy_binary.HEADER) and live[-1] == copy_binary.TRAILER
+    rows = _binary_rows(live)
+    assert len(rows) == len(VALUES) and sorted(rows) == sorted(_binary_rows(snap))
+
+
+def _binary_rows(chunks: list) -> list:
+    """Each row's bytes: the signature off the first, the trailer left out."""
+    return [chunks[0][len(copy_binary.HEADER):]] + chunks[1:-1]

@@ -11,14 +11,12 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass
-from functools import partial
 
 import pyarrow as pa
 
 from gateway.clock import SYSTEM, Clock
 from gateway.link.spill import Spill
-from gateway.pgwire.copy_format import ENCODED, copy_data_table
-from gateway.pgwire.types import zone
+from gateway.pgwire.copy_format import ENCODED, copy_encoder
 from gateway.pgwire.errors import PgError, QueryCanceled
 
 log = logging.getLogger("cqgate")
@@ -117,17 +115,17 @@ class LiveRows:
                 return
 
     def encode_at_source(self, oids: list, tz: str, csv: bool, delimiter: str, null: str,
-                         quote: str) -> bool:
+                         quote: str, binary: bool = False) -> bool:
         """From now on the rows come as a COPY … TO STDOUT client reads them, one CopyData
         message a row (``ENCODED``): the source is asked to encode them where it produces
         them, and those already here, and any that still come typed (rows primed from the
         archive), are encoded here the same way. Not once rows have gone to disk (they stay
         as they are), nor where the source cannot; False then."""
-        how = dict(oids=oids, tz=tz, csv=csv, delimiter=delimiter, null=null, quote=quote)
+        how = dict(oids=oids, tz=tz, csv=csv, delimiter=delimiter, null=null, quote=quote,
+                   binary=binary)
         if self.spill is not None or not self.link.encode_rows(self.qid, how):
             return False
-        encode = partial(copy_data_table, oids=oids, tz=zone(tz), csv=csv,
-                         delimiter=delimiter, null=null, quote=quote)
+        encode = copy_encoder(**how)
         self.pending = deque(encode(t) for t in self.pending)
         self.memory_bytes = sum(t.get_total_buffer_size() for t in self.pending)
         self.schema, self._encode = ENCODED, encode

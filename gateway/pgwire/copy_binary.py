@@ -60,6 +60,10 @@ class BinaryRows:
             return b""
         return self._first(self._encoded(table, ord("d")))
 
+    def forward(self, messages: bytes) -> bytes:
+        """Rows already encoded as CopyData messages (by the back end), sent as they are."""
+        return self._first(messages) if messages else b""
+
     def end(self) -> bytes:
         return self._first(M.copy_data(TRAILER))
 

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from executor.pg_text import (ENCODED, copy_data_table, copy_lines, copy_messages,  # noqa: F401
-                              csv_field, encoded_bytes)             # (re-exported)
+from executor.pg_text import (ENCODED, binary_fast, copy_encoder, copy_lines,  # noqa: F401
+                              copy_messages, csv_field, encoded_bytes)  # (re-exported)
 from gateway.pgwire import messages as M
 from gateway.pgwire.errors import BadCopyFormat
 

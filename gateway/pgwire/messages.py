@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import struct
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from executor.pg_text import back_to_back, fixed_records
+from executor.pg_text import back_to_back, data_rows  # noqa: F401 - re-exported (M.*)
 from gateway.pgwire.errors import ProtocolViolation, ProgramLimitExceeded
 
 PROTOCOL_3_0 = 196608
@@ -369,40 +366,6 @@ def row_description(fields: Iterable[tuple]) -> bytes:
         parts.append(_cstr(name) + struct.pack("!IhIhih", table_oid, attnum, type_oid, typlen,
                                                 typmod, fmt))
     return _msg(b"T", b"".join(parts))
-
-
-_ROW_HEAD = np.dtype([("tag", "u1"), ("length", ">i4"), ("columns", ">i2")])
-
-
-def data_rows(columns: Sequence[pa.Array], tag: int | None = ord("D")) -> bytes:
-    """DataRow messages for a batch, built without a Python loop over rows: each column is an
-    Arrow binary array of already-encoded values (null = SQL NULL). Each row's header and each
-    cell's length word are numpy records; Arrow concatenates header, lengths and values row by
-    row, so the rows' bytes come out back to back in one buffer. With ``tag`` ``d`` they are
-    binary COPY's CopyData messages, whose data is a DataRow's body; with None, the bodies
-    alone (binary COPY's rows in a file)."""
-    if not columns:
-        return b""
-    n = len(columns[0])
-    if n == 0:
-        return b""
-    parts, total = [], np.full(n, 4 + 2 + 4 * len(columns), np.int64)
-    for col in columns:
-        col = col.cast(pa.binary()) if col.type != pa.binary() else col
-        null = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
-        if null is not None:
-            col = pc.fill_null(col, b"")
-        length = pc.binary_length(col).to_numpy()
-        if null is not None:
-            length = np.where(null, -1, length)
-        total += np.maximum(length, 0)
-        parts += [fixed_records(length.astype(">i4")), col]
-    if tag is None:
-        head = np.full(n, len(columns), ">i2")
-    else:
-        head = np.empty(n, _ROW_HEAD)
-        head["tag"], head["length"], head["columns"] = tag, total, len(columns)
-    return back_to_back(pc.binary_join_element_wise(fixed_records(head), *parts, b""))
 
 
 def command_complete(tag: str) -> bytes:

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Callable
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dialect.names import pg_type_name
-from executor.pg_text import cast_text, interval_text, text_column, zone  # noqa: F401 - zone re-exported
+from executor.pg_text import (PG_EPOCH_DAYS, PG_EPOCH_US, TEXT_LIKE,  # noqa: F401
+                              binary_fast_column, interval_text, text_column, zone)
 
 from gateway.pgwire.errors import InvalidTextRepresentation, FeatureNotSupported, PgError
 
@@ -265,43 +264,13 @@ def _array_binary(values: list, elem_oid: int) -> bytes:
     return b"".join(out)
 
 
-TEXT_LIKE = {25, 1043, 19, 1042, 18, 114, 142, 705}
-PG_EPOCH_US = 946_684_800_000_000      # 2000-01-01 in Unix microseconds
-PG_EPOCH_DAYS = 10_957
-
-
-def _fixed_width(arr: pa.Array, oid: int):
-    """(numpy values, big-endian dtype) for types whose binary form is one fixed-width number."""
-    t = arr.type
-    if oid in (20, 23, 21, 26, 700, 701) and (pa.types.is_integer(t) or pa.types.is_floating(t)):
-        dtype = {20: ">i8", 23: ">i4", 21: ">i2", 26: ">u4", 700: ">f4", 701: ">f8"}[oid]
-        return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False), dtype
-    if oid in (1114, 1184) and pa.types.is_timestamp(t):
-        us = arr.cast(pa.timestamp("us", tz=t.tz), safe=False).cast(pa.int64())
-        return pc.subtract(pc.fill_null(us, 0), PG_EPOCH_US).to_numpy(), ">i8"
-    if oid == 1082 and pa.types.is_date32(t):
-        days = pc.fill_null(arr.cast(pa.int32()), 0)
-        return pc.subtract(days, PG_EPOCH_DAYS).to_numpy(), ">i4"
-    if oid == 16 and pa.types.is_boolean(t):
-        return pc.fill_null(arr, False).to_numpy(zero_copy_only=False), ">u1"
-    return None, None
-
-
 def binary_column(arr: pa.Array, oid: int) -> pa.Array:
     """Encode a whole Arrow column to PostgreSQL binary format: a binary array."""
-    if oid in TEXT_LIKE:                 # their binary form is their UTF-8 text
-        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-            return cast_text(arr)
-        return text_column(arr, oid, _UTC)   # a struct or map shown as text, say
-    values, dtype = _fixed_width(arr, oid)
-    if values is not None:
-        w = np.dtype(dtype).itemsize
-        offsets = np.arange(0, (len(arr) + 1) * w, w, dtype=np.int32)
-        out = pa.Array.from_buffers(pa.binary(), len(arr), [
-            None, pa.py_buffer(offsets), pa.py_buffer(values.astype(dtype).tobytes())])
-        if arr.null_count:
-            out = pc.if_else(pc.is_valid(arr), out, pa.scalar(None, pa.binary()))
-        return out
+    fast = binary_fast_column(arr, oid)
+    if fast is not None:
+        return fast
+    if oid in TEXT_LIKE:                 # a struct or map shown as text, say
+        return text_column(arr, oid, _UTC)
     pgt = BY_OID.get(oid)
     if pgt is not None and pgt.elem_oid and pgt.category == "A":
         enc = lambda v: _array_binary(v, pgt.elem_oid)  # noqa: E731

@@ -15,7 +15,8 @@ from gateway.sessions import copy_data
 from gateway.tables import settings as S
 from gateway.syntax.command_syntax import CopyRequest
 from gateway.pgwire import copy_binary
-from gateway.pgwire.copy_format import ENCODED, copy_header, copy_messages, encoded_bytes
+from gateway.pgwire.copy_format import (ENCODED, binary_fast, copy_header, copy_messages,
+                                        encoded_bytes)
 from gateway.pgwire import messages as M
 from gateway.pgwire import types as T
 from gateway.pgwire.errors import (AdminShutdown, PgError, DuplicatePreparedStatement,
@@ -487,16 +488,20 @@ class Connection:
         oids = [f.type_oid for f in res.fields]
 
         def encode(table):
+            if table.schema == ENCODED:               # encoded by the back end
+                data = encoded_bytes(table)
+                return binary.forward(data) if binary is not None else data
             if binary is not None:
                 return binary.rows(table)
-            if table.schema == ENCODED:               # encoded by the back end
-                return encoded_bytes(table)
             return copy_messages(oids, table, s.tz, req.csv, req.delimiter, req.null,
                                  req.quote)
 
-        if binary is None and isinstance(res, LiveRows) and oids:
+        # a continuous query's rows are encoded where they are produced (binary ones when
+        # every column's binary form is one Arrow operation)
+        if isinstance(res, LiveRows) and oids and res.schema is not None and \
+                (binary is None or binary_fast(oids, res.schema)):
             res.encode_at_source(oids, getattr(s.tz, "key", "UTC"), req.csv, req.delimiter,
-                                 req.null, req.quote)
+                                 req.null, req.quote, binary=binary is not None)
 
         self.core.start_copy_out(len(res.fields), binary is not None)
         if req.csv and req.header:
