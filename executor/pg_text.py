@@ -1,6 +1,7 @@
-"""PostgreSQL's text output of whole Arrow columns, and COPY's text and CSV rows built from it,
-as CopyData messages: shared by the gateway and the back end, which encodes a COPY's rows
-where a continuous query produces them so that the gateway only forwards their bytes."""
+"""PostgreSQL's text output of whole Arrow columns (and the binary forms that are one Arrow step),
+and the rows built from them: COPY's text, CSV and binary rows as CopyData messages, DataRow
+messages. Shared by the gateway and the back end, which encodes a continuous COPY's rows where
+the query produces them so that the gateway only forwards their bytes."""
 from __future__ import annotations
 
 import datetime as dt
@@ -356,6 +357,7 @@ def _fixed_width(arr: pa.Array, oid: int):
     if oid == 16 and pa.types.is_boolean(t):
         return pc.fill_null(arr, False).to_numpy(zero_copy_only=False), ">u1"
     return None, None
+
 
 def binary_fast_column(arr: pa.Array, oid: int) -> pa.Array | None:
     """A column's PostgreSQL binary form where it needs no Python per value: text-like
