@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from gateway.sources import source_stream
 from gateway.sources.source_stream import LineTooLong, SourceStream
 
 
@@ -132,7 +133,6 @@ def test_a_lagging_reader_moves_each_byte_at_most_once(monkeypatch):
     """A reader some megabytes behind its source (up to ``high`` bytes wait unread) takes as
     much as each receive brings. Making room for the next receive must not move all the
     unread bytes each time: the old buffer did, and copied every byte dozens of times over."""
-    from gateway.sources import source_stream
     monkeypatch.setattr(source_stream, "memoryview", _CountingView, raising=False)
     _CountingView.moved = 0
     high, chunk, lag = 8 << 20, source_stream.RECV, 6 << 20
