@@ -132,7 +132,7 @@ class Backend:
         q = self.queries.get(msg.qid)
         if q is not None:
             q.encode = pg_text.copy_encoder(msg.oids, msg.tz, msg.csv, msg.delimiter, msg.null,
-                                            msg.quote, msg.binary)
+                                            msg.quote, msg.binary, msg.schema)
 
     def on_history(self, payload: bytes) -> None:
         qid, stream, table = wire.parse_history(payload)

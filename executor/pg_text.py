@@ -4,6 +4,7 @@ messages. Shared by the gateway and the back end, which encodes a continuous COP
 the query produces them so that the gateway only forwards their bytes."""
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import math
@@ -317,13 +318,37 @@ def copy_data_table(table, oids: list, tz: dt.tzinfo, csv: bool, delimiter: str,
     return pa.Table.from_arrays([copy_data_messages(lines)], schema=ENCODED)
 
 
+def schema_text(schema: pa.Schema) -> str:
+    """An Arrow schema as text that a JSON message can carry (its IPC form, base64)."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def conformed(table, types: list) -> pa.Table:
+    """The first ``len(types)`` columns of ``table`` (a table or a record batch) as those
+    types: the rows' declared types, which the back end may compute wider or otherwise
+    (DuckDB gives ``price * 0.908`` as a decimal where the query declares a double)."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    cols = [c if c.type == t else c.cast(t) for c, t in zip(table.columns, types)]
+    return pa.Table.from_arrays(cols, names=table.column_names[:len(cols)])
+
+
 def copy_encoder(oids: list, tz: str, csv: bool, delimiter: str, null: str, quote: str,
-                 binary: bool = False):
-    """A table's rows -> a table of ``ENCODED``, as a COPY with these options sends them."""
+                 binary: bool = False, schema: str | None = None):
+    """A table's rows -> a table of ``ENCODED``, as a COPY with these options sends them;
+    ``schema`` (``schema_text``): the types the rows are declared with, cast to first."""
     if binary:
-        return partial(copy_binary_table, oids=oids)
-    return partial(copy_data_table, oids=oids, tz=zone(tz), csv=csv, delimiter=delimiter,
-                   null=null, quote=quote)
+        encode = partial(copy_binary_table, oids=oids)
+    else:
+        encode = partial(copy_data_table, oids=oids, tz=zone(tz), csv=csv,
+                         delimiter=delimiter, null=null, quote=quote)
+    if schema is None:
+        return encode
+    types = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema))).types
+
+    def declared(table) -> pa.Table:
+        return encode(conformed(table, types))
+    return declared
 
 
 def binary_fast(oids: list, schema: pa.Schema) -> bool:

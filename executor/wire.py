@@ -134,7 +134,7 @@ class EncodeRows(Control, kind=ENCODE):
     first ``len(oids)`` columns, one CopyData message a row (``pg_text.copy_data_table``), or
     with ``binary`` as binary COPY's rows (``pg_text.copy_binary_table``): the gateway forwards
     them to a COPY … TO STDOUT client as they are. ``tz``: the session's TimeZone, for
-    timestamptz."""
+    timestamptz; ``schema``: the types the gateway declared for the rows, cast to first."""
     qid: int
     oids: list
     tz: str
@@ -143,6 +143,7 @@ class EncodeRows(Control, kind=ENCODE):
     null: str
     quote: str
     binary: bool = False
+    schema: str | None = None       # the rows' declared types (pg_text.schema_text)
 
 
 @dataclass(frozen=True)

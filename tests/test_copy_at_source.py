@@ -102,7 +102,8 @@ def test_rows_already_waiting_and_rows_still_typed_are_encoded_in_the_gateway():
         assert live.encode_at_source(*args) is can
         live.put(batch.slice(3))
         assert link.asked == [(7, dict(oids=args[0], tz="UTC", csv=False, delimiter="\t",
-                                       null="\\N", quote='"', binary=False))]
+                                       null="\\N", quote='"', binary=False,
+                                       schema=pg_text.schema_text(batch.schema)))]
         got = live._pop(None)
         assert got.num_rows == len(ROWS)
         if can:
@@ -209,3 +210,29 @@ def test_a_continuous_binary_copy_gives_the_rows_of_the_snapshots_copy(server, c
 def _binary_rows(chunks: list) -> list:
     """Each row's bytes: the signature off the first, the trailer left out."""
     return [chunks[0][len(copy_binary.HEADER):]] + chunks[1:-1]
+
+
+@pytest.mark.parametrize("options", ["", "(FORMAT csv)", "(FORMAT binary)"])
+def test_computed_columns_go_out_as_their_declared_types(server, options):
+    """The back end computes ``price * 0.908`` as a decimal where the query declares a double
+    (and the gateway's queue casts it so): its encoder casts to the declared types first.
+    Without that, binary COPY ended the query (a decimal has no one-step binary form)."""
+    s = unique("copyexpr")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {s} (k INT, price BIGINT, x DOUBLE PRECISION, t TEXT, "
+                  "ts TIMESTAMP TIMESTAMPCOLUMN)")
+    inserts = [f"INSERT INTO {s} VALUES ({k}, {k * 1000 + 7}, {k / 3}, 'v{k}', {lit(k)})"
+               for k in range(1, 6)]
+    inserts.append(f"INSERT INTO {s} VALUES (100, 0, 0, 'z', {lit(30)})")
+    query = (f"SELECT k, price * 0.908 AS p, k + 1 AS k1, x / 2 AS h, CAST(k AS SMALLINT) AS sm, "
+             f"t || '!' AS tt, price / 3 AS d, ts + INTERVAL '1 hour' AS later FROM {s} "
+             "WHERE k < 100")
+    feeder = Feeder(server.dsn, f"FROM {s}", inserts)
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        live = _copy(c, f"COPY ({query} LIMIT 5) TO STDOUT {options}")
+        feeder.join_checked()
+        c.execute("SET cq.mode = snapshot")
+        snap = _copy(c, f"COPY ({query}) TO STDOUT {options}")
+    if "binary" in options:
+        live, snap = _binary_rows(live), _binary_rows(snap)
+    assert len(live) == 5 and sorted(live) == sorted(snap)

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from gateway.clock import SYSTEM, Clock
 from gateway.link.spill import Spill
-from gateway.pgwire.copy_format import ENCODED, copy_encoder
+from gateway.pgwire.copy_format import ENCODED, copy_encoder, schema_text
 from gateway.pgwire.errors import PgError, QueryCanceled
 
 log = logging.getLogger("cqgate")
@@ -122,7 +122,8 @@ class LiveRows:
         archive), are encoded here the same way. Not once rows have gone to disk (they stay
         as they are), nor where the source cannot; False then."""
         how = dict(oids=oids, tz=tz, csv=csv, delimiter=delimiter, null=null, quote=quote,
-                   binary=binary)
+                   binary=binary, schema=None if self.schema is None else
+                   schema_text(self.schema))
         if self.spill is not None or not self.link.encode_rows(self.qid, how):
             return False
         encode = copy_encoder(**how)

@@ -10,7 +10,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from executor.pg_text import (ENCODED, binary_fast, copy_encoder, copy_lines,  # noqa: F401
-                              copy_messages, csv_field, encoded_bytes)  # (re-exported)
+                              copy_messages, csv_field, encoded_bytes,  # (re-exported)
+                              schema_text)
 from gateway.pgwire import messages as M
 from gateway.pgwire.errors import BadCopyFormat
 
