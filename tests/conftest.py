@@ -89,8 +89,9 @@ _LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ")
 def logged_tracebacks(lines: list) -> list:
     """The tracebacks in a server's log, each with the line before it (what it logged); not
     those of Spark's own Python workers (a worker that timed out reaching its JVM under
-    load), which pass through no code of the server's and whose query reports the error. A
-    traceback's frames are read past the server's log records written in between."""
+    load), which pass through no code of the server's and whose query reports the error, nor
+    a bare header with no frames. A traceback's frames are read past the server's log records
+    written in between."""
     out = []
     for i, line in enumerate(lines):
         if line.startswith("Traceback"):
@@ -99,6 +100,10 @@ def logged_tracebacks(lines: list) -> list:
                         and not _LOG_RECORD.match(lines[j])), len(lines) - 1)
             frames = [x for x in lines[i:end + 1] if x.lstrip().startswith('File "')]
             if any("pyspark" in f for f in frames) and not any(ROOT in f for f in frames):
+                continue
+            # the server logs a traceback in one record, frames and all: a bare header is
+            # another process's, cut off (a Spark worker stopped with its query mid-write)
+            if not frames:
                 continue
             out.append("".join(lines[max(0, i - 1):end + 1]))
     return out
