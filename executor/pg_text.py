@@ -334,7 +334,7 @@ def conformed(table, types: list) -> pa.Table:
 
 
 def copy_encoder(oids: list, tz: str, csv: bool, delimiter: str, null: str, quote: str,
-                 binary: bool = False, schema: str | None = None):
+                 binary: bool, schema: str):
     """A table's rows -> a table of ``ENCODED``, as a COPY with these options sends them;
     ``schema`` (``schema_text``): the types the rows are declared with, cast to first."""
     if binary:
@@ -342,8 +342,6 @@ def copy_encoder(oids: list, tz: str, csv: bool, delimiter: str, null: str, quot
     else:
         encode = partial(copy_data_table, oids=oids, tz=zone(tz), csv=csv,
                          delimiter=delimiter, null=null, quote=quote)
-    if schema is None:
-        return encode
     types = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema))).types
 
     def declared(table) -> pa.Table:

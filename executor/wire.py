@@ -142,8 +142,8 @@ class EncodeRows(Control, kind=ENCODE):
     delimiter: str
     null: str
     quote: str
+    schema: str                     # the rows' declared types (pg_text.schema_text)
     binary: bool = False
-    schema: str | None = None       # the rows' declared types (pg_text.schema_text)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from executor import backend, wire
+from executor import backend, pg_text, wire
 from gateway.link import frames as backend_frames
 
 PLAN = {"root": {"op": "scan", "stream": "s"}}
@@ -36,6 +36,7 @@ SAMPLES = [
     wire.Answer(req=6, ok=True, operators={"7": {"label": "σ", "rows_in": 2, "inputs": []}}),
     wire.Mark(n=3),
     wire.EncodeRows(qid=7, oids=[20, 25], tz="Europe/Paris", csv=True, delimiter=";",
+                    schema=pg_text.schema_text(pa.schema([("a", pa.int64())])),
                     null="", quote='"'),
 ]
 

@@ -58,7 +58,7 @@ def test_the_back_end_sends_copy_data_messages_once_asked():
     how = dict(oids=oids, tz="America/New_York", csv=True, delimiter=";", null="nil",
                quote="'")
     typed = _run(None)
-    encoded = _run(wire.EncodeRows(qid=7, **how))
+    encoded = _run(wire.EncodeRows(qid=7, schema=pg_text.schema_text(typed[0].schema), **how))
     assert typed and all(t.schema != pg_text.ENCODED for t in typed)
     assert encoded and all(t.schema == pg_text.ENCODED for t in encoded)
     assert sum(t.num_rows for t in encoded) == sum(t.num_rows for t in typed) == len(ROWS)
@@ -120,6 +120,38 @@ VALUES = [(1, 1.5, "plain", True, "1.250"), (2, 1e20, "tab\there", False, None),
           (6, 0.0, None, True, "0.000")]
 
 
+STREAM = ("k INT, x DOUBLE PRECISION, t TEXT, b BOOLEAN, n DECIMAL(10, 3), at TIMESTAMPTZ, "
+          "ts TIMESTAMP TIMESTAMPCOLUMN")
+
+
+def _value_rows() -> list:
+    """``VALUES`` as INSERT values, and one more row, later, that the queries leave out
+    (k < 100): it moves the watermark past the others, so the continuous COPY's rows all come."""
+    return [f"{k}, {_sql(x)}, {_sql(t)}, {_sql(b)}, {_sql(n)}, "
+            f"TIMESTAMPTZ '2026-11-29 0{k}:30:00+00', {lit(k)}" for k, x, t, b, n in VALUES] + \
+        [f"100, 0, 'later', true, 0, NULL, {lit(20)}"]
+
+
+def _live_and_snapshot(server, columns: str, rows: list, select: str, n: int, options: str,
+                       setup: tuple = ()) -> tuple:
+    """A new stream of ``columns``; ``select`` (``{s}``: the stream) read by a continuous
+    ``COPY (… LIMIT n) TO STDOUT options`` while another connection inserts ``rows`` (each a
+    VALUES list), then the same COPY of the snapshot: both as their CopyData messages."""
+    s = unique("copysrc")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {s} ({columns})")
+    query = select.format(s=s)
+    feeder = Feeder(server.dsn, f"FROM {s}", [f"INSERT INTO {s} VALUES ({r})" for r in rows])
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        for statement in setup:
+            c.execute(statement)
+        live = _copy(c, f"COPY ({query} LIMIT {n}) TO STDOUT {options}")
+        feeder.join_checked()
+        c.execute("SET cq.mode = snapshot")
+        snap = _copy(c, f"COPY ({query}) TO STDOUT {options}")
+    return live, snap
+
+
 @pytest.mark.parametrize("options", [
     "", "(FORMAT csv, DELIMITER ';', NULL 'nil', QUOTE '''')",
     "(FORMAT text, DELIMITER '|', NULL 'none')"])
@@ -127,23 +159,9 @@ def test_a_continuous_copy_gives_the_bytes_of_the_snapshots_copy(server, options
     """The same rows through a continuous COPY (encoded by the back end) and through a
     one-time COPY of the snapshot (encoded by the gateway), in a session whose TimeZone is
     not UTC, with the COPY options set: the same lines."""
-    s = unique("copysrc")
-    with psycopg.connect(server.dsn, autocommit=True) as c:
-        c.execute(f"CREATE STREAM {s} (k INT, x DOUBLE PRECISION, t TEXT, b BOOLEAN, "
-                  "n DECIMAL(10, 3), at TIMESTAMPTZ, ts TIMESTAMP TIMESTAMPCOLUMN)")
-    inserts = [f"INSERT INTO {s} VALUES ({k}, {_sql(x)}, {_sql(t)}, {_sql(b)}, {_sql(n)}, "
-               f"TIMESTAMPTZ '2026-11-29 0{k}:30:00+00', {lit(k)})"
-               for k, x, t, b, n in VALUES]
-    # one more, later, that the query leaves out: it moves the watermark past the others
-    inserts.append(f"INSERT INTO {s} VALUES (100, 0, 'later', true, 0, NULL, {lit(20)})")
-    query = f"SELECT k, x, t, b, n, at, ts FROM {s} [UNBOUNDED] WHERE k < 100"
-    feeder = Feeder(server.dsn, f"FROM {s}", inserts)
-    with psycopg.connect(server.dsn, autocommit=True) as c:
-        c.execute("SET TimeZone = 'Asia/Kolkata'")
-        live = _copy(c, f"COPY ({query} LIMIT {len(VALUES)}) TO STDOUT {options}")
-        feeder.join_checked()
-        c.execute("SET cq.mode = snapshot")
-        snap = _copy(c, f"COPY ({query}) TO STDOUT {options}")
+    live, snap = _live_and_snapshot(
+        server, STREAM, _value_rows(), "SELECT k, x, t, b, n, at, ts FROM {s} [UNBOUNDED] "
+        "WHERE k < 100", len(VALUES), options, setup=("SET TimeZone = 'Asia/Kolkata'",))
     assert len(live) == len(VALUES) and sorted(live) == sorted(snap)
     assert any(b"+05:30" in line for line in live)          # the session's zone
 
@@ -169,7 +187,8 @@ def test_binary_rows_from_the_back_end_are_the_gateways_binary_rows():
     oids = [23, 701, 25, 1114]
     typed = _run(None)
     encoded = _run(wire.EncodeRows(qid=7, oids=oids, tz="UTC", csv=False, delimiter="\t",
-                                   null="\\N", quote='"', binary=True))
+                                   null="\\N", quote='"', binary=True,
+                                   schema=pg_text.schema_text(typed[0].schema)))
     assert encoded and all(t.schema == pg_text.ENCODED for t in encoded)
     want = b"".join(M.data_rows([T.binary_column(t.column(i).combine_chunks(), oid)
                                  for i, oid in enumerate(oids)], tag=ord("d")) for t in typed)
@@ -187,21 +206,9 @@ def test_binary_copy_is_encoded_at_the_source_only_where_every_column_is_one_arr
 def test_a_continuous_binary_copy_gives_the_rows_of_the_snapshots_copy(server, columns):
     """Binary COPY: encoded by the back end where every column allows it (the first case),
     by the gateway otherwise (numeric); either way the rows of the snapshot's COPY."""
-    s = unique("copybin")
-    with psycopg.connect(server.dsn, autocommit=True) as c:
-        c.execute(f"CREATE STREAM {s} (k INT, x DOUBLE PRECISION, t TEXT, b BOOLEAN, "
-                  "n DECIMAL(10, 3), at TIMESTAMPTZ, ts TIMESTAMP TIMESTAMPCOLUMN)")
-    inserts = [f"INSERT INTO {s} VALUES ({k}, {_sql(x)}, {_sql(t)}, {_sql(b)}, {_sql(n)}, "
-               f"TIMESTAMPTZ '2026-11-29 0{k}:30:00+00', {lit(k)})"
-               for k, x, t, b, n in VALUES]
-    inserts.append(f"INSERT INTO {s} VALUES (100, 0, 'later', true, 0, NULL, {lit(20)})")
-    query = f"SELECT {columns} FROM {s} [UNBOUNDED] WHERE k < 100"
-    feeder = Feeder(server.dsn, f"FROM {s}", inserts)
-    with psycopg.connect(server.dsn, autocommit=True) as c:
-        live = _copy(c, f"COPY ({query} LIMIT {len(VALUES)}) TO STDOUT (FORMAT binary)")
-        feeder.join_checked()
-        c.execute("SET cq.mode = snapshot")
-        snap = _copy(c, f"COPY ({query}) TO STDOUT (FORMAT binary)")
+    live, snap = _live_and_snapshot(
+        server, STREAM, _value_rows(), f"SELECT {columns} FROM {{s}} [UNBOUNDED] WHERE k < 100",
+        len(VALUES), "(FORMAT binary)")
     assert live[0].startswith(copy_binary.HEADER) and live[-1] == copy_binary.TRAILER
     rows = _binary_rows(live)
     assert len(rows) == len(VALUES) and sorted(rows) == sorted(_binary_rows(snap))
@@ -217,22 +224,13 @@ def test_computed_columns_go_out_as_their_declared_types(server, options):
     """The back end computes ``price * 0.908`` as a decimal where the query declares a double
     (and the gateway's queue casts it so): its encoder casts to the declared types first.
     Without that, binary COPY ended the query (a decimal has no one-step binary form)."""
-    s = unique("copyexpr")
-    with psycopg.connect(server.dsn, autocommit=True) as c:
-        c.execute(f"CREATE STREAM {s} (k INT, price BIGINT, x DOUBLE PRECISION, t TEXT, "
-                  "ts TIMESTAMP TIMESTAMPCOLUMN)")
-    inserts = [f"INSERT INTO {s} VALUES ({k}, {k * 1000 + 7}, {k / 3}, 'v{k}', {lit(k)})"
-               for k in range(1, 6)]
-    inserts.append(f"INSERT INTO {s} VALUES (100, 0, 0, 'z', {lit(30)})")
-    query = (f"SELECT k, price * 0.908 AS p, k + 1 AS k1, x / 2 AS h, CAST(k AS SMALLINT) AS sm, "
-             f"t || '!' AS tt, price / 3 AS d, ts + INTERVAL '1 hour' AS later FROM {s} "
-             "WHERE k < 100")
-    feeder = Feeder(server.dsn, f"FROM {s}", inserts)
-    with psycopg.connect(server.dsn, autocommit=True) as c:
-        live = _copy(c, f"COPY ({query} LIMIT 5) TO STDOUT {options}")
-        feeder.join_checked()
-        c.execute("SET cq.mode = snapshot")
-        snap = _copy(c, f"COPY ({query}) TO STDOUT {options}")
+    rows = [f"{k}, {k * 1000 + 7}, {k / 3}, 'v{k}', {lit(k)}" for k in range(1, 6)] + \
+        [f"100, 0, 0, 'z', {lit(30)}"]
+    live, snap = _live_and_snapshot(
+        server, "k INT, price BIGINT, x DOUBLE PRECISION, t TEXT, ts TIMESTAMP TIMESTAMPCOLUMN",
+        rows, "SELECT k, price * 0.908 AS p, k + 1 AS k1, x / 2 AS h, CAST(k AS SMALLINT) AS sm, "
+        "t || '!' AS tt, price / 3 AS d, ts + INTERVAL '1 hour' AS later FROM {s} WHERE k < 100",
+        5, options)
     if "binary" in options:
         live, snap = _binary_rows(live), _binary_rows(snap)
     assert len(live) == 5 and sorted(live) == sorted(snap)

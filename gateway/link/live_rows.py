@@ -121,10 +121,11 @@ class LiveRows:
         them, and those already here, and any that still come typed (rows primed from the
         archive), are encoded here the same way. Not once rows have gone to disk (they stay
         as they are), nor where the source cannot; False then."""
+        if self.spill is not None or self.schema is None:
+            return False
         how = dict(oids=oids, tz=tz, csv=csv, delimiter=delimiter, null=null, quote=quote,
-                   binary=binary, schema=None if self.schema is None else
-                   schema_text(self.schema))
-        if self.spill is not None or not self.link.encode_rows(self.qid, how):
+                   binary=binary, schema=schema_text(self.schema))
+        if not self.link.encode_rows(self.qid, how):
             return False
         encode = copy_encoder(**how)
         self.pending = deque(encode(t) for t in self.pending)

@@ -498,8 +498,8 @@ class Connection:
 
         # a continuous query's rows are encoded where they are produced (binary ones when
         # every column's binary form is one Arrow operation)
-        if isinstance(res, LiveRows) and oids and res.schema is not None and \
-                (binary is None or binary_fast(oids, res.schema)):
+        if isinstance(res, LiveRows) and oids and \
+                (binary is None or res.schema is not None and binary_fast(oids, res.schema)):
             res.encode_at_source(oids, getattr(s.tz, "key", "UTC"), req.csv, req.delimiter,
                                  req.null, req.quote, binary=binary is not None)
 
