@@ -2,7 +2,7 @@
 # the tests. Both install what a fresh machine lacks first.
 PY ?= python3
 
-.PHONY: setup run test
+.PHONY: setup run test postgres
 setup:
 	./scripts/setup.sh
 
@@ -11,3 +11,9 @@ run: setup
 
 test: setup
 	./scripts/test.sh
+
+# a throwaway PostgreSQL 18 (wal_level=logical, on 127.0.0.1) to try sources and sinks on:
+# docs/sources.md; PGDATA_DIR keeps its data between runs
+PGDATA_DIR ?= .postgres
+postgres: setup
+	$(PY) -m scripts.embedded_postgres --datadir $(PGDATA_DIR)

@@ -94,9 +94,11 @@ class TimestampColumnConstraint(exp.Expression, exp.ColumnConstraintKind):
 
 class CreateStream(exp.Expression):
     """``CREATE STREAM [IF NOT EXISTS] s (cols) [TYPE ARCHIVED|UNARCHIVED] [WITH (...)]
-    [ON OVERLOAD ...] [PARTITIONED BY (col, ...)]`` or ``CREATE STREAM d AS SELECT ...``."""
+    [ON OVERLOAD ...] [PARTITIONED BY (col, ...)]``, ``CREATE STREAM d AS SELECT ...`` or
+    ``CREATE STREAM s FROM SOURCE pg TABLE schema.table [WITH (...)]``."""
     arg_types = {"this": True, "exists": False, "archived": False, "options": False,
-                 "overload": False, "expression": False, "partitioned_by": False}
+                 "overload": False, "expression": False, "partitioned_by": False,
+                 "source": False, "source_table": False}
 
 
 class CreateWindow(exp.Expression):
@@ -110,7 +112,7 @@ class CreateWrapper(exp.Expression):
 
 
 class DropStreamObject(exp.Expression):
-    """``DROP STREAM|WINDOW|WRAPPER [IF EXISTS] name [CASCADE]``."""
+    """``DROP STREAM|WINDOW|WRAPPER|SOURCE|SINK|SECRET [IF EXISTS] name [CASCADE]``."""
     arg_types = {"this": True, "kind": True, "exists": False, "cascade": False}
 
 
@@ -124,6 +126,30 @@ class AlterStream(exp.Expression):
 class StreamOption(exp.Expression):
     """``name = value`` inside WITH (...) or a wrapper definition."""
     arg_types = {"this": True, "value": True}
+
+
+class CreateSecret(exp.Expression):
+    """``CREATE SECRET [IF NOT EXISTS] s AS 'value'`` (Materialize's): a credential that only
+    its owner's statements may name, never shown."""
+    arg_types = {"this": True, "exists": False, "expression": True}
+
+
+class SecretRef(exp.Expression):
+    """``SECRET s`` as a connector option's value."""
+    arg_types = {"this": True}
+
+
+class CreateSource(exp.Expression):
+    """``CREATE SOURCE [IF NOT EXISTS] pg FROM POSTGRES (CONNECTION '…', PUBLICATION 'pub')``:
+    a system whose data streams read (``CREATE STREAM s FROM SOURCE pg TABLE t``)."""
+    arg_types = {"this": True, "exists": False, "kind": True, "options": True}
+
+
+class CreateSink(exp.Expression):
+    """``CREATE SINK [IF NOT EXISTS] s INTO POSTGRES|PARQUET (options) AS SELECT …`` (or ``AS
+    TABLE derived_stream``): a continuous answer written to another system."""
+    arg_types = {"this": True, "exists": False, "kind": True, "options": True,
+                 "expression": True}
 
 
 
@@ -160,7 +186,7 @@ class Recompute(exp.Expression):
 
 # Statements only cqgate understands, and nodes that make a query a stream query.
 STREAM_STATEMENTS = (CreateStream, CreateWindow, CreateWrapper, DropStreamObject, AlterStream,
-                     Explain, Recompute)
+                     Explain, Recompute, CreateSecret, CreateSource, CreateSink)
 STREAM_NODES = (StreamRef, StreamOf, StreamWindowClause, StreaQueLLoop, EventPattern,
                 WindowTable)
 

@@ -117,6 +117,8 @@ class CQLGenerator(PostgresGenerator):
         sql = f"CREATE STREAM{exists} {self.sql(e, 'this')}"
         if e.args.get("expression") is not None:
             return f"{sql} AS {self.sql(e, 'expression')}"
+        if e.args.get("source") is not None:
+            sql += f" FROM SOURCE {self.sql(e, 'source')} TABLE {self.sql(e, 'source_table')}"
         archived = e.args.get("archived")
         if archived is not None:
             sql += " TYPE ARCHIVED" if archived else " TYPE UNARCHIVED"
@@ -128,6 +130,23 @@ class CQLGenerator(PostgresGenerator):
             sql += " PARTITIONED BY (" + ", ".join(self.sql(c) for c in e.args["partitioned_by"]) \
                 + ")"
         return sql
+
+    def createsecret_sql(self, e: X.CreateSecret) -> str:
+        exists = " IF NOT EXISTS" if e.args.get("exists") else ""
+        return f"CREATE SECRET{exists} {self.sql(e, 'this')} AS {self.sql(e, 'expression')}"
+
+    def secretref_sql(self, e: X.SecretRef) -> str:
+        return f"SECRET {self.sql(e, 'this')}"
+
+    def createsource_sql(self, e: X.CreateSource) -> str:
+        exists = " IF NOT EXISTS" if e.args.get("exists") else ""
+        return f"CREATE SOURCE{exists} {self.sql(e, 'this')} FROM {e.args['kind']} " \
+            f"{self._options(e)}"
+
+    def createsink_sql(self, e: X.CreateSink) -> str:
+        exists = " IF NOT EXISTS" if e.args.get("exists") else ""
+        return f"CREATE SINK{exists} {self.sql(e, 'this')} INTO {e.args['kind']} " \
+            f"{self._options(e)} AS {self.sql(e, 'expression')}"
 
     def createwindow_sql(self, e: X.CreateWindow) -> str:
         exists = " IF NOT EXISTS" if e.args.get("exists") else ""

@@ -70,8 +70,12 @@ class CQLParser(PostgresParser):
         "STREAM": lambda self: self._parse_create_stream(),
         "WINDOW": lambda self: self._parse_create_window(),
         "WRAPPER": lambda self: self._parse_create_wrapper(),
+        "SECRET": lambda self: self._parse_create_secret(),
+        "SOURCE": lambda self: self._parse_create_source(),
+        "SINK": lambda self: self._parse_create_sink(),
     }
-    STREAM_DROPPABLES = ("STREAM", "WINDOW", "WRAPPER")
+    STREAM_DROPPABLES = ("STREAM", "WINDOW", "WRAPPER", "SOURCE", "SINK", "SECRET")
+    CONNECTORS = ("POSTGRES", "PARQUET")       # the systems sources and sinks reach
 
     # ------------------------------------------------------------------ stream references
     def _parse_bracket(self, this=None):
@@ -580,7 +584,14 @@ class CQLParser(PostgresParser):
         if self._match(TokenType.ALIAS):
             args["expression"] = self._parse_select()
             return self.expression(X.CreateStream(this=name, **args))
-        this = self._parse_schema(this=name)
+        if self._match_text_seq("FROM", "SOURCE"):
+            args["source"] = self._parse_id_var()
+            if not self._match(TokenType.TABLE):
+                self.raise_error("Expected TABLE after the source's name")
+            args["source_table"] = self._parse_table_parts()
+            this = name
+        else:
+            this = self._parse_schema(this=name)
         while True:
             if self._match_text_seq("TYPE"):
                 if self._match_text_seq("ARCHIVED"):
@@ -612,6 +623,63 @@ class CQLParser(PostgresParser):
         self._expect(TokenType.ALIAS, "AS after the window's name")
         return self.expression(X.CreateWindow(this=name, exists=exists or None,
                                               expression=self._parse_select()))
+
+    def _parse_create_secret(self) -> X.CreateSecret:
+        exists = self._parse_exists(not_=True)
+        name = self._parse_id_var()
+        self._expect(TokenType.ALIAS, "AS after the secret's name")
+        value = self._parse_primary()
+        if not (isinstance(value, exp.Literal) and value.is_string):
+            self.raise_error("Expected the secret's value as a string")
+        return self.expression(X.CreateSecret(this=name, exists=exists or None,
+                                              expression=value))
+
+    def _connector(self) -> str:
+        word = self._curr.text.upper() if self._curr else ""
+        if word not in self.CONNECTORS:
+            self.raise_error("Expected " + " or ".join(self.CONNECTORS))
+        self._advance()
+        return word
+
+    def _parse_connector_option(self) -> X.StreamOption:
+        """``NAME 'value'``, ``NAME = 'value'`` or ``NAME SECRET s`` (Materialize's spelling)."""
+        name = self._parse_id_var(any_token=True)
+        self._match(TokenType.EQ)
+        if self._match_text_seq("SECRET"):
+            value = self.expression(X.SecretRef(this=self._parse_id_var()))
+        else:
+            value = self._parse_primary() or self._parse_id_var(any_token=True)
+        return self.expression(X.StreamOption(this=name, value=value))
+
+    def _parse_connector_options(self) -> list:
+        self._expect(TokenType.L_PAREN, "( before the options")
+        options = self._parse_csv(self._parse_connector_option)
+        self._expect(TokenType.R_PAREN, ") after the options")
+        return options
+
+    def _parse_create_source(self) -> X.CreateSource:
+        exists = self._parse_exists(not_=True)
+        name = self._parse_id_var()
+        if not self._match(TokenType.FROM):
+            self.raise_error("Expected FROM after the source's name")
+        kind = self._connector()
+        return self.expression(X.CreateSource(this=name, exists=exists or None, kind=kind,
+                                              options=self._parse_connector_options()))
+
+    def _parse_create_sink(self) -> X.CreateSink:
+        exists = self._parse_exists(not_=True)
+        name = self._parse_id_var()
+        if not self._match(TokenType.INTO):
+            self.raise_error("Expected INTO after the sink's name")
+        kind = self._connector()
+        options = self._parse_connector_options()
+        self._expect(TokenType.ALIAS, "AS before the sink's query")
+        if self._match(TokenType.TABLE):         # AS TABLE d: every row of d
+            query = exp.select("*").from_(self._parse_table_parts())
+        else:
+            query = self._parse_select()
+        return self.expression(X.CreateSink(this=name, exists=exists or None, kind=kind,
+                                            options=options, expression=query))
 
     def _parse_create_wrapper(self) -> X.CreateWrapper:
         name = self._parse_id_var()

@@ -40,7 +40,10 @@ from executor.udf import return_type as user_aggregate_type  # noqa: F401 - re-e
 # a query from the archive by it)
 from executor.windows import (  # noqa: F401 - re-exported
     FixedWindow, GridWindow, IntervalWindow, LoopWindow, NowWindow, RangeWindow, RowsWindow,
-    SessionWindow, SlideWindow, UnboundedWindow, WindowKind)
+    SessionWindow, SlideWindow, UnboundedWindow, VersionWindow, WindowKind)
+
+# the column of a PostgreSQL table's stream that says what each change is (I, U, D, T)
+CHANGE_KIND = "__cq_op"
 
 # --------------------------------------------------------------------------- building blocks
 
@@ -410,6 +413,8 @@ def window_text(w) -> str:
         RowsWindow: lambda w: (f"partition by {', '.join(e.sql for e in w.partition_by)} "
                                if w.partition_by else "") + f"rows {w.rows}"
         + (f" where {w.where.sql}" if w.where is not None else ""),
+        VersionWindow: lambda w: "row versions by "
+                                 + ", ".join(e.sql for e in w.partition_by),
         NowWindow: lambda w: "now",
         UnboundedWindow: lambda w: "unbounded",
         FixedWindow: lambda w: f"between {_timestamp_text(w.low_us)} and "

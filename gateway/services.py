@@ -1,6 +1,6 @@
 """The parts of the running gateway that statements may use: config, clock, store, streams, worker
 pool, back-end link, archive, Spark (archive queries, and continuous queries on it), ingest,
-wrapper folders, sessions, roles and their grants; no socket, no lifecycle."""
+wrapper folders, sessions, roles and their grants, connectors; no socket, no lifecycle."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -10,6 +10,7 @@ from gateway.archive.spark import Spark
 from gateway.archive.storage import Archive
 from gateway.clearinghouse.ingest import Ingest
 from gateway.clock import Clock
+from gateway.connectors.runtime import Connectors
 from gateway.link.backend_link import BackendLink
 from gateway.config import Config
 from gateway.security.privileges import Grants
@@ -37,3 +38,4 @@ class Services:
     roles: Roles                      # who may connect, and as what
     grants: Grants                    # who owns what, and who may do what with it
     files: ServerFiles                # the server's files, for roles that may reach them
+    connectors: Connectors            # streams that follow PostgreSQL tables; sinks

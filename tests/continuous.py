@@ -56,7 +56,8 @@ def wait_for(condition, timeout: float = 60, what: str = "the condition"):
     deadline = time.monotonic() + timeout
     while not (got := condition()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still not so after {timeout}s")
+            said = what() if callable(what) else what      # (callable: what it is by then)
+            raise AssertionError(f"{said}: still not so after {timeout}s")
         time.sleep(0.05)
     return got
 

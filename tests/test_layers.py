@@ -163,7 +163,9 @@ ROOM_ORDER = (
     {"clearinghouse"},       # slack, ingest, spools, logs
     {"archive"},             # archived streams, Spark over them, priming, late reach
     {"spark_engine"},        # continuous queries on Spark
-    {"streams"},             # stream statements: registry, DDL, queries
+    # stream statements (registry, DDL, queries) and connectors (secrets, sources and sinks
+    # of other systems), whose streams are the registry's and whose DDL is a stream's
+    {"streams", "connectors"},
     {"system_views"},        # the live catalog as one session sees it
     {"services"},            # the running parts statements may use
     {"sources"},             # the ingest port and wrappers

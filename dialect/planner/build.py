@@ -214,6 +214,10 @@ class Builder:
         written = spec if spec is not None else clause
         if written is not None and written.args.get("arrival"):
             scan = self.arrival_scan(rel, alias, cols, written, changes)
+        elif rel.kind == "stream" and rel.versions:      # its changes' kinds ride along
+            scan = P.StreamScan(rel.name, alias, cols + (P.Column(f"{alias}.{P.CHANGE_KIND}",
+                                                                  "VARCHAR"),),
+                                rel.timestamp_column, None)
         elif rel.kind == "stream":
             scan = P.StreamScan(rel.name, alias, cols, rel.timestamp_column, rel.end_column)
         elif rel.kind == "table" and changes and (spec is not None or clause is not None):
@@ -357,6 +361,8 @@ class Builder:
             if written is not None or clause is not None:
                 raise Unsupported(f"{src.alias} has both a window and a WindowIs in the loop")
             return loop
+        if src.relation.versions:
+            return self.versions(src, written if written is not None else clause, to_expr)
         window = apply_default_windows(
             window_of(written, to_expr, timestamp_us) if written is not None else None,
             window_of(clause, to_expr, timestamp_us) if clause is not None else None,
@@ -365,6 +371,18 @@ class Builder:
             # the columns wstart(*), wend(*) read; a window table's window_start, …
             window = dataclasses.replace(window, columns=src.session)
         return window
+
+    def versions(self, src: Source, written, to_expr) -> P.VersionWindow:
+        """A stream that follows a PostgreSQL table is read as the table's row versions, each
+        valid from its commit until the next change of its key: no other window applies."""
+        if written is not None:
+            raise Unsupported(f"{src.alias} follows a PostgreSQL table: its rows hold from the "
+                              "commit that wrote them until the one that changed them",
+                              position=written.meta.get("start"),
+                              hint=f"Drop the window after {src.alias}; read the table as it "
+                              "stands at each instant.")
+        keys = tuple(to_expr(exp.column(k, table=src.alias)) for k in src.relation.versions)
+        return P.VersionWindow(keys, f"{src.alias}.{P.CHANGE_KIND}")
 
     # ------------------------------------------------------------------ SELECT
     def _select(self, sel: exp.Select):
@@ -653,7 +671,8 @@ class Builder:
         # a filter commutes with time windows (it keeps or drops single tuples) but would
         # change which tuples a count window counts, where a session's gaps are, and when a
         # loop's ST (its first tuple) is, so it stays above ROWS and session windows and loops
-        below = not isinstance(window, (P.RowsWindow, P.LoopWindow, P.SessionWindow))
+        below = not isinstance(window, (P.RowsWindow, P.VersionWindow, P.LoopWindow,
+                                        P.SessionWindow))
         added = tuple(P.Column(c, "TIMESTAMP") for c in getattr(window, "columns", ()))
         # (what reads the columns a window adds, window_start …, stays above it)
         under = [f for f in filters if below and not set(f.columns) & {c.name for c in added}]

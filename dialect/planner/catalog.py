@@ -20,6 +20,8 @@ class Relation:
     # repeat (SELECT a.k, b.k gives k and k_2)
     names: tuple = ()
     query: str = ""               # a view over streams: its SELECT, read where it is named
+    # a stream that follows a PostgreSQL table: the table's key, whose changes end versions
+    versions: tuple = ()
 
     def column_type(self, name: str) -> str | None:
         for col, typ in self.columns:

@@ -13,7 +13,7 @@ from ..operators.aggregates import (aggregate, range_aggregate, session_aggregat
 from ..operators.limit import Limit
 from ..operators.patterns import pattern, row_pattern
 from ..operators.scan import RelationScan, Scan
-from ..windows import grid_window, loop_window, rows_window, session_window
+from ..windows import grid_window, loop_window, rows_window, session_window, version_window
 from ..windows import time_window as window
 
 
@@ -126,7 +126,8 @@ def _slide_of(node) -> P.SlideWindow | None:
     return None
 
 
-_WINDOWS = {P.RowsWindow: rows_window.RowsWindow, P.LoopWindow: loop_window.LoopWindow,
+_WINDOWS = {P.RowsWindow: rows_window.RowsWindow, P.VersionWindow: version_window.VersionWindow,
+            P.LoopWindow: loop_window.LoopWindow,
             P.SessionWindow: session_window.SessionWindow, P.GridWindow: grid_window.GridWindow}
 
 

@@ -29,6 +29,9 @@ from ..batches import INF, TS, with_interval
 from .loops import iterations
 
 
+EARLIEST = -(1 << 62)     # µs: before every tuple (a reach that takes the whole archive)
+
+
 def _int64(a) -> np.ndarray:
     return a.to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -185,6 +188,20 @@ class RowsWindow(_Kind):
 
 
 @dataclass(frozen=True)
+class VersionWindow(_Kind):
+    """A PostgreSQL table's changes as its row versions (``version_window.py``): a change
+    (``op`` column: I insert, U update, D delete, T truncate) holds from its commit until
+    the next change of the same key (``partition_by``), or a truncate; deletes and
+    truncates end versions and are no rows. Every version still valid may be as old as
+    the table, so a query over it starts with the whole archive."""
+    partition_by: tuple = ()      # tuple[Expr]: the table's key
+    op: str = ""                  # the internal name of the change's kind column
+
+    def reach(self, st, con=None):
+        return EARLIEST
+
+
+@dataclass(frozen=True)
 class NowWindow(_Kind):
     """[NOW]: te = ts + 1 µs."""
 
@@ -276,5 +293,5 @@ class LoopWindow(_Kind):
         return int(it.left[0]) if len(it.starts) else None
 
 
-WindowKind = Union[RangeWindow, SlideWindow, GridWindow, RowsWindow, NowWindow, UnboundedWindow,
-                   FixedWindow, IntervalWindow, LoopWindow, SessionWindow]
+WindowKind = Union[RangeWindow, SlideWindow, GridWindow, RowsWindow, VersionWindow, NowWindow,
+                   UnboundedWindow, FixedWindow, IntervalWindow, LoopWindow, SessionWindow]

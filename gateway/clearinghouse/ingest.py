@@ -123,6 +123,13 @@ class Ingest:
             p = self.progress(name)
             await self._release(name, p, ts, at_once=True, asked=True)
 
+    async def move(self, name: str, ts: int) -> None:
+        """A source's word that no tuple earlier than ``ts`` will follow, taken as data's
+        is: the watermark moves now, its BOUNDARY when one is due (once a heartbeat period),
+        so a source that says so often does not split open intervals as often."""
+        async with self._lock:
+            await self._release(name, self.progress(name), ts)
+
     async def heartbeats(self) -> None:
         """Forever: every ``CHECK_S``, a ``tick``."""
         while True:

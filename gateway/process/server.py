@@ -22,6 +22,7 @@ from gateway.archive.spark import Spark
 from gateway.archive.storage import Archive
 from gateway.sources import ingest_port as sources
 from gateway.clearinghouse.ingest import Ingest
+from gateway.connectors.runtime import Connectors
 from gateway.sources.source_stream import SourceStream
 from gateway.clearinghouse import spool
 from gateway.clock import SYSTEM, Clock
@@ -86,18 +87,20 @@ class Server:
         spools = spool.Spools(os.path.join(config.data_dir, spool.FOLDER))
         spool.clean_start(spools.root, streaming.kept_reader)
         streaming.clean_start(config.data_dir)
+        ingest = Ingest(backend, archive, pool, clock, spools)
         # what sessions, sources and system views may use; the rest of this object is the process
         self.services = Services(
             config=config, clock=clock, store=store, streams=streams, pool=pool,
             backend=backend, archive=archive, spark=spark,
             spark_streams=streaming.SparkStreams(spark, spools, config.data_dir, backend,
                                                  store),
-            ingest=Ingest(backend, archive, pool, clock, spools),
+            ingest=ingest,
             # user wrappers (CREATE WRAPPER) are imported only from these folders
             wrapper_dirs=[os.path.join(config.data_dir, "wrappers")]
             + [d for d in (config.wrapper_path or "").split(os.pathsep) if d],
             sessions={}, roles=self.roles, grants=Grants(config.data_dir, self.roles),
-            files=ServerFiles(config.data_dir))
+            files=ServerFiles(config.data_dir),
+            connectors=Connectors(streams, ingest, archive, pool, clock))
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.ssl_context = None
         if config.tls_cert and config.tls_key:
@@ -174,6 +177,7 @@ class Server:
         await svc.backend.start()
         backend_signals.install(svc.store.db, svc, asyncio.get_running_loop())
         await self._keep_relations()
+        await svc.connectors.start()          # after the queries that read their streams
         self._heartbeats = asyncio.create_task(svc.ingest.heartbeats())
         self._compactor = asyncio.create_task(self._compact())
         if config.spark_warm:
@@ -213,6 +217,7 @@ class Server:
         self.metrics.close()
         svc = self.services
         for step, run in (("sessions ended", self._end_sessions),
+                          ("sources stopped", svc.connectors.stop),
                           ("back end stopped", svc.backend.stop),
                           ("Spark stopped", self._stop_spark)):
             began = time.monotonic()

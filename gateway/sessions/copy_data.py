@@ -42,8 +42,11 @@ def columns(session, req) -> list:
 
 def _stream(session, req):
     schema, _, table = req.table.rpartition(".")
-    return session.services.streams.get(fold(schema) if schema else None, fold(table),
-                                        kinds=("stream",))
+    obj = session.services.streams.get(fold(schema) if schema else None, fold(table),
+                                       kinds=("stream",))
+    if obj is not None:
+        obj.refuse_writes()
+    return obj
 
 
 _PARSE = {

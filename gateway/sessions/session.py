@@ -18,6 +18,7 @@ from dialect.errors import PlanError
 from dialect.intervals import interval_us
 from dialect.planner.quality_join import session_options
 
+from gateway.security.redaction import redacted
 from gateway.archive.priming import start_primed
 from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
@@ -365,7 +366,7 @@ class Session:
 
     # ------------------------------------------------------------------ execution
     async def execute(self, p: Prepared, params: list) -> Rows | Done:
-        self.activity.started(p.stmt.text if p.stmt else "", self._waits_on_stream(p))
+        self.activity.started(redacted(p.stmt.text) if p.stmt else "", self._waits_on_stream(p))
         try:
             return await self.run_prepared(p, params)
         finally:

@@ -556,6 +556,9 @@ def _source(services: Services, head: str, peer: str, reader: SourceStream) -> S
             raise _BadLine(f'unknown wrapper "{wrapper}"')
         raise _BadLine(f'stream "{(target or "").strip()}" does not exist')
     _may_feed(services, obj, role.strip() if role else None, password)
+    if obj.options.get("source"):
+        raise _BadLine(f'stream "{obj.name}" follows a PostgreSQL table: its rows come only '
+                       "from there")
     if wrapper == ARROW_WRAPPER:
         return ArrowSource(services, obj, peer, reader)
     kind, user = _wrapper_for(services, obj, wrapper)

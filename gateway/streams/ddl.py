@@ -18,6 +18,8 @@ from dialect.planner.types import normalize
 from executor import plan as P
 
 from gateway.archive.priming import start_primed
+from gateway.connectors import ddl as connector_ddl
+from gateway.connectors.runtime import SECRET, SINK, SOURCE
 from gateway.clearinghouse.slack import micros
 from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
@@ -164,6 +166,9 @@ def create_stream(ctx: StatementContext, tree: X.CreateStream,
     access.require_create(ctx, schema)
     if _exists_check(ctx, schema, name, bool(tree.args.get("exists")), "stream"):
         return Done("CREATE STREAM")
+    if tree.args.get("source") is not None:
+        return connector_ddl.create_stream_from_source(
+            ctx, tree, schema, name, _options(tree.args.get("options"), STREAM_OPTIONS, "stream"))
     cols, ts, te = _columns(ctx, tree.this)
     options = _options(tree.args.get("options"), STREAM_OPTIONS, "stream")
     if tree.args.get("overload"):
@@ -321,7 +326,10 @@ def create_wrapper(ctx: StatementContext, tree: X.CreateWrapper, params) -> Done
 
 
 _KIND_OF = {"STREAM": ("stream", "derived"), "WINDOW": ("window",), "WRAPPER": ("wrapper",),
-            "VIEW": ("view",)}
+            "VIEW": ("view",), "SOURCE": ("source",), "SINK": ("sink",), "SECRET": ("secret",)}
+# connectors' objects live in schemas of their own (gateway/connectors/ddl.py)
+_SCHEMA_OF = {"SOURCE": SOURCE, "SINK": SINK, "SECRET": SECRET}
+NOT_RELATIONS = ("wrapper", "source", "sink", "secret")
 
 
 def drop_view(ctx: StatementContext, tree: exp.Drop, params) -> Done:
@@ -338,7 +346,7 @@ def drop(ctx: StatementContext, tree: X.DropStreamObject, params) -> Done:
     word = tree.args["kind"]
     tag = f"DROP {word}"
     t = tree.this
-    schema, name = (t.db or "public"), t.name
+    schema, name = _SCHEMA_OF.get(word, t.db or "public"), t.name
     reg = ctx.services.streams
     obj = reg.get(schema, name, kinds=_KIND_OF[word])
     if obj is None:
@@ -346,11 +354,12 @@ def drop(ctx: StatementContext, tree: X.DropStreamObject, params) -> Done:
             ctx.notices.append(("NOTICE", "00000",
                                 f'{word.lower()} "{name}" does not exist, skipping'))
             return Done(tag)
-        raise E.UndefinedTable(f'{word.lower()} "{name}" does not exist')
+        missing = E.UndefinedObject if word in _SCHEMA_OF else E.UndefinedTable
+        raise missing(f'{word.lower()} "{name}" does not exist')
     access.require_owner(ctx, obj.kind, obj.schema, obj.name)
     dependents = _all_dependents(reg, obj)
-    readers = _readers(ctx.services, [obj, *dependents]) \
-        if obj.kind != "wrapper" else []
+    readers = _readers(ctx.services, [o for o in (obj, *dependents)
+                                      if o.kind not in NOT_RELATIONS])
     if (dependents or readers) and not tree.args.get("cascade"):
         if dependents:
             names = ", ".join(f"{d.kind} {d.name}" for d in dependents)
@@ -386,10 +395,13 @@ def _stop(services, obj: StreamObject) -> None:
     if obj.kind in ("window", "derived"):
         link.drop(-obj.oid)
         services.spark_streams.drop_kept(obj.oid)
-    if obj.kind != "wrapper":
-        link.drop_stream(obj.relation().name)
-        services.spark_streams.drop_stream(obj.relation().name)
-        services.ingest.forget(obj.relation().name)
+    if obj.kind == "stream" and obj.options.get("source"):
+        services.connectors.stopped(obj)          # its task ends and its slot goes
+    if obj.kind in NOT_RELATIONS:
+        return
+    link.drop_stream(obj.relation().name)
+    services.spark_streams.drop_stream(obj.relation().name)
+    services.ingest.forget(obj.relation().name)
     if obj.kind == "stream" and obj.archived:
         services.archive.drop(obj.key)
 

@@ -29,6 +29,7 @@ def _target(ctx: StatementContext, tree) -> tuple[StreamObject, list]:
         raise E.PgError(f'cannot insert into {obj.kind} "{obj.name}"', sqlstate="42809",
                         hint="Insert into the stream it reads.")
     access.require(ctx, "INSERT", obj.schema, obj.name)
+    obj.refuse_writes()
     names = [c.name for c in tree.this.expressions] if isinstance(tree.this, exp.Schema) \
         else [c[0] for c in obj.columns]
     known = {c[0].lower(): c[0] for c in obj.columns}

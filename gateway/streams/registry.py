@@ -22,8 +22,11 @@ from dialect.planner import Relation
 from executor import plan as P
 
 from gateway import catalog_files
+from gateway.pgwire import errors as E
 
 FIRST_OID = 3_000_000
+RELATION_KINDS = ("stream", "window", "derived", "view")   # the rest: wrappers, connectors
+HIDDEN = "__cq_"               # a column of a stream's own bookkeeping, never shown
 BUILTIN_WRAPPERS = ("csvwrapper", "jsonwrapper")
 DOCUMENT = "objects.json"
 # where an earlier version kept the objects: inside the DuckDB file, where SQL could reach them
@@ -77,11 +80,28 @@ class StreamObject:
         """A named window's or derived stream's query, a copy of its own for the planner."""
         return self.tree.args["expression"].copy()
 
+    def refuse_writes(self) -> None:
+        """A stream that follows a PostgreSQL table has its rows from the table alone:
+        INSERT, COPY and the ingest port are refused (0A000)."""
+        if self.options.get("source"):
+            raise E.FeatureNotSupported(
+                f'stream "{self.name}" follows {self.options.get("table")} in PostgreSQL '
+                f'through source {self.options["source"]}; its rows come only from there',
+                hint=f"Write to {self.options.get('table')} in PostgreSQL.")
+
+    @property
+    def visible_columns(self) -> list:
+        """The columns queries and the catalog see: a source's bookkeeping (``__cq_…``: a
+        PostgreSQL table's commit time, change kind and LSN) stays out of sight."""
+        return [c for c in self.columns if not c[0].startswith(HIDDEN)]
+
     def relation(self) -> Relation:
+        key = self.options.get("key") if self.options.get("source") else None
         return Relation(self.key if self.schema != "public" else self.name, self.kind,
-                        tuple((c[0], c[1]) for c in self.columns), self.timestamp_column,
-                        self.end_column, query=self.query().sql("cql")
-                        if self.kind == "view" else "")
+                        tuple((c[0], c[1]) for c in self.visible_columns),
+                        self.timestamp_column, self.end_column,
+                        query=self.query().sql("cql") if self.kind == "view" else "",
+                        versions=tuple(key.split(",")) if key else ())
 
 
 class StreamRegistry:
@@ -171,14 +191,14 @@ class StreamRegistry:
         if self._tables[0] != version:
             rels, cols = [], []
             for obj in sorted(self.objects.values(), key=lambda o: o.oid):
-                if obj.kind == "wrapper":
+                if obj.kind not in RELATION_KINDS:
                     continue
                 description = _DESCRIPTIONS.get(obj.kind) or (
                     "stream" + (" (archived)" if obj.archived else ""))
                 rels.append((obj.oid, obj.schema, obj.name, "r" if obj.kind == "stream"
                              else "v", obj.kind, description, _query_text(obj)))
                 cols += [(obj.oid, name, i, typ, bool(not_null))
-                         for i, (name, typ, not_null) in enumerate(obj.columns, 1)]
+                         for i, (name, typ, not_null) in enumerate(obj.visible_columns, 1)]
             self._tables = (version, {"cq_relations": self.store.live_table("cq_relations", rels),
                                       "cq_columns": self.store.live_table("cq_columns", cols)})
         return self._tables[1]

@@ -10,6 +10,7 @@ from sqlglot import exp
 
 from dialect import expressions as X
 
+from gateway.connectors import ddl as connector_ddl
 from gateway.pgwire import errors as E
 from gateway.streams import function_ddl, recompute
 from gateway.streams.ddl import (alter, create_stream, create_view, create_window, create_wrapper,
@@ -24,6 +25,8 @@ HANDLERS = {
     X.CreateStream: create_stream,
     X.CreateWindow: create_window,
     X.CreateWrapper: create_wrapper,
+    X.CreateSecret: connector_ddl.create_secret,
+    X.CreateSource: connector_ddl.create_source,
     X.DropStreamObject: drop,
     X.AlterStream: alter,
     X.Explain: explain_statement,

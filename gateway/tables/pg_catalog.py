@@ -179,6 +179,10 @@ LIVE_TABLES = {
     "cq_streams": "stream VARCHAR, tuples BIGINT, rate DOUBLE, watermark TIMESTAMP, "
                   "late BIGINT, errors BIGINT, dropped BIGINT, slack INTERVAL, "
                   "heartbeat INTERVAL, watermark_follows VARCHAR",
+    "cq_sources": "source VARCHAR, stream VARCHAR, kind VARCHAR, upstream VARCHAR, slot VARCHAR, "
+                  "state VARCHAR, rows BIGINT, lag_bytes BIGINT, lag_seconds DOUBLE, "
+                  "confirmed_lsn VARCHAR, errors BIGINT, last_error VARCHAR, "
+                  "since TIMESTAMPTZ",
     # the clearinghouse's logs (gateway/clearinghouse/ingest_log.py)
     "cq_ingest_errors": "stream VARCHAR, source VARCHAR, line BIGINT, reason VARCHAR, "
                         "text VARCHAR, logged TIMESTAMPTZ",
