@@ -36,24 +36,28 @@ class History:
         return seam - self.reach_us
 
 
-async def start_primed(services, histories: list, start):
+async def start_primed(services, histories: list, start, since: int | None = None):
     """Start a query whose windows reach into archived streams' past: while no stream data
     moves (``services.ingest``), read each stream's history up to its seam and
-    ``await start(history, seam)``, which registers the query."""
+    ``await start(history, seam)``, which registers the query. ``since``: a query that goes
+    on from there (a sink after a restart): its windows are filled as they stood then, and
+    its rows from there on go out."""
     return await services.ingest.while_still(
-        lambda seam_of: _start(services.archive, services.pool, seam_of, histories, start))
+        lambda seam_of: _start(services.archive, services.pool, seam_of, histories, start,
+                               since))
 
 
-async def _start(archive, pool, seam_of, histories: list, start):
+async def _start(archive, pool, seam_of, histories: list, start, since: int | None = None):
     """Read each stream's history up to its seam (``seam_of(stream)``: its watermark, or None)
     and start; the seam passed is the newest of the streams' (``NO_TIME`` when no stream has
-    history)."""
+    history), or ``since`` when given."""
     loop = asyncio.get_running_loop()
     history, seams = {}, []
     for stream in {h.stream.lower() for h in histories}:
         mine = [h for h in histories if h.stream.lower() == stream]
         seam = seam_of(stream)
-        afters = [h.after(seam) for h in mine]       # the widest reach of them all
+        reach_from = seam if since is None or seam is None else min(seam, since)
+        afters = [h.after(reach_from) for h in mine]       # the widest reach of them all
         after = None if None in afters else min(afters)
         h = mine[0]
         table = await loop.run_in_executor(pool, archive.read, h.key, h.ts_column, after,
@@ -62,4 +66,6 @@ async def _start(archive, pool, seam_of, histories: list, start):
             history[stream] = table
             top = int(micros(table.column(h.ts_column).combine_chunks())[-1])
             seams.append(seam if seam is not None else top)
+    if since is not None:
+        return await start(history, since)
     return await start(history, max(seams) if seams else NO_TIME)

@@ -35,7 +35,7 @@ STREAM_FROM_SOURCE_OPTIONS = ("fragment",)
 FOLLOWING = {"slack": "none", "heartbeat": "none"}
 
 
-def _exists(ctx: StatementContext, schema: str, name: str, kind: str, if_not_exists) -> bool:
+def exists(ctx: StatementContext, schema: str, name: str, kind: str, if_not_exists) -> bool:
     if ctx.services.streams.get(schema, name) is None:
         return False
     if if_not_exists:
@@ -44,7 +44,7 @@ def _exists(ctx: StatementContext, schema: str, name: str, kind: str, if_not_exi
     raise E.PgError(f'{kind} "{name}" already exists', sqlstate="42710")
 
 
-def _keep(ctx: StatementContext, obj: StreamObject, tag: str) -> Done:
+def keep(ctx: StatementContext, obj: StreamObject, tag: str) -> Done:
     ctx.services.streams.save(obj)
     ctx.services.grants.created(obj.key, ctx.user)
     return Done(tag)
@@ -53,12 +53,12 @@ def _keep(ctx: StatementContext, obj: StreamObject, tag: str) -> Done:
 # ---------------------------------------------------------------------- secrets
 def create_secret(ctx: StatementContext, tree: X.CreateSecret, params) -> Done:
     name = folded(tree.this)
-    if _exists(ctx, SECRET, name, "secret", tree.args.get("exists")):
+    if exists(ctx, SECRET, name, "secret", tree.args.get("exists")):
         return Done("CREATE SECRET")
     obj = StreamObject(ctx.services.streams.next_oid(), "secret", SECRET, name,
                        redacted(tree.sql("cql")),
                        options={"value": tree.expression.name})
-    return _keep(ctx, obj, "CREATE SECRET")
+    return keep(ctx, obj, "CREATE SECRET")
 
 
 def _secret(ctx: StatementContext, name: str) -> StreamObject:
@@ -69,8 +69,18 @@ def _secret(ctx: StatementContext, name: str) -> StreamObject:
     return obj
 
 
+def secret_password(ctx: StatementContext, value) -> StreamObject | None:
+    """The secret ``PASSWORD SECRET s`` names (its owner's only), or None without one."""
+    if value is None:
+        return None
+    if not isinstance(value, X.SecretRef):
+        raise E.InvalidParameterValue("PASSWORD names a secret: PASSWORD SECRET name",
+                                      hint="CREATE SECRET name AS '…' first.")
+    return _secret(ctx, folded(value.this))
+
+
 # ---------------------------------------------------------------------- sources
-def _connector_options(tree, known: tuple, what: str) -> dict:
+def connector_options(tree, known: tuple, what: str) -> dict:
     out = {}
     for item in tree.args.get("options") or []:
         key = item.this.name.lower()
@@ -85,11 +95,11 @@ def _connector_options(tree, known: tuple, what: str) -> dict:
 def create_source(ctx: StatementContext, tree: X.CreateSource, params):
     access.require_superuser(ctx, "create a source")
     name = folded(tree.this)
-    if _exists(ctx, SOURCE, name, "source", tree.args.get("exists")):
+    if exists(ctx, SOURCE, name, "source", tree.args.get("exists")):
         return Done("CREATE SOURCE")
     if tree.args["kind"] != "POSTGRES":
         raise E.FeatureNotSupported(f"a source reads from POSTGRES, not {tree.args['kind']}")
-    given = _connector_options(tree, SOURCE_OPTIONS, "source")
+    given = connector_options(tree, SOURCE_OPTIONS, "source")
     for required in ("connection", "publication"):
         if not isinstance(given.get(required), str):
             raise E.PgError(f'a source needs the option {required.upper()} \'…\'',
@@ -100,19 +110,15 @@ def create_source(ctx: StatementContext, tree: X.CreateSource, params):
         raise E.InvalidParameterValue(f"invalid CONNECTION string: {e}") from None
     options = {"connection": given["connection"], "publication": given["publication"]}
     depends = []
-    password = given.get("password")
-    if isinstance(password, X.SecretRef):
-        secret = _secret(ctx, folded(password.this))
+    secret = secret_password(ctx, given.get("password"))
+    if secret is not None:
         options["password_secret"] = secret.name
         dsn["password"] = secret.options["value"]
         depends.append(secret.key)
-    elif password is not None:
-        raise E.InvalidParameterValue("PASSWORD names a secret: PASSWORD SECRET name",
-                                      hint="CREATE SECRET name AS '…' first.")
     obj = StreamObject(ctx.services.streams.next_oid(), "source", SOURCE, name,
                        redacted(tree.sql("cql")), options=options, depends_on=depends)
     return AwaitOnLoop(lambda: PS.check_source(dsn, options["publication"]),
-                       lambda _: _keep(ctx, obj, "CREATE SOURCE"))
+                       lambda _: keep(ctx, obj, "CREATE SOURCE"))
 
 
 def create_stream_from_source(ctx: StatementContext, tree: X.CreateStream, schema: str,

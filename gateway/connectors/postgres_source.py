@@ -79,7 +79,7 @@ def duck_type(typname: str, typmod: int) -> str:
     return _TYPES.get(typname, "VARCHAR")
 
 
-def _error(e: PgError, what: str) -> E.PgError:
+def pg_error(e: PgError, what: str) -> E.PgError:
     """A PostgreSQL server's error, as the statement's own, saying where it came from."""
     return E.PgError(f"{what}: {e.message}", sqlstate=e.sqlstate or "08000",
                      detail=e.detail, hint=e.hint)
@@ -95,8 +95,8 @@ async def connect(dsn: dict, *, replication: bool = False) -> PgConnection:
     try:
         return await PgConnection.connect(dsn, replication=replication, timeout=CONNECT_S)
     except PgError as e:
-        raise _error(e, f"cannot connect to PostgreSQL at {dsn.get('host')}:"
-                        f"{dsn.get('port')}") from None
+        raise pg_error(e, f"cannot connect to PostgreSQL at {dsn.get('host')}:"
+                          f"{dsn.get('port')}") from None
 
 
 async def check_source(dsn: dict, publication: str) -> None:
@@ -116,7 +116,7 @@ async def check_source(dsn: dict, publication: str) -> None:
                             hint=f"CREATE PUBLICATION {ident(publication)} FOR TABLE … in "
                             "PostgreSQL first.")
     except PgError as e:
-        raise _error(e, "PostgreSQL") from None
+        raise pg_error(e, "PostgreSQL") from None
     finally:
         await con.close()
 
@@ -135,7 +135,7 @@ async def describe(dsn: dict, publication: str, schema: str, table: str) -> Tabl
             f"SELECT 1 FROM pg_publication_tables WHERE pubname = {literal(publication)} "
             f"AND schemaname = {literal(schema)} AND tablename = {literal(table)}")
     except PgError as e:
-        raise _error(e, "PostgreSQL") from None
+        raise pg_error(e, "PostgreSQL") from None
     finally:
         await con.close()
     if not published[0].rows:
@@ -235,7 +235,7 @@ class Follower:
             finally:
                 await con.close()
         except PgError as e:
-            raise _error(e, f"snapshot of {self.schema}.{self.table}") from None
+            raise pg_error(e, f"snapshot of {self.schema}.{self.table}") from None
         finally:
             await repl.close()
         texts = await self.in_thread(self._read_csv, data.getvalue())
@@ -315,7 +315,7 @@ class Follower:
                     return
                 except PgError as e:
                     if e.sqlstate != "55006":       # object in use
-                        raise _error(e, f"dropping slot {self.slot}") from None
+                        raise pg_error(e, f"dropping slot {self.slot}") from None
                     await asyncio.sleep(0.25)
         finally:
             await con.close()

@@ -1,6 +1,7 @@
 """The connectors that run in the gateway: each stream that follows a PostgreSQL table has a
 follower task (``postgres_source.py``), started when the stream is created and again at server
-start, stopped (its slot dropped) when the stream goes; ``rows()`` is ``cq_sources``.
+start, stopped (its slot dropped) when the stream goes; each sink a task (``sinks.py``) the
+same way. ``rows()`` is ``cq_sources``, ``sink_rows()`` ``cq_sinks``.
 
 Statements run in worker threads and reach this only through coroutines awaited on the event
 loop (``AwaitOnLoop``), or, when they drop something, through ``stopped``, which hands the
@@ -11,11 +12,16 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import os
 import time
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from gateway.connectors import postgres_source as PS
+from gateway.connectors.parquet_sink import ParquetTarget
+from gateway.connectors.postgres_sink import PostgresTarget
+from gateway.connectors.sinks import Sink, SinkPlan
 from gateway.connectors.postgres_wire import format_lsn, parse_dsn
 
 log = logging.getLogger("cqgate.sources")
@@ -24,18 +30,21 @@ SECRET, SOURCE, SINK = "cq_secret", "cq_source", "cq_sink"   # their objects' sc
 
 
 class Connectors:
-    def __init__(self, streams, ingest, archive, pool, clock):
+    def __init__(self, streams, ingest, archive, pool, clock, link, data_dir: str):
         self.streams = streams            # gateway/streams/registry.py
         self.ingest = ingest
         self.archive = archive
         self.pool = pool
         self.clock = clock
+        self.link = link                  # the back end: sinks' queries run there
+        self.data_dir = data_dir          # a Parquet sink's relative PATH is under its sinks/
         self.followers: dict = {}         # stream oid -> (Follower, task)
+        self.sinks: dict = {}             # sink oid -> Sink
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ credentials
     def dsn(self, source) -> dict:
-        """The source's connection parameters, its secret's password filled in."""
+        """A source's or sink's connection parameters, its secret's password filled in."""
         dsn = parse_dsn(source.options["connection"])
         secret = source.options.get("password_secret")
         if secret:
@@ -118,9 +127,38 @@ class Connectors:
                 continue
             self._run(obj, follower)
 
+    # ------------------------------------------------------------------ sinks
+    def _target(self, obj, planned: SinkPlan):
+        o = obj.options
+        if o["kind"] == "parquet":
+            path = os.path.join(self.data_dir, "sinks", o["path"]) \
+                if not os.path.isabs(o["path"]) else o["path"]
+            return ParquetTarget(obj.name, path, pa.schema(list(planned.schema)[:-2])), True
+        columns = [(f.name, str(f.type)) for f in planned.schema][:-2]
+        key = o["key"].split(",") if o.get("key") else []
+        return PostgresTarget(obj.name, self.dsn(obj), o["table"], o["mode"], key,
+                              columns), False
+
+    async def start_sink(self, obj, planned: SinkPlan, fresh: bool) -> None:
+        """A new sink (``fresh``: its target is made ready first, and an error reaches its
+        CREATE), or a kept one at server start (its task retries until the target answers)."""
+        self.loop = asyncio.get_running_loop()
+        target, threaded = self._target(obj, planned)
+        sink = Sink(obj, planned, target, self, threaded=threaded)
+        if fresh:
+            await sink.start(fresh=True)
+        else:
+            sink.resume()
+        self.sinks[obj.oid] = sink
+
     def stopped(self, obj) -> None:
-        """``obj`` (a stream that follows a table) was dropped: its task ends and its slot
-        goes. Called from a worker thread; the work is done on the loop."""
+        """``obj`` (a stream that follows a table, or a sink) was dropped: its task ends, and
+        its slot or its progress goes. Called from a worker thread; the work is done on the
+        loop."""
+        sink = self.sinks.pop(obj.oid, None)
+        if sink is not None and self.loop is not None:
+            self.loop.call_soon_threadsafe(
+                lambda: self.loop.create_task(sink.stop(forget=True)))
         entry = self.followers.pop(obj.oid, None)
         if entry is None or self.loop is None:
             return
@@ -134,13 +172,24 @@ class Connectors:
         self.loop.call_soon_threadsafe(lambda: self.loop.create_task(end()))
 
     async def stop(self) -> None:
-        """At shutdown: every follower ends (its slot stays, to go on after the restart)."""
+        """At shutdown: every follower and sink ends (slots and progress stay, to go on
+        after the restart)."""
         tasks = [t for _, t in self.followers.values() if t is not None]
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, *(s.stop(forget=False) for s in self.sinks.values()),
+                             return_exceptions=True)
 
-    # ------------------------------------------------------------------ cq_sources
+    # ------------------------------------------------------------------ cq_sources, cq_sinks
+    def sink_rows(self) -> list:
+        out = []
+        for oid, sink in sorted(self.sinks.items()):
+            p, o = sink.progress, sink.obj.options
+            out.append((sink.obj.name, o["kind"], o.get("table") or o.get("path"), o["mode"],
+                        p.state, p.rows, _instant(p.watermark), p.errors, p.last_error,
+                        dt.datetime.fromtimestamp(p.since, dt.timezone.utc)))
+        return out
+
     def rows(self) -> list:
         out, now = [], time.time()
         for oid, (f, task) in sorted(self.followers.items()):
@@ -152,6 +201,10 @@ class Connectors:
                         format_lsn(p.confirmed_lsn), p.errors, p.last_error,
                         dt.datetime.fromtimestamp(p.since, dt.timezone.utc)))
         return out
+
+
+def _instant(us: int | None):
+    return None if us is None else dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=us)
 
 
 async def _quietly(work) -> None:

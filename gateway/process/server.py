@@ -42,6 +42,7 @@ from gateway.spark_engine import streaming
 from gateway.sessions.connection import Connection
 from gateway.sessions.session import Session
 from gateway.streams import ddl
+from gateway.connectors import sink_ddl
 from gateway.streams.registry import StreamRegistry
 from gateway.tables.statement_context import settle
 from gateway.tables.store import Store
@@ -50,6 +51,12 @@ log = logging.getLogger("cqgate")
 COMPACT_EVERY_S = 5.0      # how often archived streams' small files are merged
 WORKERS_WAIT_S = 3.0       # how long a shutdown waits for worker threads' running calls
 SPARK_STOP_S = 10.0        # how long a shutdown waits for Spark's session to stop
+
+
+# what runs again at server start, in this order (a sink reads streams only), and how
+_KEPT = ("window", "derived", "sink")
+_KEEP = {"window": ddl.keep_relation, "derived": ddl.keep_relation,
+         "sink": sink_ddl.keep_sink}
 
 
 class ConfigError(ValueError):
@@ -100,7 +107,8 @@ class Server:
             + [d for d in (config.wrapper_path or "").split(os.pathsep) if d],
             sessions={}, roles=self.roles, grants=Grants(config.data_dir, self.roles),
             files=ServerFiles(config.data_dir),
-            connectors=Connectors(streams, ingest, archive, pool, clock))
+            connectors=Connectors(streams, ingest, archive, pool, clock, backend,
+                                  config.data_dir))
         self._pids = itertools.count(os.getpid() * 100 % 1_000_000 + 1)
         self.ssl_context = None
         if config.tls_cert and config.tls_key:
@@ -140,10 +148,10 @@ class Server:
             svc.pool, lambda: Session(svc, 0, 0, user=svc.roles.bootstrap))
         try:
             kept = sorted((o for o in svc.streams.objects.values()
-                           if o.kind in ("window", "derived")), key=lambda o: o.oid)
+                           if o.kind in _KEPT), key=lambda o: (_KEPT.index(o.kind), o.oid))
             for obj in kept:
                 try:
-                    await settle(await session.in_thread(ddl.keep_relation, session.ctx, obj),
+                    await settle(await session.in_thread(_KEEP[obj.kind], session.ctx, obj),
                                  session.in_thread)
                 except Exception as e:  # noqa: BLE001 - one bad definition must not stop the rest
                     log.error("cannot start %s %s: %s", obj.kind, obj.name, e)

@@ -7,7 +7,9 @@ import re
 MASK = "********"
 _SECRET = re.compile(r"(\bCREATE\s+SECRET\s+(?:IF\s+NOT\s+EXISTS\s+)?\S+\s+AS\s+)"
                      r"('(?:[^']|'')*'|\S+)", re.IGNORECASE)
-_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']+)", re.IGNORECASE)
+# a connection string's password (not ``PASSWORD = SECRET s``, which names a secret)
+_PASSWORD = re.compile(r"(\bpassword\s*=\s*)(?!SECRET\b)('(?:[^'\\]|\\.)*'|[^\s']+)",
+                       re.IGNORECASE)
 
 
 def redacted(sql: str) -> str:
@@ -16,6 +18,8 @@ def redacted(sql: str) -> str:
     "CREATE SECRET s AS '********'"
     >>> redacted("CREATE SOURCE pg FROM POSTGRES (CONNECTION 'host=h password=pw user=u')")
     "CREATE SOURCE pg FROM POSTGRES (CONNECTION 'host=h password=******** user=u')"
+    >>> redacted("CREATE SINK s INTO POSTGRES (PASSWORD = SECRET pw, TABLE = 't') AS TABLE x")
+    "CREATE SINK s INTO POSTGRES (PASSWORD = SECRET pw, TABLE = 't') AS TABLE x"
     """
     if "secret" not in sql.lower() and "password" not in sql.lower():
         return sql

@@ -395,8 +395,8 @@ def _stop(services, obj: StreamObject) -> None:
     if obj.kind in ("window", "derived"):
         link.drop(-obj.oid)
         services.spark_streams.drop_kept(obj.oid)
-    if obj.kind == "stream" and obj.options.get("source"):
-        services.connectors.stopped(obj)          # its task ends and its slot goes
+    if obj.kind == "sink" or (obj.kind == "stream" and obj.options.get("source")):
+        services.connectors.stopped(obj)          # its task ends, its slot or progress goes
     if obj.kind in NOT_RELATIONS:
         return
     link.drop_stream(obj.relation().name)

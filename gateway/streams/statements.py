@@ -11,6 +11,7 @@ from sqlglot import exp
 from dialect import expressions as X
 
 from gateway.connectors import ddl as connector_ddl
+from gateway.connectors import sink_ddl
 from gateway.pgwire import errors as E
 from gateway.streams import function_ddl, recompute
 from gateway.streams.ddl import (alter, create_stream, create_view, create_window, create_wrapper,
@@ -27,6 +28,7 @@ HANDLERS = {
     X.CreateWrapper: create_wrapper,
     X.CreateSecret: connector_ddl.create_secret,
     X.CreateSource: connector_ddl.create_source,
+    X.CreateSink: sink_ddl.create_sink,
     X.DropStreamObject: drop,
     X.AlterStream: alter,
     X.Explain: explain_statement,

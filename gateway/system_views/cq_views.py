@@ -1,6 +1,6 @@
-"""``cq_queries``, ``cq_joins``, ``cq_streams``, ``cq_sources`` and the clearinghouse's logs (``cq_ingest_errors``,
-``cq_late_tuples``, ``cq_shed``): what runs and what came in, as tables of the emulated catalog
-that plain SQL reads. A statement that names one of them gets them as they are when it starts
+"""``cq_queries``, ``cq_joins``, ``cq_streams``, ``cq_sources``, ``cq_sinks`` and the
+clearinghouse's logs (``cq_ingest_errors``, ``cq_late_tuples``, ``cq_shed``): what runs and what
+came in, as tables of the emulated catalog that plain SQL reads. A statement that names one of them gets them as they are when it starts
 (registered on its session's connection: ``gateway/system_views/catalog_live.py``)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import datetime as dt
 from gateway.system_views.activity import HIDDEN
 
 NAMES = frozenset({"cq_queries", "cq_joins", "cq_streams", "cq_ingest_errors",
-                   "cq_late_tuples", "cq_shed", "cq_sources"})
+                   "cq_late_tuples", "cq_shed", "cq_sources", "cq_sinks"})
 
 
 def wanted(reads: frozenset) -> bool:
@@ -73,6 +73,7 @@ async def gather(services, viewer: str, stats: dict | None = None) -> dict:
          p.dropped, p.slack, p.heartbeat, _follows(p)) for x, p in zip(s, progress)])
     return {"cq_queries": queries, "cq_joins": joins, "cq_streams": streams,
             "cq_sources": store.live_table("cq_sources", services.connectors.rows()),
+            "cq_sinks": store.live_table("cq_sinks", services.connectors.sink_rows()),
             **{name: store.live_table(name, rows)
                for name, rows in services.ingest.log.rows().items()}}
 

@@ -183,6 +183,9 @@ LIVE_TABLES = {
                   "state VARCHAR, rows BIGINT, lag_bytes BIGINT, lag_seconds DOUBLE, "
                   "confirmed_lsn VARCHAR, errors BIGINT, last_error VARCHAR, "
                   "since TIMESTAMPTZ",
+    "cq_sinks": "sink VARCHAR, kind VARCHAR, target VARCHAR, mode VARCHAR, state VARCHAR, "
+                "rows BIGINT, watermark TIMESTAMP, errors BIGINT, last_error VARCHAR, "
+                "since TIMESTAMPTZ",
     # the clearinghouse's logs (gateway/clearinghouse/ingest_log.py)
     "cq_ingest_errors": "stream VARCHAR, source VARCHAR, line BIGINT, reason VARCHAR, "
                         "text VARCHAR, logged TIMESTAMPTZ",
