@@ -10,6 +10,7 @@ import datetime as dt
 import glob
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -22,6 +23,7 @@ import pytest
 from conftest import ServerProcess
 from continuous import unique, wait_for
 from scripts.embedded_postgres import EmbeddedPostgres
+from test_docs import statements
 from test_postgres_source import make_source, make_table, pg_connect, utc
 
 TXNS = 150
@@ -207,3 +209,42 @@ def test_sink_refusals_and_a_key_that_is_not_unique(server, pg, tmp_path):
                  == [("0",)], timeout=10, what="the sink's progress to go")
         c.execute(f"DROP SOURCE {src} CASCADE")
         c.execute(f"DROP STREAM {plain}")
+
+
+# ---------------------------------------------------------------------- the pages
+def test_the_sources_and_sinks_pages_show_what_runs(start_server, tmp_path_factory):
+    """docs/sources.md then docs/sinks.md, in order: ``psql`` blocks run in a PostgreSQL of
+    their own, ``sql`` blocks in cqgate (the pages' port is that PostgreSQL's), and each
+    ``text`` block is what the last statement before it returns once the change has come
+    through (replication is asynchronous: the statement is asked again for up to 20 s)."""
+    pg = EmbeddedPostgres()
+    pg.start(tmp_path_factory.mktemp("pg-docs") / "data", fast=True)
+    srv = start_server()
+    docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+    checked = 0
+    try:
+        with psycopg.connect(srv.dsn, autocommit=True) as c, pg_connect(pg) as p:
+            for page in ("sources.md", "sinks.md"):
+                text = open(os.path.join(docs, page), encoding="utf-8").read()
+                last = None
+                for lang, body in re.findall(r"```(sql|psql|text)\n(.*?)```", text, re.S):
+                    if lang == "text":
+                        want = body.strip().splitlines()
+                        began = time.monotonic()
+                        wait_for(lambda: _rows(*last) == want, timeout=20,
+                                 what=lambda: f"{page}: {_rows(*last)} to be {want}")
+                        print(f"{page}: {time.monotonic() - began:.2f} s")
+                        checked += 1
+                        continue
+                    conn = c if lang == "sql" else p
+                    for stmt in statements(body.replace("port=5432", f"port={pg.port}")):
+                        cur = conn.execute(stmt)
+                        if cur.description:
+                            last = (conn, stmt)
+    finally:
+        pg.stop()
+    assert checked == 3
+
+
+def _rows(conn, stmt: str) -> list:
+    return [" | ".join(str(v) for v in r) for r in conn.execute(stmt).fetchall()]

@@ -461,5 +461,9 @@ class _Session:
         if self.txn is None and not self.pending:
             at = self.f.stamp(k.send_time_us - MARGIN_US)
             await self.f.punctuate(at)
-        if k.reply_requested:
+            # everything the server sent is handled (other tables' changes need nothing), so
+            # its WAL may go: a quiet table in a busy database holds none back, and a server
+            # shutting down, which waits for its WAL senders' clients, is not held up
+            self.done = max(self.done, k.wal_end)
+        if k.reply_requested or self.done > self.f.progress.confirmed_lsn:
             await self._confirm(reply=False)
