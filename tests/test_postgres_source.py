@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import glob
+import json
 import os
 import random
 import signal
 import threading
 import time
+import urllib.request
 from collections import Counter
 
 import duckdb
@@ -363,6 +365,17 @@ def test_a_stopped_postgres_is_retried_and_disturbs_no_other_query(server, pg):
         reader.execute(f"DECLARE s CURSOR FOR SELECT id, v FROM {table}")
         pg.psql(f"INSERT INTO {table} VALUES (1, 10)")
         assert reader.execute("FETCH 1 FROM s WITH (timeout = '20s')").fetchall() == [(1, 10)]
+        # the metrics and the console show the source
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics",
+                                    timeout=10) as r:
+            metrics = r.read().decode()
+        assert f'cqgate_source_rows_total{{source="{src}",stream="{table}"}} 1' in metrics \
+            or f'cqgate_source_rows_total{{stream="{table}",source="{src}"}} 1' in metrics
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/api/state?token="
+                                    f"{server.http_token}", timeout=10) as r:
+            shown = {x["stream"]: x for x in json.load(r)["sources"]}
+        assert shown[table]["state"] == "running" and shown[table]["upstream"] == \
+            f"public.{table}"
         pg.kill()
         try:
             row = wait_for(lambda: (lambda r: r if r[4] == "retrying" else None)(

@@ -104,7 +104,11 @@ async def snapshot(services, connections: int = 0, plans: bool = False) -> dict:
             processes.append({"process": process, "resident_bytes": got[0],
                               "cpu_seconds": got[1]})
     spark = services.spark_streams
-    return {"streams": streams, "queries": queries, "sessions": len(services.sessions),
+    sources = [{**x, "since": x["since"].timestamp()} for x in views["cq_sources"].to_pylist()]
+    sinks = [{**x, "since": x["since"].timestamp(), "watermark": None if x["watermark"] is None
+              else x["watermark"].isoformat(sep=" ")} for x in views["cq_sinks"].to_pylist()]
+    return {"streams": streams, "queries": queries, "sources": sources, "sinks": sinks,
+            "sessions": len(services.sessions),
             "connections": connections, "processes": processes, "backend": backend,
             "archive": [{"stream": k, "fragments": n, "bytes": b} for k, n, b in archive],
             "spark": {"active_jobs": spark_jobs,
@@ -125,6 +129,13 @@ async def render(services, connections: int = 0) -> str:
         for metric, key in _QUERY_SAMPLES:
             f[metric].add(q[key], **labels)
         f["cqgate_query_failed"].add(1 if q["error"] else 0, **labels)
+    for x in state["sources"]:
+        labels = {"stream": x["stream"], "source": x["source"]}
+        for metric, key in _SOURCE_SAMPLES:
+            f[metric].add(x[key], **labels)
+    for x in state["sinks"]:
+        f["cqgate_sink_rows_total"].add(x["rows"], sink=x["sink"])
+        f["cqgate_sink_errors_total"].add(x["errors"], sink=x["sink"])
     f["cqgate_sessions"].add(state["sessions"])
     f["cqgate_connections"].add(state["connections"])
     for metric, key in _BACKEND_SAMPLES:
@@ -157,6 +168,12 @@ _FAMILIES = [
     ("cqgate_query_result_spill_bytes", "gauge", "Unread rows spilled to disk"),
     ("cqgate_query_last_emit_timestamp_seconds", "gauge", "When a row last came out"),
     ("cqgate_query_failed", "gauge", "1 when the query ended with an error"),
+    ("cqgate_source_rows_total", "counter", "Changes a stream took from a PostgreSQL table"),
+    ("cqgate_source_lag_bytes", "gauge", "WAL the server sent beyond what cqgate confirmed"),
+    ("cqgate_source_lag_seconds", "gauge", "How far behind the server a source is"),
+    ("cqgate_source_errors_total", "counter", "Errors a source met (it retries)"),
+    ("cqgate_sink_rows_total", "counter", "Rows a sink wrote (upserts and deletes counted)"),
+    ("cqgate_sink_errors_total", "counter", "Errors a sink met (it starts again)"),
     ("cqgate_sessions", "gauge", "Client sessions"),
     ("cqgate_connections", "gauge", "Client connections, sessions and ones still starting"),
     ("cqgate_backend_batches_total", "counter",
@@ -184,6 +201,9 @@ _QUERY_SAMPLES = [
     ("cqgate_query_result_queue_bytes", "memory_bytes"),
     ("cqgate_query_result_spill_bytes", "spill_bytes"),
     ("cqgate_query_last_emit_timestamp_seconds", "last_emit")]
+_SOURCE_SAMPLES = [
+    ("cqgate_source_rows_total", "rows"), ("cqgate_source_lag_bytes", "lag_bytes"),
+    ("cqgate_source_lag_seconds", "lag_seconds"), ("cqgate_source_errors_total", "errors")]
 _BACKEND_SAMPLES = [
     ("cqgate_backend_batches_total", "batches"),
     ("cqgate_backend_batch_rows_total", "batch_rows"),
