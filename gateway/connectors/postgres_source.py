@@ -31,6 +31,7 @@ log = logging.getLogger("cqgate.sources")
 COMMIT, OP, LSN = "__cq_commit", P.CHANGE_KIND, "__cq_lsn"    # the stream's bookkeeping
 FLUSH_ROWS = 50_000         # changes taken in before they go to the archive together
 FLUSH_S = 0.05              # the longest a received change waits for more
+GAP_S = 0.002               # … and, once the server has nothing more at hand, for this long
 IDLE_S = 0.2                # a quiet slot is asked for the server's time this often
 MARGIN_US = 100_000         # punctuation stays this far behind the server's clock
 BACKOFF_S = (0.25, 10.0)    # first and longest wait before reconnecting
@@ -353,7 +354,7 @@ class _Session:
 
     async def run(self) -> None:
         while True:
-            msg = await self.stream.next(timeout=FLUSH_S)
+            msg = await self.stream.next(timeout=GAP_S if self.pending else FLUSH_S)
             if isinstance(msg, XLogData):
                 decoded = pgoutput.decode(msg.payload)
                 handler = self.handlers.get(type(decoded))

@@ -37,6 +37,7 @@ log = logging.getLogger("cqgate")
 HIGH_WATER = 8 << 20       # bytes queued towards the back end before ingest waits
 BEHIND = HIGH_WATER // 2   # queued bytes at which the back end counts as behind (ON OVERLOAD)
 SHED_LIMIT = 8 * HIGH_WATER  # a load-shedding stream waits only past this many queued bytes
+ANSWER_S = 60.0            # the longest a request to the back end waits for its answer
 
 
 def _one_line(sql: str, width: int = 120) -> str:
@@ -267,7 +268,14 @@ class BackendLink:
 
     @staticmethod
     async def _answer(fut: asyncio.Future) -> wire.Answer:
-        answer = await asyncio.wait_for(fut, timeout=60)
+        try:
+            answer = await asyncio.wait_for(fut, timeout=ANSWER_S)
+        except asyncio.TimeoutError:
+            # a back end far behind its input: the statement fails, its session goes on
+            raise E.PgError(f"the back end did not answer within {ANSWER_S:.0f} s: it is "
+                            "behind its input", sqlstate="53000",
+                            hint="See cq_queries and the back end's busy share in the "
+                            "console; try again when it has caught up.") from None
         if not answer.ok:
             raise E.PgError(answer.error, sqlstate=answer.sqlstate or "XX000")
         return answer

@@ -28,6 +28,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -86,6 +87,10 @@ _MERGED = {
     "count": ("count", PartialFn(lambda: 0, lambda s, n: s + n, lambda s: s)),
     "count_star": ("count_all", PartialFn(lambda: 0, lambda s, n: s + n, lambda s: s)),
 }
+
+
+# merged partials a sweep may sum over a batch's overlapping rows (they undo by subtracting)
+_SWEPT = ("count", "count_star", "sum")
 
 
 def _mergeable(func: str, arg_type) -> bool:
@@ -218,6 +223,7 @@ class Aggregate(Operator):
         self.filled_until: int | None = None    # keyless: rows are produced for every instant
         self.types: dict = {}                   # Arrow type of each key and partial column
         self.merged = False                     # partials folded per batch by Arrow first
+        self.swept = False                      # … and cut into disjoint pieces (_swept)
         self.input = self.final = None          # Projections over the cursor ``open`` takes
 
     def open(self, context):
@@ -253,11 +259,16 @@ class Aggregate(Operator):
                     not any(pa.types.is_nested(table.schema.field(k).type) for k in self.keys):
                 self.fns = [_MERGED[f][1] for f in funcs]
                 self.merged = True
+                self.swept = all(f in _SWEPT and (f != "sum" or pa.types.is_integer(
+                    table.schema.field(p).type)) for f, p in zip(funcs, self.partials))
             self.types = {f.name: f.type for f in table.schema}
             for p, fn_name in zip(self.partials, funcs):
                 self.types[p] = _partial_type(fn_name, self.types[p])
+        now = pc.max(table.column(TS)).as_py()
         if self.merged:
             table = self._folded(table)
+            if self.swept:
+                table = self._swept(table)
         cols = table.to_pydict()
         nk = len(self.keys)
         key_cols = [cols[k] for k in self.keys]
@@ -271,7 +282,7 @@ class Aggregate(Operator):
             idx.insert(ts_col[i], te_col[i], [c[i] for c in val_cols])
         # rows only: progress is passed on when a BOUNDARY says so (seed 000 §2.6), so a
         # multi-input operator downstream orders its inputs by their tuples, as the seed shows
-        return [m for m in self._reorganise(ts_col[-1], split=False)
+        return [m for m in self._reorganise(now, split=False)
                 if not isinstance(m, Watermark)]
 
     def _folded(self, table: pa.Table) -> pa.Table:
@@ -287,6 +298,45 @@ class Aggregate(Operator):
         out = out.select(self.keys + names + [TS, TE]).rename_columns(
             self.keys + self.partials + [TS, TE])
         return out.sort_by([(TS, "ascending"), (TE, "ascending")])
+
+    def _swept(self, table: pa.Table) -> pa.Table:
+        """The batch's rows as disjoint pieces per group: between each two neighbouring ends
+        of its intervals, the partials of the rows covering that stretch, summed (counts and
+        integer sums are undone by subtracting, so one sweep over the sorted ends gives them
+        all). A row valid long (a table's row version, split at each BOUNDARY) then folds
+        into the few elements of its own stretch, not into every element it spans."""
+        n = table.num_rows
+        if n < 2:
+            return table
+        if self.keys:
+            groups = table.select(self.keys).to_pylist()
+            ids: dict = {}
+            gid = np.fromiter((ids.setdefault(tuple(g.values()), len(ids)) for g in groups),
+                              np.int64, n)
+        else:
+            gid = np.zeros(n, np.int64)
+        ts = table.column(TS).to_numpy(zero_copy_only=False).astype(np.int64)
+        te = table.column(TE).to_numpy(zero_copy_only=False).astype(np.int64)
+        g, t = np.concatenate([gid, gid]), np.concatenate([ts, te])
+        order = np.lexsort((t, g))
+        g, t = g[order], t[order]
+        sign = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])[order]
+        cover = np.cumsum(sign)
+        # a stretch: from one end to the next one of the same group, covered by some row
+        cut = np.flatnonzero((g[:-1] == g[1:]) & (t[:-1] < t[1:]) & (cover[:-1] > 0))
+        cols = {}
+        for name in self.partials:
+            col = table.column(name)
+            present = col.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
+            values = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            total = np.cumsum(np.concatenate([values, -values])[order])[cut]
+            known = np.cumsum(np.concatenate([present, -present])[order])[cut]
+            cols[name] = pa.array(total, pa.int64(), mask=known == 0)
+        first = order[cut] % n             # a row whose keys the stretch's group has
+        out = {k: table.column(k).take(pa.array(first)) for k in self.keys}
+        out.update(cols)
+        out[TS], out[TE] = pa.array(t[cut]), pa.array(t[cut + 1])
+        return pa.table(out)
 
     def on_watermark(self, ts, port=0):
         self.on_start(ts)
