@@ -11,6 +11,8 @@ import uuid
 
 import pytest
 
+from scripts.embedded_postgres import EmbeddedPostgres
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -135,3 +137,15 @@ def psql(server, *args: str, stdin: str | None = None, env: dict | None = None,
            "-v", "ON_ERROR_STOP=0", *args]
     return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PGCONNECT_TIMEOUT": "10", **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def pg(tmp_path_factory):
+    """A PostgreSQL 18 of the module's own (scripts/embedded_postgres.py), with commit
+    timestamps kept (the oracle's clock for streams that follow its tables)."""
+    server = EmbeddedPostgres()
+    server.start(tmp_path_factory.mktemp("pg") / "data", fast=True)
+    server.psql("ALTER SYSTEM SET track_commit_timestamp = on")
+    server.restart()
+    yield server
+    server.stop()

@@ -18,25 +18,14 @@ from collections import Counter
 
 import duckdb
 import psycopg
-import pytest
 
 from conftest import ServerProcess
 from continuous import unique, wait_for
 from scripts.embedded_postgres import EmbeddedPostgres
 from test_docs import statements
-from test_postgres_source import make_source, make_table, pg_connect, utc
+from test_postgres_source import error_of, make_source, make_table, pg_connect, utc
 
 TXNS = 150
-
-
-@pytest.fixture(scope="module")
-def pg(tmp_path_factory):
-    server = EmbeddedPostgres()
-    server.start(tmp_path_factory.mktemp("pg") / "data", fast=True)
-    server.psql("ALTER SYSTEM SET track_commit_timestamp = on")
-    server.restart()
-    yield server
-    server.stop()
 
 
 def sinks(c) -> dict:
@@ -158,12 +147,6 @@ def test_kill_9_while_sinks_write_leaves_each_row_once(pg, tmp_path):
         srv.stop()
 
 
-def _error(c, sql: str) -> psycopg.Error:
-    with pytest.raises(psycopg.Error) as info:
-        c.execute(sql)
-    return info.value
-
-
 def test_sink_refusals_and_a_key_that_is_not_unique(server, pg, tmp_path):
     table, src = unique("refused"), unique("pg")
     publication = make_table(pg, table, "id int PRIMARY KEY, grp int")
@@ -173,24 +156,24 @@ def test_sink_refusals_and_a_key_that_is_not_unique(server, pg, tmp_path):
         c.execute(f"CREATE STREAM {table} FROM SOURCE {src} TABLE {table}")
         plain = unique("plain")
         c.execute(f"CREATE STREAM {plain} (v int, t timestamp TIMESTAMPCOLUMN)")
-        e = _error(c, f"CREATE SINK {unique('s')} INTO PARQUET (PATH 'x') AS SELECT v FROM "
+        e = error_of(c, f"CREATE SINK {unique('s')} INTO PARQUET (PATH 'x') AS SELECT v FROM "
                       f"{plain}")
         assert e.sqlstate == "0A000" and "archived" in str(e)
-        e = _error(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
+        e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
                       f"'t', MODE 'merge') AS SELECT id FROM {table}")
         assert e.sqlstate == "22023"
-        e = _error(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
+        e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
                       f"'t', MODE 'upsert') AS SELECT id FROM {table}")
         assert e.sqlstate == "42601" and "KEY" in str(e)
-        e = _error(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
+        e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
                       f"'t', MODE 'upsert', KEY 'nope') AS SELECT id FROM {table}")
         assert e.sqlstate == "42703"
         pg.psql(f"CREATE TABLE {table}_full (grp int PRIMARY KEY); "
                 f"INSERT INTO {table}_full VALUES (1)")
-        e = _error(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
+        e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
                       f"'{table}_full', MODE 'upsert', KEY 'grp') AS SELECT grp FROM {table}")
         assert e.sqlstate == "55000" and "not empty" in str(e)
-        e = _error(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION 'host=127.0.0.1 "
+        e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION 'host=127.0.0.1 "
                       f"port=1', TABLE 't') AS SELECT id FROM {table}")
         assert e.sqlstate.startswith("08")
         # a key that names two rows at once stops the sink, and says so
@@ -201,7 +184,7 @@ def test_sink_refusals_and_a_key_that_is_not_unique(server, pg, tmp_path):
         row = wait_for(lambda: (lambda r: r if r[4] == "stopped" else None)(sinks(c)[sink]),
                        timeout=30, what="the sink to stop")
         assert "KEY must name one row" in row[8], row
-        e = _error(c, f"DROP STREAM {table}")
+        e = error_of(c, f"DROP STREAM {table}")
         assert e.sqlstate == "2BP01"
         c.execute(f"DROP SINK {sink}")
         assert sink not in sinks(c)
@@ -248,3 +231,45 @@ def test_the_sources_and_sinks_pages_show_what_runs(start_server, tmp_path_facto
 
 def _rows(conn, stmt: str) -> list:
     return [" | ".join(str(v) for v in r) for r in conn.execute(stmt).fetchall()]
+
+
+def test_a_slow_target_slows_only_its_sink(start_server, pg):
+    """A sink whose table is locked in PostgreSQL: its rows wait in memory within the
+    server's result bound (on disk past it), a cursor over another stream is not held up,
+    and once the lock goes the table catches up with the answer."""
+    srv = start_server("--result-memory", "64kB", "--result-spill", "256kB")
+    table, other, src = unique("slow"), unique("other"), unique("pg")
+    publication = make_table(pg, table, "id int PRIMARY KEY, v text")
+    conn = f"host=127.0.0.1 port={pg.port} dbname=postgres user=postgres password={pg.password}"
+    with psycopg.connect(srv.dsn, autocommit=True) as c, \
+            psycopg.connect(srv.dsn, autocommit=True) as reader, pg_connect(pg) as hold:
+        make_source(c, pg, src, publication)
+        c.execute(f"CREATE STREAM {table} FROM SOURCE {src} TABLE {table}")
+        c.execute(f"CREATE SINK {table} INTO POSTGRES (CONNECTION '{conn}', TABLE "
+                  f"'{table}_now', MODE 'upsert', KEY 'id') AS SELECT id, v FROM {table}")
+        c.execute(f"CREATE STREAM {other} (n int, t timestamp TIMESTAMPCOLUMN)")
+        reader.execute("BEGIN")
+        reader.execute(f"DECLARE o CURSOR FOR SELECT n FROM {other}")
+        hold.execute("BEGIN")
+        hold.execute(f"LOCK TABLE {table}_now IN ACCESS EXCLUSIVE MODE")
+        with pg_connect(pg) as w:
+            for k in range(20):
+                w.execute(f"INSERT INTO {table} SELECT i, repeat('x', 100) || i FROM "
+                          f"generate_series({k * 1000 + 1}, {k * 1000 + 1000}) i")
+        for n in range(3):
+            c.execute(f"INSERT INTO {other} VALUES (%s, now())", (n,))
+        assert reader.execute("FETCH 3 FROM o WITH (timeout = '10s')").fetchall() == \
+            [(0,), (1,), (2,)]
+        def queued():
+            return c.execute("SELECT memory_bytes, spill_bytes FROM cq_queries WHERE "
+                             f"name = '{table}'").fetchone()
+        held = wait_for(lambda: (lambda q: q if q and q[1] > 256 * 1024 else None)(queued()),
+                        timeout=60, what=lambda: f"the sink's rows to wait: {queued()}")
+        assert held[0] <= 2 * 64 * 1024, held      # in memory: the bound, a batch over at most
+        hold.execute("ROLLBACK")
+        expected = sorted(pg.psql(f"SELECT id, v FROM {table}"))
+        wait_for(lambda: sorted(pg.psql(f"SELECT id, v FROM {table}_now")) == expected,
+                 timeout=120, what=lambda: f"the sink's table to catch up: {sinks(c)[table]}, "
+                 f"{pg.psql(f'SELECT count(*) FROM {table}_now')} rows")
+        reader.execute("COMMIT")
+        c.execute(f"DROP SOURCE {src} CASCADE")

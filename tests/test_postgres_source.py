@@ -28,17 +28,6 @@ from scripts.embedded_postgres import EmbeddedPostgres
 UTC = dt.timezone.utc
 
 
-@pytest.fixture(scope="module")
-def pg(tmp_path_factory):
-    """One PostgreSQL for the module, with commit timestamps kept (the oracle's clock)."""
-    server = EmbeddedPostgres()
-    server.start(tmp_path_factory.mktemp("pg") / "data", fast=True)
-    server.psql("ALTER SYSTEM SET track_commit_timestamp = on")
-    server.restart()
-    yield server
-    server.stop()
-
-
 def pg_connect(pg: EmbeddedPostgres) -> psycopg.Connection:
     return psycopg.connect(pg.dsn, autocommit=True)
 
@@ -284,7 +273,7 @@ def _lsn(text: str) -> int:
 
 
 # ---------------------------------------------------------------------- failures
-def _error(c, sql: str) -> psycopg.Error:
+def error_of(c, sql: str) -> psycopg.Error:
     with pytest.raises(psycopg.Error) as info:
         c.execute(sql)
     return info.value
@@ -299,31 +288,31 @@ def test_bad_credentials_publication_table_and_key_each_say_what_is_wrong(server
     with psycopg.connect(server.dsn, autocommit=True) as c:
         wrong = unique("wrong")
         c.execute(f"CREATE SECRET {wrong} AS 'not-the-password'")
-        e = _error(c, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION '{where}', "
+        e = error_of(c, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION '{where}', "
                       f"PUBLICATION '{publication}', PASSWORD SECRET {wrong})")
         assert e.sqlstate == "28P01" and "password authentication failed" in str(e)
-        e = _error(c, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION "
+        e = error_of(c, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION "
                       f"'host=127.0.0.1 port=1 user=postgres', PUBLICATION 'p')")
         assert e.sqlstate.startswith("08"), e.sqlstate
         src = unique("pg")
         make_source(c, pg, src, publication)
-        e = _error(c, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION '{where} "
+        e = error_of(c, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION '{where} "
                       f"password={pg.password}', PUBLICATION 'no_such_pub')")
         assert e.sqlstate == "42704" and 'publication "no_such_pub" does not exist' in str(e)
-        e = _error(c, f"CREATE STREAM {unique('s')} FROM SOURCE {src} TABLE public.{table}_x")
+        e = error_of(c, f"CREATE STREAM {unique('s')} FROM SOURCE {src} TABLE public.{table}_x")
         assert e.sqlstate == "42P01"
-        e = _error(c, f"CREATE STREAM {unique('s')} FROM SOURCE {src} TABLE {table}_other")
+        e = error_of(c, f"CREATE STREAM {unique('s')} FROM SOURCE {src} TABLE {table}_other")
         assert e.sqlstate == "55000" and "does not publish" in str(e)
-        e = _error(c, f"CREATE STREAM {unique('s')} FROM SOURCE {src} TABLE {table}_nokey")
+        e = error_of(c, f"CREATE STREAM {unique('s')} FROM SOURCE {src} TABLE {table}_nokey")
         assert e.sqlstate == "55000" and "no primary key" in str(e)
-        e = _error(c, f"CREATE STREAM {unique('s')} FROM SOURCE no_such_source TABLE t")
+        e = error_of(c, f"CREATE STREAM {unique('s')} FROM SOURCE no_such_source TABLE t")
         assert e.sqlstate == "42704"
-        e = _error(c, f"SELECT * FROM {table} [RANGE '1 minute']")
+        e = error_of(c, f"SELECT * FROM {table} [RANGE '1 minute']")
         assert e.sqlstate == "42P01"      # nothing was left behind by the failures
         c.execute(f"CREATE STREAM {table} FROM SOURCE {src} TABLE {table}")
-        e = _error(c, f"SELECT * FROM {table} [RANGE '1 minute']")
+        e = error_of(c, f"SELECT * FROM {table} [RANGE '1 minute']")
         assert e.sqlstate == "0A000" and "follows a PostgreSQL table" in str(e)
-        e = _error(c, f"INSERT INTO {table} VALUES (1, 'x')")
+        e = error_of(c, f"INSERT INTO {table} VALUES (1, 'x')")
         assert e.sqlstate == "0A000" and "follows public." in str(e)
         # the slot dropped under the running stream: its error is shown, it goes on trying
         slot = wait_for(lambda: sources(c)[table][11], timeout=10, what="the slot")
@@ -423,7 +412,7 @@ def test_drop_source_drops_its_streams_slots_and_a_changed_table_stops_its_strea
         row = wait_for(lambda: (lambda r: r if r[4] == "stopped" else None)(
             sources(c)[table]), timeout=30, what="the stream to stop")
         assert "changed its columns" in row[10] and "(id, v, w)" in row[10], row
-        e = _error(c, f"DROP SOURCE {src}")
+        e = error_of(c, f"DROP SOURCE {src}")
         assert e.sqlstate == "2BP01" and table in (e.diag.message_detail or "")
         c.execute(f"DROP SOURCE {src} CASCADE")
         assert table not in sources(c)
@@ -447,7 +436,7 @@ def test_a_secret_is_its_owners_and_never_shown(server, pg):
         c.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
         with psycopg.connect(host="127.0.0.1", port=server.port, user=role,
                              password=f"{role}-pw", dbname="cq", autocommit=True) as other:
-            e = _error(other, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION "
+            e = error_of(other, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION "
                               f"'host=127.0.0.1', PUBLICATION 'p', PASSWORD SECRET {secret})")
             assert e.sqlstate == "42501"
             other.execute(f"CREATE SECRET {unique('mine')} AS 'x'")    # its own, though
@@ -463,7 +452,7 @@ def test_a_secret_is_its_owners_and_never_shown(server, pg):
         assert not [s for s in shown if value in s or f"password={pg.password} " in s]
         c.execute(f"DROP SOURCE {src} CASCADE")
         c.execute(f"DROP SECRET {secret}")
-        e = _error(c, f"DROP SECRET {secret}")
+        e = error_of(c, f"DROP SECRET {secret}")
         assert e.sqlstate == "42704"
     logged = "".join(server.lines)
     assert value not in logged and f"password={pg.password} " not in logged

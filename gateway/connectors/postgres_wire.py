@@ -458,12 +458,16 @@ class PgConnection:
         """Read messages up to ReadyForQuery into ``reply``."""
         while not reply.ready:
             kind, body = await self._next_message(timeout)
-            handler = _REPLY_HANDLERS.get(kind)
-            if handler is None:
-                self._abort()
-                raise PgError(f"unexpected message {chr(kind)!r}", PROTOCOL_VIOLATION)
-            handler(self, reply, body)
+            self._handle(reply, kind, body)
         self._unfinished = False
+
+    def _handle(self, reply: _Reply, kind: int, body: bytes) -> None:
+        """One message of a command's reply, by its kind; any other is a protocol error."""
+        handler = _REPLY_HANDLERS.get(kind)
+        if handler is None:
+            self._abort()
+            raise PgError(f"unexpected message {chr(kind)!r}", PROTOCOL_VIOLATION)
+        handler(self, reply, body)
 
     async def query(self, sql: str, *, timeout: float | None = None) -> list[Result]:
         """Run ``sql`` (one or more statements) with the simple Query protocol: one Result a
@@ -489,11 +493,7 @@ class PgConnection:
                 if self._command != command:
                     raise PgError("copy_out was abandoned for another command", WRONG_STATE)
                 continue
-            handler = _REPLY_HANDLERS.get(kind)
-            if handler is None:
-                self._abort()
-                raise PgError(f"unexpected message {chr(kind)!r}", PROTOCOL_VIOLATION)
-            handler(self, reply, body)
+            self._handle(reply, kind, body)
         self._unfinished = False
         if reply.error is not None:
             raise reply.error
@@ -521,11 +521,7 @@ class PgConnection:
                 self._streaming = True
                 self._unfinished = False
                 return ReplicationStream(self)
-            handler = _REPLY_HANDLERS.get(kind)
-            if handler is None:
-                self._abort()
-                raise PgError(f"unexpected message {chr(kind)!r}", PROTOCOL_VIOLATION)
-            handler(self, reply, body)
+            self._handle(reply, kind, body)
         self._unfinished = False
         raise reply.error or PgError("START_REPLICATION ended without streaming",
                                      PROTOCOL_VIOLATION)

@@ -6,6 +6,7 @@ reaches back from there; a window that does not, from the sink's creation). Like
 SOURCE, it is for superusers (it writes to other systems, or files)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from sqlglot import exp
@@ -15,7 +16,6 @@ from dialect.names import folded
 from dialect.planner import plan
 from executor import plan as P
 
-from gateway.archive.priming import History
 from gateway.connectors.ddl import connector_options, exists, keep, secret_password
 from gateway.connectors.runtime import SINK
 from gateway.connectors.sinks import SinkPlan
@@ -23,7 +23,7 @@ from gateway.pgwire import errors as E
 from gateway.pgwire.results import Done
 from gateway.security import access
 from gateway.security.redaction import redacted
-from gateway.streams.queries import plan_error, tables_of, typed_fields
+from gateway.streams.queries import archive_reach, plan_error, tables_of, typed_fields
 from gateway.streams.registry import SessionCatalog, StreamObject
 from gateway.tables.statement_context import AwaitOnLoop, StatementContext
 
@@ -35,31 +35,24 @@ MODES = ("append", "upsert")
 def _histories(ctx: StatementContext, p: P.Plan, created_us: int) -> tuple:
     """Every stream the query reads, from where its window needs it (gateway/archive/
     priming.py); 0A000 for one that is not archived, or a named window or derived stream."""
-    out, reg = [], ctx.services.streams
+    reg = ctx.services.streams
 
-    def visit(node):
+    def check(node) -> None:
         if isinstance(node, P.WindowRelationScan):
             raise E.FeatureNotSupported(
                 f"a sink reads streams, not the named {node.kind} {node.name}",
                 hint="Write the query over the streams it reads.")
-        if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan):
-            obj = reg.by_relation(node.input.stream, kinds=("stream",))
+        if isinstance(node, P.StreamScan):
+            obj = reg.by_relation(node.stream, kinds=("stream",))
             if obj is None or not obj.archived:
                 raise E.FeatureNotSupported(
-                    f"a sink reads archived streams only: {node.input.stream} is not",
+                    f"a sink reads archived streams only: {node.stream} is not",
                     hint="A sink goes on after a restart from the archive: CREATE STREAM … "
                     "TYPE ARCHIVED.")
-            if node.window.reaches_back:
-                since = node.window.reach(None)
-                edge = node.window.reach if since is None else None
-            else:                   # it starts with the sink, and starts again from there
-                since, edge = created_us, None
-            out.append(History(node.input.stream, obj.key, obj.timestamp_column,
-                               obj.options.get("fragment"), since_us=since, edge=edge))
         for c in P.children(node):
-            visit(c)
-    visit(p.root)
-    return tuple(out)
+            check(c)
+    check(p.root)
+    return archive_reach(ctx, p, every_since=created_us)
 
 
 def sink_plan(ctx: StatementContext, query: exp.Expression, created_us: int) -> SinkPlan:
@@ -77,8 +70,12 @@ def sink_plan(ctx: StatementContext, query: exp.Expression, created_us: int) -> 
         raise E.FeatureNotSupported(f"a sink writes a continuous answer; this query is "
                                     f"{p.mode}", hint="Read a stream in the query.")
     fields, schema = typed_fields(ctx, p)
+    # its rows wait in memory up to cq.result_memory, then on disk: a sink resumes by
+    # replaying its answer from the archive, which no bound smaller than that answer lets
+    # through, so its backlog is bounded by the archive, not by cq.result_spill
+    bounds = dataclasses.replace(ctx.result_bounds(), spill=None)
     return SinkPlan(p, fields, schema, _histories(ctx, p, created_us), tables_of(ctx, p),
-                    ctx.result_bounds(), query.sql("cql"))
+                    bounds, query.sql("cql"))
 
 
 def _target_options(ctx: StatementContext, kind: str, given: dict, columns: list) -> tuple:
