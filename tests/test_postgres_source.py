@@ -456,3 +456,31 @@ def test_a_secret_is_its_owners_and_never_shown(server, pg):
         assert e.sqlstate == "42704"
     logged = "".join(server.lines)
     assert value not in logged and f"password={pg.password} " not in logged
+
+
+def test_event_time_is_the_commit_time_while_the_wal_sender_lags(server, pg):
+    """A large transaction on another table keeps the WAL sender busy for a while; a commit
+    on the followed table right after it comes late, and a quiet stream must not have moved
+    its watermark past that commit's time meanwhile: the row is valid from its own commit."""
+    table, src = unique("lag"), unique("pg")
+    publication = make_table(pg, table, "id int PRIMARY KEY")
+    pg.psql(f"CREATE TABLE {table}_big (n int, pad text)")
+    with psycopg.connect(server.dsn, autocommit=True) as c, \
+            psycopg.connect(server.dsn, autocommit=True) as reader:
+        make_source(c, pg, src, publication)
+        c.execute(f"CREATE STREAM {table} FROM SOURCE {src} TABLE {table}")
+        reader.execute("BEGIN")
+        reader.execute(f"DECLARE r CURSOR FOR SELECT id, valid_from FROM {table}")
+        time.sleep(0.5)                # the stream quiet, its watermark moving
+        with pg_connect(pg) as w:
+            w.execute(f"INSERT INTO {table}_big SELECT n, repeat('x', 50) FROM "
+                      "generate_series(1, 1500000) n")
+            with w.transaction():
+                w.execute(f"INSERT INTO {table} VALUES (1)")
+                xid = w.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+            when = utc(w.execute("SELECT pg_xact_commit_timestamp(xid(%s::xid8))",
+                                 (xid,)).fetchone()[0])
+        rows = reader.execute("FETCH 1 FROM r WITH (timeout = '60s')").fetchall()
+        assert rows == [(1, when)]
+        reader.execute("COMMIT")
+        c.execute(f"DROP SOURCE {src} CASCADE")

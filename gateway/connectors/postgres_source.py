@@ -294,15 +294,19 @@ class Follower:
         done = await self.in_thread(self._resume_lsn)
         done = max(done or 0, int(self.obj.options.get("snapshot_lsn", 0)))
         repl = await connect(self.dsn, replication=True)
+        clock = None
         try:
+            clock = await connect(self.dsn)
             stream = await repl.start_replication(
                 self.slot, done, {"proto_version": "1",
                                   "publication_names": self.publication})
             self.progress.state = "running"
             self.progress.last_error = None
-            await _Session(self, stream, done).run()
+            await _Session(self, stream, done, clock).run()
         finally:
             await repl.close()
+            if clock is not None:
+                await clock.close()
 
     async def drop_slot(self) -> None:
         """The slot goes with its stream (PostgreSQL keeps WAL for a slot nobody reads)."""
@@ -335,9 +339,11 @@ class _Session:
     """One replication connection's life: decode, gather committed changes, hand them to
     the clearinghouse in batches, confirm what is on disk."""
 
-    def __init__(self, follower: Follower, stream, done: int):
+    def __init__(self, follower: Follower, stream, done: int, clock: PgConnection):
         self.f = follower
         self.stream = stream
+        self.clock = clock              # a plain connection: the server's WAL end and clock
+        self.mark: tuple | None = None  # (WAL insert LSN, server µs) read while quiet
         self.done = done                # the newest LSN on disk: later ones are new
         self.oid = None                 # the table's relation OID, from its Relation message
         self.txn: list | None = None    # (op, values) of the open transaction
@@ -368,6 +374,8 @@ class _Session:
             if msg is None and self.txn is None and not self.pending and \
                     time.monotonic() - self.asked >= IDLE_S:
                 self.asked = time.monotonic()
+                if self.mark is None:
+                    self.mark = await self._server_now()
                 await self._confirm(reply=True)
 
     # ------------------------------------------------------------------ messages
@@ -455,13 +463,25 @@ class _Session:
         self.f.progress.confirmed_lsn = self.done
         await self.stream.send_status(self.done, self.done, self.done, reply=reply)
 
+    async def _server_now(self) -> tuple:
+        """(the server's WAL insert position, its clock in µs), read in that order: a commit
+        stamped before that instant (less a margin for the moment between a commit's stamp
+        and its record) lies before that position."""
+        row = (await self.clock.query(
+            "SELECT pg_current_wal_insert_lsn()::text, "
+            "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"))[0].rows[0]
+        return _lsn(row[0]), int(row[1])
+
     async def _keepalive(self, k) -> None:
-        """The server's time and WAL end: with every change up to it received and handed
-        over, no commit earlier than its clock can still come."""
+        """The WAL the server has sent (``wal_end``): once it passes the position of a quiet
+        moment's reading (``mark``), every commit stamped before that moment is here, so the
+        stream's watermark may move there. (The keepalive's own clock says nothing of that:
+        a WAL sender behind its WAL sends commits stamped long before.)"""
         self.f.progress.server_lsn = max(self.f.progress.server_lsn, k.wal_end)
         if self.txn is None and not self.pending:
-            at = self.f.stamp(k.send_time_us - MARGIN_US)
-            await self.f.punctuate(at)
+            if self.mark is not None and k.wal_end >= self.mark[0]:
+                await self.f.punctuate(self.f.stamp(self.mark[1] - MARGIN_US))
+                self.mark = None
             # everything the server sent is handled (other tables' changes need nothing), so
             # its WAL may go: a quiet table in a busy database holds none back, and a server
             # shutting down, which waits for its WAL senders' clients, is not held up
