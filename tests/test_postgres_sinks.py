@@ -157,24 +157,24 @@ def test_sink_refusals_and_a_key_that_is_not_unique(server, pg, tmp_path):
         plain = unique("plain")
         c.execute(f"CREATE STREAM {plain} (v int, t timestamp TIMESTAMPCOLUMN)")
         e = error_of(c, f"CREATE SINK {unique('s')} INTO PARQUET (PATH 'x') AS SELECT v FROM "
-                      f"{plain}")
+                        f"{plain}")
         assert e.sqlstate == "0A000" and "archived" in str(e)
         e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
-                      f"'t', MODE 'merge') AS SELECT id FROM {table}")
+                        f"'t', MODE 'merge') AS SELECT id FROM {table}")
         assert e.sqlstate == "22023"
         e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
-                      f"'t', MODE 'upsert') AS SELECT id FROM {table}")
+                        f"'t', MODE 'upsert') AS SELECT id FROM {table}")
         assert e.sqlstate == "42601" and "KEY" in str(e)
         e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
-                      f"'t', MODE 'upsert', KEY 'nope') AS SELECT id FROM {table}")
+                        f"'t', MODE 'upsert', KEY 'nope') AS SELECT id FROM {table}")
         assert e.sqlstate == "42703"
         pg.psql(f"CREATE TABLE {table}_full (grp int PRIMARY KEY); "
                 f"INSERT INTO {table}_full VALUES (1)")
         e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION '{conn}', TABLE "
-                      f"'{table}_full', MODE 'upsert', KEY 'grp') AS SELECT grp FROM {table}")
+                        f"'{table}_full', MODE 'upsert', KEY 'grp') AS SELECT grp FROM {table}")
         assert e.sqlstate == "55000" and "not empty" in str(e)
         e = error_of(c, f"CREATE SINK {unique('s')} INTO POSTGRES (CONNECTION 'host=127.0.0.1 "
-                      f"port=1', TABLE 't') AS SELECT id FROM {table}")
+                        f"port=1', TABLE 't') AS SELECT id FROM {table}")
         assert e.sqlstate.startswith("08")
         # a key that names two rows at once stops the sink, and says so
         sink = unique("s")
@@ -260,6 +260,7 @@ def test_a_slow_target_slows_only_its_sink(start_server, pg):
             c.execute(f"INSERT INTO {other} VALUES (%s, now())", (n,))
         assert reader.execute("FETCH 3 FROM o WITH (timeout = '10s')").fetchall() == \
             [(0,), (1,), (2,)]
+
         def queued():
             return c.execute("SELECT memory_bytes, spill_bytes FROM cq_queries WHERE "
                              f"name = '{table}'").fetchone()

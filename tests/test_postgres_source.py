@@ -289,15 +289,15 @@ def test_bad_credentials_publication_table_and_key_each_say_what_is_wrong(server
         wrong = unique("wrong")
         c.execute(f"CREATE SECRET {wrong} AS 'not-the-password'")
         e = error_of(c, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION '{where}', "
-                      f"PUBLICATION '{publication}', PASSWORD SECRET {wrong})")
+                        f"PUBLICATION '{publication}', PASSWORD SECRET {wrong})")
         assert e.sqlstate == "28P01" and "password authentication failed" in str(e)
         e = error_of(c, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION "
-                      f"'host=127.0.0.1 port=1 user=postgres', PUBLICATION 'p')")
+                        f"'host=127.0.0.1 port=1 user=postgres', PUBLICATION 'p')")
         assert e.sqlstate.startswith("08"), e.sqlstate
         src = unique("pg")
         make_source(c, pg, src, publication)
         e = error_of(c, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION '{where} "
-                      f"password={pg.password}', PUBLICATION 'no_such_pub')")
+                        f"password={pg.password}', PUBLICATION 'no_such_pub')")
         assert e.sqlstate == "42704" and 'publication "no_such_pub" does not exist' in str(e)
         e = error_of(c, f"CREATE STREAM {unique('s')} FROM SOURCE {src} TABLE public.{table}_x")
         assert e.sqlstate == "42P01"
@@ -437,7 +437,8 @@ def test_a_secret_is_its_owners_and_never_shown(server, pg):
         with psycopg.connect(host="127.0.0.1", port=server.port, user=role,
                              password=f"{role}-pw", dbname="cq", autocommit=True) as other:
             e = error_of(other, f"CREATE SOURCE {unique('s')} FROM POSTGRES (CONNECTION "
-                              f"'host=127.0.0.1', PUBLICATION 'p', PASSWORD SECRET {secret})")
+                                f"'host=127.0.0.1', PUBLICATION 'p', PASSWORD SECRET "
+                                f"{secret})")
             assert e.sqlstate == "42501"
             other.execute(f"CREATE SECRET {unique('mine')} AS 'x'")    # its own, though
             seen = other.execute("SELECT query FROM pg_stat_activity").fetchall()
