@@ -13,7 +13,8 @@ test: setup
 	./scripts/test.sh
 
 # a throwaway PostgreSQL 18 (wal_level=logical, on 127.0.0.1) to try sources and sinks on:
-# docs/sources.md; PGDATA_DIR keeps its data between runs
+# docs/sources.md (its examples' port is PGPORT's default); PGDATA_DIR keeps its data
 PGDATA_DIR ?= .postgres
+PGPORT ?= 5432
 postgres: setup
-	$(PY) -m scripts.embedded_postgres --datadir $(PGDATA_DIR)
+	$(PY) -m scripts.embedded_postgres --datadir $(PGDATA_DIR) --port $(PGPORT)
