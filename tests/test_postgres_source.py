@@ -485,3 +485,27 @@ def test_event_time_is_the_commit_time_while_the_wal_sender_lags(server, pg):
         assert rows == [(1, when)]
         reader.execute("COMMIT")
         c.execute(f"DROP SOURCE {src} CASCADE")
+
+
+def test_a_large_table_is_copied_in_parts_whole(server, pg):
+    """A table whose first copy is larger than one part (16 MB of CSV) arrives whole: every
+    row, with values that hold quotes, commas, newlines and NULLs as PostgreSQL has them."""
+    table, src = unique("big"), unique("pg")
+    publication = make_table(pg, table, "id int PRIMARY KEY, note text, n bigint")
+    pg.psql(f"INSERT INTO {table} SELECT i, CASE i % 4 WHEN 0 THEN NULL WHEN 1 THEN '' "
+            f"WHEN 2 THEN 'a \"quoted\", line' || chr(10) || 'two' ELSE repeat('x', 250) END, "
+            f"i * 3 FROM generate_series(1, 250000) i")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        make_source(c, pg, src, publication)
+        c.execute(f"CREATE STREAM {table} FROM SOURCE {src} TABLE {table}")
+        c.execute("SET cq.mode = snapshot")
+        got = c.execute(f"SELECT count(*), sum(n), count(note), "
+                        f"sum(length(note)) FROM {table}").fetchone()
+        want = pg.psql(f"SELECT count(*), sum(n), count(note), sum(length(note)) "
+                       f"FROM {table}")[0]
+        assert tuple(str(v) for v in got) == want
+        parts = glob.glob(os.path.join(server.data_dir, "archive", f"public.{table}", "*",
+                                       "*.parquet"))
+        assert len(parts) >= 2, parts        # (about 20 MB of CSV: two parts)
+        c.execute("SET cq.mode = continuous")
+        c.execute(f"DROP SOURCE {src} CASCADE")

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
@@ -30,6 +31,7 @@ log = logging.getLogger("cqgate.sources")
 
 COMMIT, OP, LSN = "__cq_commit", P.CHANGE_KIND, "__cq_lsn"    # the stream's bookkeeping
 FLUSH_ROWS = 50_000         # changes taken in before they go to the archive together
+SNAPSHOT_PART = 16 << 20    # bytes of the first copy's CSV typed and archived together
 FLUSH_S = 0.05              # the longest a received change waits for more
 GAP_S = 0.002               # … and, once the server has nothing more at hand, for this long
 IDLE_S = 0.2                # a quiet slot is asked for the server's time this often
@@ -189,7 +191,7 @@ class Follower:
         self._resume_lsn = resume_lsn          # () -> the archive's newest LSN (blocking)
         self.progress = Progress()
         self._duck = duckdb.connect()
-        self._cast = _cast_sql(shape.columns)
+        self._cast_text = _cast_sql(shape.columns)
         self._last_us = 0
 
     # ------------------------------------------------------------------ typing
@@ -199,10 +201,13 @@ class Follower:
         cols[COMMIT] = pa.array(commits, pa.int64())
         cols[OP] = pa.array(ops, pa.string())
         cols[LSN] = pa.array(lsns, pa.int64())
+        return self._cast(pa.table(cols))
+
+    def _cast(self, changes: pa.Table) -> pa.Table:
         # (make_timestamp of one BIGINT takes µs since the epoch)
-        self._duck.register("changes", pa.table(cols))
+        self._duck.register("changes", changes)
         try:
-            return self._duck.sql(self._cast).to_arrow_table()
+            return self._duck.sql(self._cast_text).to_arrow_table()
         finally:
             self._duck.unregister("changes")
 
@@ -226,12 +231,7 @@ class Follower:
             try:
                 await con.query("BEGIN ISOLATION LEVEL REPEATABLE READ")
                 await con.query(f"SET TRANSACTION SNAPSHOT {literal(row['snapshot_name'])}")
-                names = ", ".join(ident(n) for n, _ in self.shape.columns)
-                data = io.BytesIO()
-                async for piece in con.copy_out(
-                        f"COPY (SELECT {names} FROM {ident(self.schema)}."
-                        f"{ident(self.table)}) TO STDOUT WITH (FORMAT csv)"):
-                    data.write(piece)
+                await self._copy(con, self.stamp(now_us), consistent)
                 await con.query("COMMIT")
             finally:
                 await con.close()
@@ -239,31 +239,44 @@ class Follower:
             raise pg_error(e, f"snapshot of {self.schema}.{self.table}") from None
         finally:
             await repl.close()
-        texts = await self.in_thread(self._read_csv, data.getvalue())
-        n = len(texts[0]) if texts else 0
-        if n:
-            at = self.stamp(now_us)
-            table = await self.in_thread(self.typed, texts, [at] * n, ["I"] * n,
-                                         [consistent] * n)
-            await self.push(table)
-            await self.punctuate(at)
-        self.progress.rows += n
         self.progress.confirmed_lsn = consistent
         await self._save_snapshot(consistent)
         return consistent
 
-    def _read_csv(self, data: bytes) -> list:
-        k = len(self.shape.columns)
-        if not data:
-            return [[] for _ in range(k)]
-        names = [f"c{i}" for i in range(k)]
-        table = pacsv.read_csv(
+    async def _copy(self, con: PgConnection, at: int, lsn: int) -> None:
+        """The table's rows, each an insert at ``at``, into the stream a part at a time (a
+        CopyData message is one row, so a part ends where a message does)."""
+        names = ", ".join(ident(n) for n, _ in self.shape.columns)
+        parts, size = [], 0
+        async for piece in con.copy_out(f"COPY (SELECT {names} FROM {ident(self.schema)}."
+                                        f"{ident(self.table)}) TO STDOUT WITH (FORMAT csv)"):
+            parts.append(piece)
+            size += len(piece)
+            if size >= SNAPSHOT_PART:
+                await self._snapshot_part(b"".join(parts), at, lsn)
+                parts, size = [], 0
+        if parts:
+            await self._snapshot_part(b"".join(parts), at, lsn)
+
+    async def _snapshot_part(self, data: bytes, at: int, lsn: int) -> None:
+        table = await self.in_thread(self._snapshot_rows, data, at, lsn)
+        await self.push(table)
+        await self.punctuate(at)
+        self.progress.rows += table.num_rows
+
+    def _snapshot_rows(self, data: bytes, at: int, lsn: int) -> pa.Table:
+        """CSV lines of the table's rows, typed, each an insert at ``at``."""
+        names = [f"c{i}" for i in range(len(self.shape.columns))]
+        strings = pacsv.read_csv(
             io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=names),
             parse_options=pacsv.ParseOptions(newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
                 column_types={n: pa.string() for n in names}, null_values=[""],
                 strings_can_be_null=True, quoted_strings_can_be_null=False))
-        return [table.column(i).to_pylist() for i in range(k)]
+        n = strings.num_rows
+        return self._cast(strings.append_column(COMMIT, pa.array(np.full(n, at, np.int64)))
+                          .append_column(OP, pa.array(["I"] * n, pa.string()))
+                          .append_column(LSN, pa.array(np.full(n, lsn, np.int64))))
 
     # ------------------------------------------------------------------ following
     async def run(self) -> None:
