@@ -23,6 +23,7 @@ import pytest
 
 from conftest import ServerProcess
 from continuous import unique, wait_for
+from gateway.connectors.postgres_wire import parse_lsn
 from scripts.embedded_postgres import EmbeddedPostgres
 
 UTC = dt.timezone.utc
@@ -256,7 +257,7 @@ def test_kill_9_during_a_burst_keeps_every_change_once(pg, tmp_path):
                  timeout=180, what="the whole burst in the archive")
         end = pg.psql("SELECT pg_current_wal_lsn()::text")[0][0]
         with psycopg.connect(srv.dsn, autocommit=True) as c:
-            wait_for(lambda: _lsn(sources(c)[table][8]) >= _lsn(end) - (1 << 20),
+            wait_for(lambda: parse_lsn(sources(c)[table][8]) >= parse_lsn(end) - (1 << 20),
                      timeout=30, what="the confirmed LSN at the end of the burst")
         got = Counter(_archived(data_dir, table))
         assert got == expected, (f"missing {sum((expected - got).values())}, "
@@ -265,11 +266,6 @@ def test_kill_9_during_a_burst_keeps_every_change_once(pg, tmp_path):
               "after the restart every change is archived once")
     finally:
         srv.stop()
-
-
-def _lsn(text: str) -> int:
-    high, low = text.split("/")
-    return (int(high, 16) << 32) | int(low, 16)
 
 
 # ---------------------------------------------------------------------- failures

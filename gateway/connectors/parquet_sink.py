@@ -16,6 +16,7 @@ import os
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dialect.intervals import interval_us
@@ -93,9 +94,9 @@ class ParquetTarget:
         table = table.append_column("valid_from", starts.cast(pa.timestamp("us")))
         table = table.append_column("valid_to", pa.array([r[2] for r in rows], pa.int64())
                                     .cast(pa.timestamp("us")))
-        fragments = [s - s % self.fragment_us for s in starts.to_pylist()]
-        for n, fragment in enumerate(sorted(set(fragments))):
-            part = table.filter(pa.array([f == fragment for f in fragments]))
+        fragments = pa.array(starts.to_numpy() // self.fragment_us * self.fragment_us)
+        for n, fragment in enumerate(pc.unique(fragments).sort().to_pylist()):
+            part = table.filter(pc.equal(fragments, fragment))
             folder = os.path.join(self.path, f"fragment={fragment}")
             make_dirs(folder)
             path = os.path.join(folder, f"part-{self.seq}-{n}.parquet")

@@ -10,9 +10,10 @@ is how PostgreSQL reads them in COPY too.
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 from gateway.connectors import postgres_source as PS
-from gateway.connectors.postgres_wire import PgError
+from gateway.connectors.postgres_wire import PgError, quote_ident, quote_literal
 from gateway.connectors.sink_state import Changes
 from gateway.pgwire import errors as E
 
@@ -50,10 +51,10 @@ class PostgresTarget:
 
     @property
     def table(self) -> str:
-        return f"{PS.ident(self.schema)}.{PS.ident(self.name)}"
+        return f"{quote_ident(self.schema)}.{quote_ident(self.name)}"
 
     def _aside(self, name: str) -> str:
-        return f"{PS.ident(self.schema)}.{PS.ident(name)}"
+        return f"{quote_ident(self.schema)}.{quote_ident(name)}"
 
     async def _query(self, sql: str):
         try:
@@ -67,11 +68,11 @@ class PostgresTarget:
         await self.close()
         self.con = await PS.connect(self.dsn)
         names = [n for n, _ in self.columns]
-        cols = [f"{PS.ident(n)} {pg_type(t)}" for n, t in self.columns]
+        cols = [f"{quote_ident(n)} {pg_type(t)}" for n, t in self.columns]
         if self.mode == "append":
             cols += ["valid_from timestamp NOT NULL", "valid_to timestamp NOT NULL"]
         else:
-            cols.append(f"PRIMARY KEY ({', '.join(PS.ident(k) for k in self.key)})")
+            cols.append(f"PRIMARY KEY ({', '.join(quote_ident(k) for k in self.key)})")
         await self._query(
             f"CREATE TABLE IF NOT EXISTS {self.table} ({', '.join(cols)}); "
             f"CREATE TABLE IF NOT EXISTS {self._aside(PROGRESS)} (sink text PRIMARY KEY, "
@@ -81,7 +82,7 @@ class PostgresTarget:
             "PRIMARY KEY (sink, run))")
         found = (await self._query(
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-            f"WHERE a.attrelid = {PS.literal(self.table)}::regclass AND a.attnum > 0 AND NOT "
+            f"WHERE a.attrelid = {quote_literal(self.table)}::regclass AND a.attnum > 0 AND NOT "
             "a.attisdropped ORDER BY a.attnum"))[0].rows
         have = {n: t for n, t in found}
         missing = [n for n in names if n not in have]
@@ -98,41 +99,41 @@ class PostgresTarget:
                                 "answer's rows now and nothing else: TRUNCATE it, or name "
                                 "a new table.")
             await self._query(f"BEGIN; DELETE FROM {self._aside(PROGRESS)} WHERE sink = "
-                              f"{PS.literal(self.sink)}; DELETE FROM {self._aside(OPEN)} "
-                              f"WHERE sink = {PS.literal(self.sink)}; COMMIT")
+                              f"{quote_literal(self.sink)}; DELETE FROM {self._aside(OPEN)} "
+                              f"WHERE sink = {quote_literal(self.sink)}; COMMIT")
 
     async def load(self) -> tuple:
         """(watermark or None, state): append mode's open rows (values, start, run id);
         upsert mode's rows in the table."""
         row = (await self._query(f"SELECT watermark FROM {self._aside(PROGRESS)} WHERE sink = "
-                                 f"{PS.literal(self.sink)}"))[0].rows
+                                 f"{quote_literal(self.sink)}"))[0].rows
         watermark = int(row[0][0]) if row and row[0][0] is not None else None
         if watermark is None:
             return None, []
         if self.mode == "append":
-            rows = (await self._query(f"SELECT row_values, valid_from, run FROM "
+            rows = (await self._query(f"SELECT array_to_json(row_values), valid_from, run FROM "
                                       f"{self._aside(OPEN)} WHERE sink = "
-                                      f"{PS.literal(self.sink)}"))[0].rows
-            return watermark, [(tuple(_text_array(v)), int(s), int(r)) for v, s, r in rows]
-        names = ", ".join(f"{PS.ident(n)}::text" for n, _ in self.columns)
+                                      f"{quote_literal(self.sink)}"))[0].rows
+            return watermark, [(tuple(json.loads(v)), int(s), int(r)) for v, s, r in rows]
+        names = ", ".join(f"{quote_ident(n)}::text" for n, _ in self.columns)
         rows = (await self._query(f"SELECT {names} FROM {self.table}"))[0].rows
         return watermark, [tuple(r) for r in rows]
 
     def _value(self, v, typ: str) -> str:
-        return "NULL" if v is None else f"{PS.literal(v)}::{typ}"
+        return "NULL" if v is None else f"{quote_literal(v)}::{typ}"
 
     def _row(self, values: tuple) -> str:
         return "(" + ", ".join(self._value(v, t) for v, t in zip(values, self.types)) + ")"
 
     async def write(self, changes: Changes, watermark: int | None) -> None:
         """One transaction: the changes and the sink's progress."""
-        names = ", ".join(PS.ident(n) for n, _ in self.columns)
-        me = PS.literal(self.sink)
+        names = ", ".join(quote_ident(n) for n, _ in self.columns)
+        me = quote_literal(self.sink)
         sql = ["BEGIN"]
         if changes.inserts:
             sql.append(f"INSERT INTO {self.table} ({names}, valid_from, valid_to) VALUES "
-                       + ", ".join(self._row(v)[:-1] + f", {PS.literal(micros_text(s))}, "
-                                   f"{PS.literal(micros_text(e))})"
+                       + ", ".join(self._row(v)[:-1] + f", {quote_literal(micros_text(s))}, "
+                                   f"{quote_literal(micros_text(e))})"
                                    for v, s, e in changes.inserts))
         if changes.closed:
             sql.append(f"DELETE FROM {self._aside(OPEN)} WHERE sink = {me} AND run IN ("
@@ -143,14 +144,14 @@ class PostgresTarget:
         if changes.deletes:
             at = [[n for n, _ in self.columns].index(k) for k in self.key]
             sql.append(f"DELETE FROM {self.table} WHERE " + " OR ".join(
-                "(" + " AND ".join(f"{PS.ident(self.key[j])} = "
+                "(" + " AND ".join(f"{quote_ident(self.key[j])} = "
                                    f"{self._value(k[j], self.types[at[j]])}"
                                    for j in range(len(self.key))) + ")"
                 for k in changes.deletes))
         if changes.upserts:
-            keys = ", ".join(PS.ident(k) for k in self.key)
+            keys = ", ".join(quote_ident(k) for k in self.key)
             rest = [n for n, _ in self.columns if n not in self.key]
-            update = ", ".join(f"{PS.ident(n)} = EXCLUDED.{PS.ident(n)}" for n in rest)
+            update = ", ".join(f"{quote_ident(n)} = EXCLUDED.{quote_ident(n)}" for n in rest)
             sql.append(f"INSERT INTO {self.table} ({names}) VALUES "
                        + ", ".join(self._row(v) for v in changes.upserts.values())
                        + f" ON CONFLICT ({keys}) DO "
@@ -165,8 +166,8 @@ class PostgresTarget:
         """DROP SINK: its progress goes; its table stays, for whoever reads it."""
         try:
             await self._query(f"DELETE FROM {self._aside(PROGRESS)} WHERE sink = "
-                              f"{PS.literal(self.sink)}; DELETE FROM {self._aside(OPEN)} "
-                              f"WHERE sink = {PS.literal(self.sink)}")
+                              f"{quote_literal(self.sink)}; DELETE FROM {self._aside(OPEN)} "
+                              f"WHERE sink = {quote_literal(self.sink)}")
         finally:
             await self.close()
 
@@ -177,27 +178,5 @@ class PostgresTarget:
 
 
 def _array(values: tuple) -> str:
-    return "ARRAY[" + ", ".join("NULL" if v is None else PS.literal(v) for v in values) \
+    return "ARRAY[" + ", ".join("NULL" if v is None else quote_literal(v) for v in values) \
         + "]::text[]"
-
-
-def _text_array(text: str) -> list:
-    """A text[] value as PostgreSQL prints it ({a,"b c",NULL}), back to its elements."""
-    out, i, n = [], 1, len(text) - 1
-    while i < n:
-        if text[i] == '"':
-            j, piece = i + 1, []
-            while text[j] != '"':
-                if text[j] == "\\":
-                    j += 1
-                piece.append(text[j])
-                j += 1
-            out.append("".join(piece))
-            i = j + 2
-        else:
-            j = text.find(",", i)
-            j = n if j < 0 else j
-            word = text[i:j]
-            out.append(None if word == "NULL" else word)
-            i = j + 1
-    return out

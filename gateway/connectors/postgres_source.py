@@ -25,7 +25,8 @@ from executor import plan as P
 
 from gateway.pgwire import errors as E
 from gateway.connectors import pgoutput
-from gateway.connectors.postgres_wire import PgConnection, PgError, XLogData
+from gateway.connectors.postgres_wire import (PgConnection, PgError, XLogData, parse_lsn,
+                                              quote_ident, quote_literal)
 
 log = logging.getLogger("cqgate.sources")
 
@@ -57,15 +58,6 @@ LEFT JOIN pg_index i ON i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indi
                                               OR (c.relreplident = 'i' AND i.indisreplident))
 WHERE n.nspname = {schema} AND c.relname = {table} AND c.relkind IN ('r', 'p')
 ORDER BY a.attnum"""
-
-
-def literal(text: str) -> str:
-    """``text`` as a PostgreSQL string literal (the simple protocol takes no parameters)."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def slot_name(oid: int) -> str:
@@ -113,10 +105,10 @@ async def check_source(dsn: dict, publication: str) -> None:
                             sqlstate="55000", hint="Set wal_level = logical in "
                             "postgresql.conf and restart PostgreSQL.")
         found = await con.query(f"SELECT 1 FROM pg_publication WHERE pubname = "
-                                f"{literal(publication)}")
+                                f"{quote_literal(publication)}")
         if not found[0].rows:
             raise E.PgError(f'publication "{publication}" does not exist', sqlstate="42704",
-                            hint=f"CREATE PUBLICATION {ident(publication)} FOR TABLE … in "
+                            hint=f"CREATE PUBLICATION {quote_ident(publication)} FOR TABLE … in "
                             "PostgreSQL first.")
     except PgError as e:
         raise pg_error(e, "PostgreSQL") from None
@@ -129,22 +121,22 @@ async def describe(dsn: dict, publication: str, schema: str, table: str) -> Tabl
     when the publication leaves it out or it has no key to follow rows by."""
     con = await connect(dsn)
     try:
-        rows = (await con.query(_COLUMNS.format(schema=literal(schema),
-                                                table=literal(table))))[0].rows
+        rows = (await con.query(_COLUMNS.format(schema=quote_literal(schema),
+                                                table=quote_literal(table))))[0].rows
         if not rows:
             raise E.UndefinedTable(f'relation "{schema}.{table}" does not exist in '
                                    "PostgreSQL")
         published = await con.query(
-            f"SELECT 1 FROM pg_publication_tables WHERE pubname = {literal(publication)} "
-            f"AND schemaname = {literal(schema)} AND tablename = {literal(table)}")
+            f"SELECT 1 FROM pg_publication_tables WHERE pubname = {quote_literal(publication)} "
+            f"AND schemaname = {quote_literal(schema)} AND tablename = {quote_literal(table)}")
     except PgError as e:
         raise pg_error(e, "PostgreSQL") from None
     finally:
         await con.close()
     if not published[0].rows:
         raise E.PgError(f'publication "{publication}" does not publish {schema}.{table}',
-                        sqlstate="55000", hint=f"ALTER PUBLICATION {ident(publication)} ADD "
-                        f"TABLE {ident(schema)}.{ident(table)} in PostgreSQL.")
+                        sqlstate="55000", hint=f"ALTER PUBLICATION {quote_ident(publication)} ADD "
+                        f"TABLE {quote_ident(schema)}.{quote_ident(table)} in PostgreSQL.")
     key = [r[0] for r in rows if r[4] == "t"]
     if not key:
         raise E.PgError(f"{schema}.{table} has no primary key or replica identity index",
@@ -154,7 +146,8 @@ async def describe(dsn: dict, publication: str, schema: str, table: str) -> Tabl
 
 
 def _cast_sql(columns: list) -> str:
-    casts = [f"CAST({ident(f'c{i}')} AS {t}) AS {ident(n)}" for i, (n, t) in enumerate(columns)]
+    casts = [f"CAST({quote_ident(f'c{i}')} AS {t}) AS {quote_ident(n)}"
+             for i, (n, t) in enumerate(columns)]
     return (f"SELECT {', '.join(casts)}, make_timestamp({COMMIT}) AS {COMMIT}, {OP}, {LSN} "
             "FROM changes")
 
@@ -223,14 +216,14 @@ class Follower:
         self.progress.state = "snapshot"
         repl = await connect(self.dsn, replication=True)
         try:
-            made = (await repl.query(f"CREATE_REPLICATION_SLOT {ident(self.slot)} LOGICAL "
+            made = (await repl.query(f"CREATE_REPLICATION_SLOT {quote_ident(self.slot)} LOGICAL "
                                      "pgoutput (SNAPSHOT 'export')"))[0]
             row = dict(zip(made.columns, made.rows[0]))
-            consistent = _lsn(row["consistent_point"])
+            consistent = parse_lsn(row["consistent_point"])
             con = await connect(self.dsn)
             try:
                 await con.query("BEGIN ISOLATION LEVEL REPEATABLE READ")
-                await con.query(f"SET TRANSACTION SNAPSHOT {literal(row['snapshot_name'])}")
+                await con.query(f"SET TRANSACTION SNAPSHOT {quote_literal(row['snapshot_name'])}")
                 await self._copy(con, self.stamp(now_us), consistent)
                 await con.query("COMMIT")
             finally:
@@ -246,10 +239,10 @@ class Follower:
     async def _copy(self, con: PgConnection, at: int, lsn: int) -> None:
         """The table's rows, each an insert at ``at``, into the stream a part at a time (a
         CopyData message is one row, so a part ends where a message does)."""
-        names = ", ".join(ident(n) for n, _ in self.shape.columns)
+        names = ", ".join(quote_ident(n) for n, _ in self.shape.columns)
         parts, size = [], 0
-        async for piece in con.copy_out(f"COPY (SELECT {names} FROM {ident(self.schema)}."
-                                        f"{ident(self.table)}) TO STDOUT WITH (FORMAT csv)"):
+        async for piece in con.copy_out(f"COPY (SELECT {names} FROM {quote_ident(self.schema)}."
+                                        f"{quote_ident(self.table)}) TO STDOUT WITH (FORMAT csv)"):
             parts.append(piece)
             size += len(piece)
             if size >= SNAPSHOT_PART:
@@ -329,7 +322,7 @@ class Follower:
                 try:
                     await con.query(f"SELECT pg_drop_replication_slot(slot_name) FROM "
                                     f"pg_replication_slots WHERE slot_name = "
-                                    f"{literal(self.slot)}")
+                                    f"{quote_literal(self.slot)}")
                     return
                 except PgError as e:
                     if e.sqlstate != "55006":       # object in use
@@ -341,11 +334,6 @@ class Follower:
 
 class Stopped(Exception):
     """The table changed in a way the stream cannot follow: the follower stops."""
-
-
-def _lsn(text: str) -> int:
-    high, low = text.split("/")
-    return (int(high, 16) << 32) | int(low, 16)
 
 
 class _Session:
@@ -483,7 +471,7 @@ class _Session:
         row = (await self.clock.query(
             "SELECT pg_current_wal_insert_lsn()::text, "
             "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"))[0].rows[0]
-        return _lsn(row[0]), int(row[1])
+        return parse_lsn(row[0]), int(row[1])
 
     async def _keepalive(self, k) -> None:
         """The WAL the server has sent (``wal_end``): once it passes the position of a quiet

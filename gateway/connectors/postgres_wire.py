@@ -147,12 +147,13 @@ def _cstr(text: str) -> bytes:
     return text.encode() + b"\0"
 
 
-def _quote_ident(name: str) -> str:
+def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _quote_literal(value: str) -> str:
-    # the replication command scanner knows only '' inside quotes, no backslash escapes
+def quote_literal(value: str) -> str:
+    # the replication command scanner knows only '' inside quotes, no backslash escapes (as
+    # SQL with standard_conforming_strings, the default since PostgreSQL 9.1)
     return "'" + value.replace("'", "''") + "'"
 
 
@@ -509,9 +510,9 @@ class PgConnection:
         if not self.replication:
             raise PgError("start_replication needs a connection made with replication=True",
                           WRONG_STATE)
-        sql = f"START_REPLICATION SLOT {_quote_ident(slot)} LOGICAL {format_lsn(start_lsn)}"
+        sql = f"START_REPLICATION SLOT {quote_ident(slot)} LOGICAL {format_lsn(start_lsn)}"
         if options:
-            sql += " (" + ", ".join(f"{_quote_ident(k)} {_quote_literal(v)}"
+            sql += " (" + ", ".join(f"{quote_ident(k)} {quote_literal(v)}"
                                     for k, v in options.items()) + ")"
         await self._begin_command(sql)
         reply = _Reply()
