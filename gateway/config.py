@@ -3,6 +3,7 @@ defaults, and defaults that are safe (loopback only, not port 5432)."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, fields
 
 
@@ -37,6 +38,7 @@ class Config:
     functions: str | None = None         # Python functions: "name=module:function,..."
     spark_master: str = "local[*]"       # where archive queries run: local, or spark://host:port
     spark_warm: bool = False             # start Spark with the server, not at the first query
+    spark_conf: str | None = None        # the server's Spark settings: "key=value,..."
     wrapper_path: str | None = None      # more folders of CREATE WRAPPER modules (os.pathsep)
     http_port: int | None = None         # /metrics over HTTP; None: off
     http_host: str = "127.0.0.1"
@@ -61,3 +63,16 @@ class Config:
             else:
                 out[f.name] = raw
         return out
+
+
+def spark_settings(text: str | None) -> dict:
+    """``--spark-conf``'s settings, "key=value" separated by commas (a comma inside a value
+    stays in it unless another "key=" follows it)."""
+    out = {}
+    for item in re.split(r",(?=\s*[A-Za-z][\w.]*=)", text or ""):
+        if item.strip():
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"--spark-conf {item.strip()!r} is not key=value")
+            out[key.strip()] = value.strip()
+    return out

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import functools
 import glob
+import json
 import os
 import random
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -19,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.nexmark.run import _children
+from bench.nexmark.spark_engine import Cluster
 from continuous import at, lit, unique, wait_for, wait_running
 
 # (name, query over {s} and {s2}, the column holding valid_from): the shapes Spark runs
@@ -285,7 +289,6 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
         admin.execute(f"DROP STREAM {s}")
 
 
-
 def _kept_rows(data_dir: str) -> list:
     """Every row a derived stream on Spark has kept (its micro-batches' Parquet files)."""
     files = glob.glob(os.path.join(data_dir, "spark-streams", "d*", "rows", "*.parquet"))
@@ -350,3 +353,102 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
                           time.monotonic() + 60, quiet="1s")
         assert len(set(followed)) == len(followed) >= len(after)
         assert set(after) <= set(followed) <= {(k, v * 10) for k, v, _ in rows[100:]}
+
+
+def _ran_state(work_dir: str) -> bool:
+    """Whether an executor a worker launched (in its work folder) opened a state store: ran
+    a stateful operator's task (executors log at INFO to their stderr)."""
+    for log in glob.glob(os.path.join(work_dir, "app-*", "*", "stderr")):
+        with open(log, errors="replace") as f:
+            if "Retrieved reference to StateStoreCoordinator" in f.read():
+                return True
+    return False
+
+
+def test_a_keyed_aggregate_on_two_workers_survives_a_killed_worker(start_server, tmp_path):
+    """A standalone cluster of two workers, one core each, started here: a keyed hopping
+    aggregate runs on Spark with its state split across both workers' executors; one worker
+    is killed mid-run with its executor (SIGKILL, as a machine that dies) and a new one
+    joins. The rows equal the back end's for the same query over the same tuples: none
+    wrong, none missing, none twice."""
+    cluster = Cluster(str(tmp_path / "cluster"), cores=1, memory="1g", workers=2)
+    try:
+        srv = start_server("--spark-master", cluster.url, data_dir=str(tmp_path / "data"))
+        s = unique("two")
+        sql = (f"SELECT k, COUNT(*) AS n, SUM(v) AS sv, MAX(v) AS hi, wtime(*) FROM {s} "
+               "[RANGE '4 seconds' SLIDE '2 seconds'] GROUP BY k")
+        rows = _rows(480, seed=43)
+        half = len(rows) // 2
+        with psycopg.connect(srv.dsn, autocommit=True) as admin, \
+                psycopg.connect(srv.dsn) as spark, psycopg.connect(srv.dsn) as backend:
+            _stream(admin, s)
+            spark.execute("SET cq.engine = spark")
+            spark.execute(f"DECLARE a CURSOR FOR {sql}")
+            backend.execute(f"DECLARE a CURSOR FOR {sql}")
+            _insert(admin, {s: rows[:half]}, chunk=40, pause=1.0)
+            # both workers' executors hold some of the keys' state
+            wait_for(lambda: all(_ran_state(cluster.work_dir(i)) for i in (0, 1)), 120,
+                     "stateful tasks on both workers")
+            cluster.kill_worker(1)
+            cluster.add_worker()
+            _insert(admin, {s: rows[half:]}, chunk=40, pause=1.0)
+            admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(rows[-1][2] + 10)}")
+            want = _drain(backend.cursor(), "a", None, time.monotonic() + 60, quiet="3s")
+            got = _drain(spark.cursor(), "a", len(want), time.monotonic() + 240, quiet="3s")
+            # the new worker took the lost one's place: the application has an executor there
+            wait_for(lambda: glob.glob(os.path.join(cluster.work_dir(2), "app-*", "*")), 60,
+                     "an executor on the new worker")
+        assert len(want) >= 250
+        assert sorted(got) == sorted(want)
+    finally:
+        cluster.stop()
+
+
+def _state_stores(data_dir: str) -> dict:
+    """{checkpoint: state store} of the running cursors' queries on Spark, from their
+    checkpoints' first offsets (Spark keeps there the settings a query restarts with)."""
+    found = {}
+    for path in glob.glob(os.path.join(data_dir, "spark-streams", "q*", "offsets", "0")):
+        with open(path) as f:
+            meta = json.loads(f.read().splitlines()[1])
+        found[os.path.basename(os.path.dirname(os.path.dirname(path)))] = \
+            meta["conf"]["spark.sql.streaming.stateStore.providerClass"].rsplit(".", 1)[1]
+    return found
+
+
+def test_spark_settings_reach_spark_and_each_query_picks_its_state_store(
+        start_server, tmp_path):
+    """``--spark-conf`` settings reach the server's SparkSession (here the shuffle's
+    partitions, seen in Spark's plan); a RANGE aggregate's query runs on RocksDB's state
+    store (transformWithStateInPandas needs it), a hopping one on Spark's in-memory store;
+    a setting that is not key=value stops the server at start."""
+    bad = subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "0",
+                          "--data-dir", str(tmp_path / "bad"), "--spark-conf", "nonsense"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--spark-conf 'nonsense' is not key=value" in bad.stderr
+    data = str(tmp_path / "data")
+    srv = start_server("--spark-conf", "spark.sql.shuffle.partitions=3", data_dir=data)
+    s = unique("conf")
+    with psycopg.connect(srv.dsn, autocommit=True) as admin, psycopg.connect(srv.dsn) as c:
+        _stream(admin, s)
+        c.execute("SET cq.engine = spark")
+        hopping = f"SELECT k, COUNT(*) AS n FROM {s} [RANGE '2 seconds' SLIDE '2 seconds'] " \
+                  "GROUP BY k"
+        plan = "\n".join(r[0] for r in c.execute(f"EXPLAIN {hopping}").fetchall())
+        assert "numPartitions = 3]" in plan and "numPartitions = 4]" not in plan, plan
+        c.execute(f"DECLARE h CURSOR FOR {hopping}")
+        c.execute(f"DECLARE r CURSOR FOR SELECT k, COUNT(*) AS n, valid_from FROM {s} "
+                  "[RANGE '2 seconds'] GROUP BY k")
+        _insert(admin, {s: [(1, i, i) for i in range(6)]})
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(20)}")
+        assert _drain(c.cursor(), "h", 3, time.monotonic() + 90, quiet="0.2s")
+        assert _drain(c.cursor(), "r", 1, time.monotonic() + 90, quiet="0.2s")
+        stores = _state_stores(data)
+        assert sorted(stores.values()) == ["HDFSBackedStateStoreProvider",
+                                           "RocksDBStateStoreProvider"], stores
+        # EXPLAIN ANALYZE says where a query's time went, phase by phase
+        lines = [r[0] for r in c.execute("EXPLAIN ANALYZE h").fetchall()]
+        spent = next(ln for ln in lines if ln.startswith("Spark time: "))
+        assert "micro-batches; in all " in spent and " planning " in spent and \
+            "of which in foreachBatch" in spent, spent
+        c.rollback()

@@ -10,8 +10,9 @@ afterwards. Spark holds a window until the watermark passes its end, and a finit
 moves the watermark past the last windows, so for windowed queries one extra tuple an hour
 later follows the events in a second micro-batch (it closes the windows and is in none of
 them). Prints one JSON line per query: rows, and seconds from starting the stream to its end
-(the JVM's start is not counted, as cqgate's server start is not). A query Spark refuses is
-printed with its error instead."""
+(the JVM's start is not counted, as cqgate's server start is not), and the CPU seconds of the
+program, its JVM and Python workers meanwhile. A query Spark refuses is printed with its error
+instead."""
 from __future__ import annotations
 
 import argparse
@@ -94,6 +95,31 @@ def _input(events_dir: str, stream: str, windowed: bool, work: str) -> str:
     return folder
 
 
+def tree_cpu_seconds() -> float:
+    """CPU seconds of this process and all its children so far (Spark's JVM, its Python
+    workers), from /proc."""
+    kids: dict = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(
+                        int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def run(spark, events_dir: str, name: str) -> dict:
     streams, windowed, sql = QUERIES[name]
     work = tempfile.mkdtemp(prefix=f"spark-{name}-")
@@ -105,13 +131,15 @@ def run(spark, events_dir: str, name: str) -> dict:
              .csv(_input(events_dir, s, windowed, work))
              .withWatermark("date_time", "0 seconds").createOrReplaceTempView(s))
         out = os.path.join(work, "out")
+        cpu0 = tree_cpu_seconds()
         t0 = time.perf_counter()
         query = (spark.sql(sql).writeStream.format("csv").outputMode("append")
                  .option("path", out).option("checkpointLocation", os.path.join(work, "ck"))
                  .trigger(availableNow=True).start())
         query.awaitTermination()
         secs = time.perf_counter() - t0
-        return {"query": name, "rows": _count_rows(out), "seconds": round(secs, 3)}
+        return {"query": name, "rows": _count_rows(out), "seconds": round(secs, 3),
+                "cpu_seconds": round(tree_cpu_seconds() - cpu0, 2)}
     except Exception as e:  # noqa: BLE001 - a query Spark refuses is reported, not fatal
         return {"query": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
     finally:

@@ -83,9 +83,11 @@ def _q(name: str) -> str:
 
 
 class Spark:
-    def __init__(self, master: str = "local[*]", data_dir: str = ""):
+    def __init__(self, master: str = "local[*]", data_dir: str = "",
+                 settings: dict | None = None):
         self.master = master
         self.data_dir = data_dir
+        self.settings = settings or {}       # --spark-conf: over the defaults below
         self._session = None
         self._lock = threading.Lock()
 
@@ -117,6 +119,8 @@ class Spark:
                              os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")))
                 if self.data_dir:
                     b = b.config("spark.local.dir", os.path.join(self.data_dir, "spark-tmp"))
+                for key, value in self.settings.items():
+                    b = b.config(key, value)
                 self._session = b.getOrCreate()
                 self._session.sparkContext.setLogLevel("ERROR")
                 log.info("Spark session started (master %s)", self.master)

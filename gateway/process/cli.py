@@ -38,7 +38,7 @@ def _serve(args) -> int:
     cfg = Config(**{**Config.env_defaults(),
                     **{k: v for k, v in vars(args).items()
                        if k in Config.__dataclass_fields__ and v is not None}})
-    for listed in ("aggregates", "functions"):
+    for listed in ("aggregates", "functions", "spark_conf"):
         if isinstance(getattr(cfg, listed), list):
             setattr(cfg, listed, ",".join(getattr(cfg, listed)))
     if cfg.backend_workers < 1:
@@ -211,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spark-warm", action="store_true", default=d.spark_warm,
                    help="start Spark with the server rather than at the first archive query "
                         "(env CQGATE_SPARK_WARM)")
+    s.add_argument("--spark-conf", dest="spark_conf", action="append",
+                   default=[d.spark_conf] if d.spark_conf else None, metavar="KEY=VALUE",
+                   help="a setting of the server's SparkSession, as spark-submit's --conf "
+                        "(repeatable; also CQGATE_SPARK_CONF, comma-separated), e.g. "
+                        "spark.driver.memory=4g")
     s.add_argument("--wrapper-path", default=d.wrapper_path,
                    help="folders (separated by ':') whose Python modules CREATE WRAPPER may "
                         "name, besides DATA_DIR/wrappers (env CQGATE_WRAPPER_PATH)")

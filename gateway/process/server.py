@@ -30,7 +30,7 @@ from gateway.link import spill
 from gateway.link.backend_link import BackendLink
 from gateway.pgwire.auth import METHODS
 from gateway.pgwire.errors import PgError
-from gateway.config import Config
+from gateway.config import Config, spark_settings
 from gateway.process.metrics_http import MetricsServer
 from gateway.security.privileges import Grants
 from gateway.security.roles import Roles, load_passwords
@@ -88,7 +88,11 @@ class Server:
         store.functions.add_operators(P.load_python_functions(config.functions))
         backend = BackendLink(config.aggregates, clock, config.backend_workers)
         archive = Archive(config.data_dir)
-        spark = Spark(config.spark_master, config.data_dir)
+        try:
+            spark_conf = spark_settings(config.spark_conf)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        spark = Spark(config.spark_master, config.data_dir, spark_conf)
         # a cursor's query on Spark ends with its cursor: nothing of one survives a restart;
         # a derived stream's goes on from its checkpoint and where it committed in its spools
         spools = spool.Spools(os.path.join(config.data_dir, spool.FOLDER))

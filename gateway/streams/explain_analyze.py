@@ -96,6 +96,8 @@ def spark_lines(services, running: Running) -> list[str]:
         lines[0] = "continuous query (Spark Structured Streaming) →" + lines[0].split("→", 1)[1]
     counters = spark.counters(running.qid) or {}
     lines.append(f"Spark micro-batches: {counters.get('batches', 0)}")
+    if counters.get("time"):
+        lines.append(f"Spark time: {counters['time']}")
     if progress:
         lines.append(f"Last micro-batch: {progress.get('numInputRows', 0)} input rows, "
                      f"{progress.get('processedRowsPerSecond', 0.0):.1f} rows/s, "
