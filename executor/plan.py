@@ -205,6 +205,18 @@ class Distinct:                                            # δ
     schema: tuple
 
 
+def column_expr(name: str, typ: str) -> "Expr":
+    """An expression that reads column ``name`` of type ``typ``."""
+    return Expr(quote(name), (name,), typ, ("col", name))
+
+
+def distinct_groups(node: Distinct) -> Aggregate:
+    """δ at each instant is a GROUP BY of every column: a row is there while any copy is
+    (how the back end and the Spark engine run it)."""
+    cols = tuple(NamedExpr(c.name, column_expr(c.name, c.type)) for c in node.schema)
+    return Aggregate(node.input, cols, (Partial("__n", "count_star"),), cols, node.schema)
+
+
 @dataclass(frozen=True)
 class Difference:                                          # − (EXCEPT [ALL])
     """The left input's rows the right one lacks at each instant; ``all``: as multisets

@@ -22,18 +22,6 @@ class NotRunnable(Exception):
 
 
 # ---------------------------------------------------------------------- rewrites
-def _col(name: str, typ: str) -> P.Expr:
-    return P.Expr(quote(name), (name,), typ, ("col", name))
-
-
-def distinct_as_aggregate(node: P.Distinct) -> P.Aggregate:
-    """δ at each instant is a GROUP BY of every column: a row is there while any copy is."""
-    keys = tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
-    return P.Aggregate(node.input, keys, (P.Partial("__n", "count_star"),),
-                       tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema),
-                       node.schema)
-
-
 # how many copies of a row each set operation keeps, from its count in the left input (l)
 # and in the right one (r), NULL where that input has none
 _COPIES = {
@@ -52,29 +40,29 @@ def set_operation_as_aggregate(node):
     marks = (P.Column("__left", "INTEGER"), P.Column("__right", "INTEGER"))
 
     def marked(child, side: int):
-        outs = tuple(P.NamedExpr(n, _col(rc.name, rc.type))
+        outs = tuple(P.NamedExpr(n, P.column_expr(rc.name, rc.type))
                      for n, rc in zip(names, child.schema))
         outs += (P.NamedExpr("__left", P.Expr(str(int(side == 0)), (), "INTEGER")),
                  P.NamedExpr("__right", P.Expr(str(int(side == 1)), (), "INTEGER")))
         return P.Map(child, outs, node.schema + marks)
 
     both = P.Union_((marked(node.left, 0), marked(node.right, 1)), node.schema + marks)
-    keys = tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
+    keys = tuple(P.NamedExpr(c.name, P.column_expr(c.name, c.type)) for c in node.schema)
     copies = P.Expr(_COPIES[type(node), node.all], ("__l", "__r"), "BIGINT")
     counted = node.schema + (P.Column("__n", "BIGINT"),)
-    agg = P.Aggregate(both, keys, (P.Partial("__l", "sum", _col("__left", "INTEGER")),
-                                   P.Partial("__r", "sum", _col("__right", "INTEGER"))),
-                      tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema)
+    agg = P.Aggregate(both, keys, (P.Partial("__l", "sum", P.column_expr("__left", "INTEGER")),
+                                   P.Partial("__r", "sum", P.column_expr("__right", "INTEGER"))),
+                      tuple(P.NamedExpr(c.name, P.column_expr(c.name, c.type)) for c in node.schema)
                       + (P.NamedExpr("__n", copies),), counted)
     kept = P.Filter(agg, P.Expr('"__n" > 0', ("__n",), "BOOLEAN"), counted)
     if node.all:
         kept = P.Repeat(kept, "__n", counted)
-    return P.Map(kept, tuple(P.NamedExpr(c.name, _col(c.name, c.type)) for c in node.schema),
-                 node.schema)
+    return P.Map(kept, tuple(P.NamedExpr(c.name, P.column_expr(c.name, c.type))
+                             for c in node.schema), node.schema)
 
 
 # Algebra that runs as a combination of other operators.
-_REWRITES = {P.Distinct: distinct_as_aggregate, P.Difference: set_operation_as_aggregate,
+_REWRITES = {P.Distinct: P.distinct_groups, P.Difference: set_operation_as_aggregate,
              P.Intersection: set_operation_as_aggregate}
 
 

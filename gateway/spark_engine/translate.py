@@ -27,6 +27,7 @@ Spark's watermark for what reads it. What runs:
   state bounded by both watermarks; rows held as a union's;
 - α over ω RANGE grouped by a key: the aggregate index per key in Python, inside Spark's
   ``transformWithStateInPandas`` (range_aggregate.py);
+- δ right over a window or its projection: as α grouped by every column, with a count;
 - ⋈ of windowed rows with a table, then σ and μ: Spark runs the stream's side, the server
   the rest with DuckDB for each micro-batch (``TableFinish``).
 
@@ -145,6 +146,30 @@ def _check_aggregate(n: P.Aggregate, kids) -> Kind:
     return Kind("aligned" if n.keys else "keyless", kids[0].grid, counts=not n.keys and counts)
 
 
+def distinct_groups(n: P.Distinct) -> P.Aggregate:
+    """δ as the α Spark runs: a GROUP BY of every column (as the back end runs it), over
+    the window right under it; through the projection between them (``SELECT DISTINCT a, b
+    + 1 …``), by the projection's expressions. Refused where a window is not right under
+    it or its projection."""
+    below = n.input
+    if isinstance(below, P.Map) and isinstance(below.input, P.Window):
+        exprs, window = [o.expr for o in below.outputs], below.input
+    elif isinstance(below, P.Window):
+        exprs, window = [P.column_expr(c.name, c.type) for c in n.schema], below
+    else:
+        raise Refused("DISTINCT but over one stream's window (directly or through its "
+                      "projection)")
+    keys = tuple(P.NamedExpr(c.name, e) for c, e in zip(n.schema, exprs))
+    cols = tuple(P.NamedExpr(c.name, P.column_expr(c.name, c.type)) for c in n.schema)
+    # the count's name has no leading underscores: Spark renames such columns on their
+    # way into a pandas function (range_aggregate)
+    return P.Aggregate(window, keys, (P.Partial("cq_copies", "count_star"),), cols, n.schema)
+
+
+def _check_distinct(n: P.Distinct, kids) -> Kind:
+    return _check_aggregate(distinct_groups(n), kids)
+
+
 def _check_union(n: P.Union_, kids) -> Kind:
     if not all(k.name in ("ranged", "unbounded", "slid") for k in kids):
         raise Refused("a union of anything but windowed rows of streams")
@@ -198,7 +223,7 @@ _CHECKS = {
     P.WindowRelationScan: _refuse("a named window or derived stream is read from the back "
                                   "end"),
     P.QualityJoin: _refuse("a quality-driven join"),
-    P.Distinct: _refuse("DISTINCT"),
+    P.Distinct: _check_distinct,
     P.Difference: _refuse("EXCEPT"),
     P.Intersection: _refuse("INTERSECT"),
     P.Limit: _refuse("LIMIT (fetch as many rows as you need instead)"),
@@ -226,8 +251,12 @@ def check(p: P.Plan) -> Shape:
     # a union's and a join's wait for the watermarks
     return Shape(tuple(sorted(P.streams_read(p.root))),
                  hold=kind in ("union", "join", "joined"),
-                 closes=P.contains(p.root, lambda n: isinstance(n, P.Aggregate)),
+                 closes=P.contains(p.root, _grouping),
                  with_table=kind == "tabled", ranged=kind == "ranged_agg")
+
+
+def _grouping(node) -> bool:
+    return isinstance(node, (P.Aggregate, P.Distinct))
 
 
 def table_join(root) -> tuple:
@@ -482,8 +511,12 @@ class Builder:
                               f"least(__te_l, __te_r) AS {TE}", f"false AS {PUNCT}",
                               *([f"__wt_l AS {WT}"] if gridded else []))
 
+    def _distinct(self, n: P.Distinct):
+        return self._aggregate(distinct_groups(n))
+
     _BUILD = {P.StreamScan: _scan, P.Window: _window, P.Filter: _filter, P.Map: _map,
-              P.Union_: _union, P.Aggregate: _aggregate, P.Join: _join}
+              P.Union_: _union, P.Aggregate: _aggregate, P.Distinct: _distinct,
+              P.Join: _join}
 
 
 def _event_time(df):
