@@ -36,6 +36,7 @@ not know must be one of DuckDB's (never Spark's calls into its JVM).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -147,23 +148,18 @@ def _check_aggregate(n: P.Aggregate, kids) -> Kind:
 
 
 def distinct_groups(n: P.Distinct) -> P.Aggregate:
-    """δ as the α Spark runs: a GROUP BY of every column (as the back end runs it), over
-    the window right under it; through the projection between them (``SELECT DISTINCT a, b
-    + 1 …``), by the projection's expressions. Refused where a window is not right under
-    it or its projection."""
+    """δ as the α Spark runs: the back end's GROUP BY of every column with a count
+    (``P.distinct_groups``), over the window right under it; through the projection between
+    them (``SELECT DISTINCT a, b + 1 …``), by the projection's expressions. Refused where a
+    window is not right under it or its projection."""
     below = n.input
+    if isinstance(below, P.Window):
+        return P.distinct_groups(n)
     if isinstance(below, P.Map) and isinstance(below.input, P.Window):
-        exprs, window = [o.expr for o in below.outputs], below.input
-    elif isinstance(below, P.Window):
-        exprs, window = [P.column_expr(c.name, c.type) for c in n.schema], below
-    else:
-        raise Refused("DISTINCT but over one stream's window (directly or through its "
-                      "projection)")
-    keys = tuple(P.NamedExpr(c.name, e) for c, e in zip(n.schema, exprs))
-    cols = tuple(P.NamedExpr(c.name, P.column_expr(c.name, c.type)) for c in n.schema)
-    # the count's name has no leading underscores: Spark renames such columns on their
-    # way into a pandas function (range_aggregate)
-    return P.Aggregate(window, keys, (P.Partial("cq_copies", "count_star"),), cols, n.schema)
+        keys = tuple(P.NamedExpr(c.name, o.expr) for c, o in zip(n.schema, below.outputs))
+        return dataclasses.replace(P.distinct_groups(n), input=below.input, keys=keys)
+    raise Refused("DISTINCT but over one stream's window (directly or through its "
+                  "projection)")
 
 
 def _check_distinct(n: P.Distinct, kids) -> Kind:
@@ -445,7 +441,7 @@ class Builder:
         keys = [f"{self.spark_sql(k.expr)} AS {q(k.name)}" for k in n.keys]
         args = [f"{self.spark_sql(p.arg)} AS {q(p.name)}" for p in n.partials if p.arg is not None]
         if isinstance(n.input, P.Window) and isinstance(n.input.window, P.RangeWindow):
-            return self._range_aggregate(n, keys, args)
+            return self._range_aggregate(n)
         if isinstance(n.input, P.Window):       # over a SLIDE window's tuples: by window
             w = n.input.window
             df = _event_time(self.build(n.input.input)).selectExpr(*keys, *args, ET)
@@ -463,24 +459,35 @@ class Builder:
         return agg.selectExpr(*(f"{self.spark_sql(f.expr)} AS {q(f.name)}" for f in n.finals),
                               *_carried(agg))
 
-    def _range_aggregate(self, n: P.Aggregate, keys: list, args: list):
+    def _range_aggregate(self, n: P.Aggregate):
         """By key, the back end's aggregate index in Python (range_aggregate.py), its state
-        in Spark's state store; rows out up to Spark's watermark at each micro-batch."""
+        in Spark's state store; rows out up to Spark's watermark at each micro-batch. The
+        keys and partials go into Spark's pandas function named by their place (``cq_k0``,
+        ``cq_p0``, …) and get their names back after it: Spark renames a column with
+        leading underscores on its way in (DISTINCT's count, ``__n``, then gave no rows)."""
+        kcols = [f"cq_k{i}" for i in range(len(n.keys))]
+        pcols = [f"cq_p{i}" for i in range(len(n.partials))]
         df = _event_time(self.build(n.input.input)).selectExpr(
-            *keys, *args, f"unix_micros(CAST({TS} AS TIMESTAMP)) AS {RA.TS_US}", ET)
+            *(f"{self.spark_sql(k.expr)} AS {c}" for k, c in zip(n.keys, kcols)),
+            *(f"{self.spark_sql(p.arg)} AS {c}" for p, c in zip(n.partials, pcols)
+              if p.arg is not None),
+            f"unix_micros(CAST({TS} AS TIMESTAMP)) AS {RA.TS_US}", ET)
         integral = [p.func in ("count", "count_star") or
                     (p.func in ("sum", "min", "max") and _integral(p.arg.type))
                     for p in n.partials]
-        out = ", ".join([f"{q(k.name)} {spark_type(k.expr.type)}" for k in n.keys]
-                        + [f"{q(p.name)} {_partial_type(p, whole)}"
-                           for p, whole in zip(n.partials, integral)]
+        out = ", ".join([f"{c} {spark_type(k.expr.type)}" for k, c in zip(n.keys, kcols)]
+                        + [f"{c} {_partial_type(p, whole)}"
+                           for p, c, whole in zip(n.partials, pcols, integral)]
                         + [f"{RA.FROM} BIGINT", f"{RA.TO} BIGINT"])
-        agg = df.groupBy(*(F.col(q(k.name)) for k in n.keys)).transformWithStateInPandas(
-            RA.RangeAggregate([k.name for k in n.keys], [(p.name, p.func) for p in n.partials],
+        agg = df.groupBy(*kcols).transformWithStateInPandas(
+            RA.RangeAggregate(kcols, [(c, p.func) for p, c in zip(n.partials, pcols)],
                               n.input.window.size_us, integral),
             outputStructType=out, outputMode="Append", timeMode="EventTime")
-        agg = agg.withColumn(TS, F.expr(f"CAST(timestamp_micros({RA.FROM}) AS TIMESTAMP_NTZ)")) \
-            .withColumn(TE, F.expr(f"CAST(timestamp_micros({RA.TO}) AS TIMESTAMP_NTZ)"))
+        agg = agg.select(
+            *(F.col(c).alias(k.name) for k, c in zip(n.keys, kcols)),
+            *(F.col(c).alias(p.name) for p, c in zip(n.partials, pcols)),
+            F.expr(f"CAST(timestamp_micros({RA.FROM}) AS TIMESTAMP_NTZ)").alias(TS),
+            F.expr(f"CAST(timestamp_micros({RA.TO}) AS TIMESTAMP_NTZ)").alias(TE))
         return agg.selectExpr(*(f"{self.spark_sql(f.expr)} AS {q(f.name)}" for f in n.finals),
                               TS, TE, f"false AS {PUNCT}")
 
