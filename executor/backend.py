@@ -108,7 +108,8 @@ class Backend:
         history = self.history.pop(msg.qid, None)
         try:
             plan = P.from_dict(msg.plan)
-            self.graph.add(msg.qid, plan, feeds=msg.feeds, private=history is not None)
+            self.graph.add(msg.qid, plan, feeds=msg.feeds,
+                           private=history is not None or msg.resume)
         except NotRunnable as e:
             self._answer(msg.req, ok=False, error=str(e), sqlstate="0A000")
             return
@@ -121,9 +122,10 @@ class Backend:
             return
         self.queries[msg.qid] = QueryStats(time.time())
         self._answer(msg.req, ok=True)
-        if history is not None:          # a window reaching into the past starts primed
-            self._emit(self.graph.prime(msg.qid, {
-                name: pa.concat_tables(parts) for name, parts in history.items()}, msg.seam))
+        if history is not None or msg.resume:   # a window reaching into the past: primed
+            tables = {name: pa.concat_tables(parts) for name, parts in (history or {}).items()}
+            prime = self.graph.resume if msg.resume else self.graph.prime
+            self._emit(prime(msg.qid, tables, msg.seam))
         self._emit({})                   # LIMIT 0 ends at once
 
     def on_encode_rows(self, msg: wire.EncodeRows) -> None:
@@ -309,6 +311,8 @@ class Backend:
                 continue
             for b in batches:
                 self.send(wire.rows(qid, b))
+        for qid, ts in self.graph.take_advanced().items():     # after the rows it covers
+            self.send(wire.encode(wire.Reached(qid, ts)))
         for qid, (error, sqlstate) in self.graph.take_failures().items():
             self._end(qid, error, sqlstate)
         for qid in self.graph.finished():

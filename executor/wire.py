@@ -13,7 +13,8 @@ ANALYZE: each query's operators with their counters, in ``ANSWER``'s ``operators
 ``MARK`` {n} (sent back once everything before it is answered: where the rows of queries
 sharded across back ends are merged).
 Back end → gateway: ``ROWS`` qid + batch · ``ENDED`` {qid, error?, sqlstate?} · ``ANSWER``
-{req, ok, error?, …} · ``MARK`` {n}.
+{req, ok, error?, …} · ``MARK`` {n} · ``REACHED`` {qid, ts} (every row of the query that
+begins before ts has been sent: a BOUNDARY reached its result).
 
 Each JSON frame holds one frozen message (``PlanQuery``, ``Ended``, …, registered in ``MESSAGES``
 by kind byte); ``encode`` and ``decode`` are the only way between a message and its frame.
@@ -36,7 +37,7 @@ from executor.batches import INF, micros  # noqa: F401 - re-exported
 
 PLAN, DATA, WATERMARK, DROP, DROP_STREAM, STATS = b"P", b"D", b"W", b"X", b"Z", b"S"
 SNAPSHOT, TABLE, PROGRESS, HISTORY, RECOMPUTE, ANALYZE = b"Q", b"T", b"G", b"H", b"C", b"Y"
-ROWS, ENDED, ANSWER, MARK, ENCODE = b"R", b"E", b"A", b"M", b"K"
+ROWS, ENDED, ANSWER, MARK, ENCODE, REACHED = b"R", b"E", b"A", b"M", b"K", b"V"
 
 _HEAD = struct.Struct("!cI")
 _NAME = struct.Struct("!H")
@@ -70,12 +71,15 @@ class Control:
 @dataclass(frozen=True)
 class PlanQuery(Control, kind=PLAN):
     """Run continuous query ``qid`` until DROP; ``feeds``: the named window or derived stream
-    its rows become; ``seam``: where the archived tuples sent before it give way to live ones."""
+    its rows become; ``seam``: where the archived tuples sent before it give way to live ones;
+    ``resume``: the query goes on from the seam, as one that ran all along would (a BOUNDARY
+    there, its rows that begin at or after it), rather than starting there."""
     req: int
     qid: int
     plan: dict                      # executor.plan.to_dict
     feeds: str | None = None
     seam: int | None = None
+    resume: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,14 @@ class Ended(Control, kind=ENDED):
     qid: int
     error: str | None = None
     sqlstate: str | None = None
+
+
+@dataclass(frozen=True)
+class Reached(Control, kind=REACHED):
+    """Query ``qid``'s result has passed a BOUNDARY at ``ts``: every row that begins before it
+    has been sent (its progress, and where it can be resumed from)."""
+    qid: int
+    ts: int
 
 
 @dataclass(frozen=True)

@@ -6,20 +6,22 @@ EXCEPT and EXPLAIN; ``is_continuous`` tells the gateway which statements need it
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlglot import exp
 
 from executor import plan as P
 
 from .. import expressions as X
-from ..errors import InvalidWindow, written_at
+from ..errors import InvalidWindow, PlanError, written_at
 from ..flink import group_windows, proctime
 from . import quality_join
 from .build import Builder, timestamp_us
 from .catalog import Catalog, MemoryCatalog, Relation
 from .check_bounded_state import check_bounded_state
 
-__all__ = ["plan", "explain", "is_continuous", "query_engine", "Catalog", "MemoryCatalog",
-           "Relation", "timestamp_us"]
+__all__ = ["plan", "explain", "is_continuous", "query_engine", "delivery", "Delivery",
+           "Catalog", "MemoryCatalog", "Relation", "timestamp_us"]
 
 ENGINES = ("backend", "spark")
 
@@ -40,6 +42,60 @@ def query_engine(tree: exp.Expression) -> str | None:
                                     hint="The engines are backend and spark.")
             return word
     return None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How a continuous query's rows are delivered: ``progress`` rows between them (a first
+    column ``cq_progress``), and ``resume_from`` (µs), the progress watermark a query
+    declared earlier reported, from which this one goes on; ``at``: where the options are
+    written, for errors about them."""
+    progress: bool = False
+    resume_from: int | None = None
+    at: int | None = None
+
+
+_TRUE, _FALSE = ("true", "on", "yes", "1"), ("false", "off", "no", "0")
+
+
+def delivery(tree: exp.Expression) -> Delivery:
+    """``WITH (progress = true, resume_from = '…')`` after the query's SELECT; 22023 for a
+    value that is not one, 22023 for resume_from without progress (a resumed query's client
+    needs the progress rows to resume it again)."""
+    found: dict = {}
+    at = None
+    for sel in tree.find_all(exp.Select):
+        for opt in sel.args.get("join_options") or []:
+            name = opt.this.name.lower()
+            if name not in quality_join.DELIVERY_OPTIONS:
+                continue
+            value = opt.args["value"]
+            text = value.name if isinstance(value, (exp.Literal, exp.Identifier)) else \
+                value.sql()
+            at = written_at(opt) if at is None else at
+            found[name] = (text, written_at(opt))
+    progress = False
+    if "progress" in found:
+        text, where = found["progress"]
+        if text.lower() not in _TRUE + _FALSE:
+            raise InvalidWindow(f'invalid value for option "progress": {text}', position=where,
+                                hint="progress is true or false.")
+        progress = text.lower() in _TRUE
+    resume = None
+    if "resume_from" in found:
+        text, where = found["resume_from"]
+        try:
+            resume = timestamp_us(text)
+        except PlanError:
+            raise InvalidWindow(f'invalid value for option "resume_from": {text}',
+                                position=where, hint="resume_from is the cq_progress of the "
+                                "last progress row processed, e.g. '2026-11-01 10:00:05'.") \
+                from None
+        if not progress:
+            raise InvalidWindow("resume_from needs progress = true", position=where,
+                                hint="WITH (progress = true, resume_from = '…'): the resumed "
+                                     "cursor's progress rows say where to resume it next.")
+    return Delivery(progress, resume, at)
 
 
 def _relations(tree: exp.Expression):

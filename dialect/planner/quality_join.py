@@ -65,8 +65,10 @@ def session_options(recall: str, period: str) -> dict | None:
 
 
 ENGINE_OPTION = "engine"     # WITH (engine = …) beside them says where the query runs
+# how its rows are delivered: progress rows, and where a resumed query goes on from
+DELIVERY_OPTIONS = ("progress", "resume_from")
 # the query's own options beside a recall target's
-_NOT_QUALITY = (ENGINE_OPTION, STATE_TTL)
+_NOT_QUALITY = (ENGINE_OPTION, STATE_TTL, *DELIVERY_OPTIONS)
 
 
 def written(sel: exp.Select) -> list:

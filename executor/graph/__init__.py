@@ -19,6 +19,9 @@ class Graph(RunningGraph):
     def prime(self, qid, history: dict, seam: int) -> dict:
         return one_time.prime(self, qid, history, seam)
 
+    def resume(self, qid, history: dict, since: int) -> dict:
+        return one_time.resume(self, qid, history, since)
+
     def snapshot(self, qid, batches: dict, at: int | None) -> pa.Table | None:
         return one_time.snapshot(self, qid, batches, at)
 

@@ -36,6 +36,35 @@ def prime(graph: RunningGraph, qid, history: dict, seam: int) -> dict:
     return graph.client({qid: rows} if rows else {})
 
 
+def resume(graph: RunningGraph, qid, history: dict, since: int) -> dict:
+    """Feed privately built query ``qid`` the archived tuples it needs to go on from ``since``
+    as though it had run all along (a cursor resumed from a progress watermark, or restarted
+    with a new back end): the tuples before ``since``, a BOUNDARY there, which splits the rows
+    open across it as the one that ran all along split them, then the rest up to the seam;
+    only rows that begin at ``since`` or later go out, the earlier ones having been sent."""
+    out: dict = {}
+    graph.open_query(qid, since)
+    scans = [v for v in below(graph.queries[qid].sink)
+             if v.op is not None and v.op.source is not None]
+    for before in (True, False):
+        for v in scans:
+            table = history.get(P.stream_of(v.op.source))
+            for batch in table.to_batches() if table is not None else ():
+                for first in v.counted(perf_counter_ns(), (batch,), v.op.on_batch(batch)):
+                    ts = first.column(TS)
+                    part = first.filter(pc.less(ts, since) if before else
+                                        pc.greater_equal(ts, since))
+                    if part.num_rows:
+                        graph.announce_start(v, pc.min(part.column(TS)).as_py())
+                        graph.deliver(v, [part], out)
+        if before:
+            for v in scans:
+                graph.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_watermark(since)),
+                              out)
+    rows = [b.filter(pc.greater_equal(b.column(TS), since)) for b in out.get(qid, [])]
+    return graph.client({qid: rows} if rows else {})
+
+
 def snapshot(graph: RunningGraph, qid, batches: dict, at: int | None) -> pa.Table | None:
     """Query ``qid`` run over ``batches`` ({stream: [batch]}, each in event-time order)
     to the end: its rows valid at instant ``at`` (default: the latest tuple's time)."""

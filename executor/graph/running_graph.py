@@ -59,10 +59,11 @@ class _Vertex:
 
 class _Query:
     __slots__ = ("qid", "plan", "sink", "out_names", "rows_in", "rows_out", "feeds", "streams",
-                 "unopened", "baseline")
+                 "unopened", "baseline", "reached")
 
     def __init__(self, qid, plan, feeds=None):
         self.qid, self.plan, self.feeds = qid, plan, feeds
+        self.reached: int | None = None     # the latest BOUNDARY that reached its sink
         self.streams: set = set()
         self.out_names = [c.name for c in plan.root.schema]
         self.rows_in = self.rows_out = 0
@@ -135,6 +136,7 @@ class RunningGraph:
         self._private = False           # building a query that shares nothing
         self._qid = None                # the query being built
         self._new: list = []            # the vertices built for it
+        self.advanced: dict = {}        # query id -> its sink's BOUNDARY, since last taken
 
     @property
     def table_data(self) -> dict:
@@ -294,6 +296,7 @@ class RunningGraph:
             return
         for qid in v.sinks:
             out.setdefault(qid, []).extend(m for m in messages if not isinstance(m, Watermark))
+            self._reach(qid, messages)
             feeds = self.queries[qid].feeds if qid in self.queries else None
             for scan in self.scans.get(feeds, ()) if feeds else ():
                 started = perf_counter_ns()
@@ -321,6 +324,21 @@ class RunningGraph:
                           else op.on_batch(m, port))])
             if nxt is not None:
                 self.deliver(parent, parent.counted(started, messages, nxt), out)
+
+    def _reach(self, qid, messages: list) -> None:
+        """A BOUNDARY among the messages reaching query ``qid``'s sink: every row of it that
+        begins before that instant has now been given (operators emit in valid_from order and
+        a watermark after the rows it releases)."""
+        q = self.queries.get(qid)
+        for m in messages:
+            if isinstance(m, Watermark) and q is not None and (q.reached is None
+                                                               or m.ts > q.reached):
+                q.reached = self.advanced[qid] = m.ts
+
+    def take_advanced(self) -> dict:
+        """{query id: the BOUNDARY its sink reached} for those that moved since last asked."""
+        out, self.advanced = self.advanced, {}
+        return {qid: ts for qid, ts in out.items() if qid in self.queries}
 
     def _guarded(self, v: _Vertex, call) -> list | None:
         """``call()``'s messages from ``v``'s operator, or None when it failed: its queries end

@@ -4,9 +4,10 @@ one result queue per running query (``LiveRows``), which cursors and portals rea
 
 With ``workers`` > 1, more back ends run beside the first: a continuous keyed aggregate is split
 across all of them by its key (``shards.py``), each getting the stream's rows; everything else
-runs on the first. If a back end dies, every query running on it ends with an error (57P02), a
-new one starts, and the queries the server itself keeps (named windows, derived streams) are
-planned again.
+runs on the first. If a back end dies, a new one starts; a query that can go on from its last
+watermark (``resumption.py``) is started again there from the archive and its cursor sees no
+seam, any other ends with an error (57P02); the queries the server itself keeps (named
+windows, derived streams) are planned again.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from gateway.link.frames import BackendFrames
 from gateway.link.outbox import Outbox
 from gateway.pgwire import errors as E
 from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
+from gateway.link.resumption import Resumption
 from gateway.link.shards import ShardMerge, shard_key, shard_plan
 
 log = logging.getLogger("cqgate")
@@ -124,7 +126,9 @@ class BackendLink:
         self._stopping = False
         self.restarts = 0
         self.replies = {wire.Ended: self._on_ended, wire.Answer: self._on_answer,
-                        wire.Mark: self._on_mark}
+                        wire.Mark: self._on_mark, wire.Reached: self._on_reached}
+        self.sent_upto: dict = {}         # stream -> the latest event time sent to back ends
+        self.recovered = 0                # queries started again after a back end died
 
     # ------------------------------------------------------------------ process
     @property
@@ -174,11 +178,20 @@ class BackendLink:
                   f" {w.index}" if w.index else "", code)
         self.restarts += 1
         err = E.PgError("the back end stopped; this query was lost", sqlstate="57P02",
-                        hint="Run the query again.")
+                        hint="Run the query again; a query over archived streams declared "
+                             "WITH (progress = true) can go on with resume_from = its last "
+                             "progress.")
         # the first back end runs every query (the split ones in part); another only the
         # split ones, whose copies on the back ends still running are dropped
         lost = list(self._live) if w.index == 0 else list(self.merges)
+        again = []
         for qid in lost:
+            live = self._live.get(qid)
+            if live is not None and qid not in self.merges and not live.ended and \
+                    live.resumption is not None and live.resumption.lost():
+                again.append(live)
+                self._release_tables(qid)
+                continue
             live = self._live.pop(qid, None)
             if live is not None:
                 live.finish(err)
@@ -194,6 +207,23 @@ class BackendLink:
             await self.start()
         else:
             await self._start_worker(w)
+        for live in again:
+            await self._go_on(live, err)
+
+    async def _go_on(self, live: LiveRows, err: E.PgError) -> None:
+        """Start a query the dead back end ran again, from its last watermark."""
+        r = live.resumption
+        if live.ended:                  # its cursor closed meanwhile
+            return
+        try:
+            await r.restart(live, r.reached, r.started)
+        except E.PgError as e:
+            self._live.pop(live.qid, None)
+            self._log_stop(live.qid, f"lost with the back end ({e.message})")
+            live.finish(E.PgError(f"{err.message}: {e.message}", sqlstate="57P02",
+                                  hint=err.hint))
+            return
+        self.recovered += 1
 
     # ------------------------------------------------------------------ replies
     def _on_frame(self, kind: bytes, payload, worker: int = 0) -> None:
@@ -248,6 +278,11 @@ class BackendLink:
             live.failure = msg.error
         live.finish(err)
 
+    def _on_reached(self, msg: wire.Reached, worker: int) -> None:
+        live = self._live.get(msg.qid)
+        if live is not None and msg.qid not in self.merges:
+            live.reached(msg.ts)
+
     def _on_answer(self, msg: wire.Answer, worker: int) -> None:
         fut, _ = self.answers.pop(msg.req, (None, None))
         if fut is not None and not fut.done():
@@ -285,11 +320,18 @@ class BackendLink:
         return next(self._ids)
 
     async def _register(self, qid: int, plan: P.Plan, feeds: str | None,
-                        seam: int | None = None) -> None:
+                        seam: int | None = None, resume: bool = False) -> None:
         merge = self.merges.get(qid)
         if merge is None:
+            live = self._live.get(qid)
+            if live is not None and live.resumption is not None and \
+                    live.resumption.started is None:
+                # the query sees no tuple sent before its plan (every one since is after)
+                sent = [self.sent_upto[s] for s in P.streams_read(plan.root)
+                        if s in self.sent_upto]
+                live.resumption.started = max(sent) if sent else None
             await self._ask(wire.PlanQuery, qid=qid, plan=P.to_dict(plan), feeds=feeds,
-                            seam=seam)
+                            seam=seam, resume=resume)
             return
         # every back end gets its copy before any other frame, so all see the same rows
         n = len(self.workers)
@@ -338,14 +380,15 @@ class BackendLink:
 
     async def _start_query(self, qid: int, plan: P.Plan, feeds: str | None,
                            tables: dict | None, history: dict | None = None,
-                           seam: int | None = None) -> None:
+                           seam: int | None = None, resume: bool = False) -> None:
         """Send the tables its stream–table joins read and the archived tuples that prime it
-        ({stream: table}; rows valid at ``seam`` and later go out), then the plan; count the
+        ({stream: table}; rows valid at ``seam`` and later go out; ``resume``: rows that
+        begin at ``seam`` or later, the query going on from there), then the plan; count the
         tables."""
         for tname, table in (tables or {}).items():
             await self.send_table(tname, table)
         await self._send_history(qid, history)
-        await self._register(qid, plan, feeds, seam if history else None)
+        await self._register(qid, plan, feeds, seam if history or resume else None, resume)
         arrivals = {s + P.ARRIVAL for s in P.arrival_streams(plan.root)} | \
             {s + P.PROCTIME for s in P.proctime_streams(plan.root)}
         if arrivals:
@@ -362,26 +405,38 @@ class BackendLink:
     async def open(self, plan: P.Plan, fields: list, schema: pa.Schema, sql: str, owner: int,
                    name: str, tables: dict | None = None, history: dict | None = None,
                    seam: int | None = None, label: str = "query",
-                   bounds: Bounds = UNBOUNDED) -> LiveRows:
+                   bounds: Bounds = UNBOUNDED, resumption: Resumption | None = None,
+                   resume: bool = False) -> LiveRows:
         """Start a continuous query; its rows arrive in the returned queue. ``tables``: the
         current contents of the tables it joins; ``history``/``seam``: archived tuples its
         windows reach back to, and where live data takes over; ``label``: how the log names
-        it (a cursor, or a plain query); ``bounds``: how much its queue may hold."""
+        it (a cursor, or a plain query); ``bounds``: how much its queue may hold;
+        ``resumption``: its progress and restart (its rows then carry their interval in two
+        more columns); ``resume``: it goes on from ``seam`` rather than starting there."""
         qid = self.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self, self.clock, bounds)
         live.streams = P.streams_read(plan.root)
+        live.resumption = resumption
         self._live[qid] = live
         self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
-        if not tables and not history:
+        if not tables and not history and resumption is None:
             self._split(qid, plan, live)
         try:
-            await self._start_query(qid, plan, None, tables, history, seam)
+            await self._start_query(qid, plan, None, tables, history, seam, resume)
         except E.PgError:
             self._unsplit(qid)
             self._live.pop(qid, None)
             self.labels.pop(qid, None)
             raise
         return live
+
+    async def reopen(self, live: LiveRows, plan: P.Plan, tables: dict | None, history: dict,
+                     since: int) -> None:
+        """Start ``live``'s query again (its back end died) so that it goes on from ``since``
+        with the archived tuples ``history``; its rows come into the same queue."""
+        self._live[live.qid] = live
+        self.labels[live.qid] = f"{live.label()} (restarted): {_one_line(live.sql)}"
+        await self._start_query(live.qid, plan, None, tables, history, since, resume=True)
 
     async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None,
                    history: dict | None = None, seam: int | None = None,
@@ -525,10 +580,16 @@ class BackendLink:
                     w.out.write(parts)
         if latest is not None:
             self.out.write(wire.encode(wire.Progress(stream, latest)))
+            self._sent(stream, latest)
         self._mark()
         for w in to:
             if wait or w.out.get_write_buffer_size() > SHED_LIMIT:
                 await w.out.drain()
+
+    def _sent(self, stream: str, ts: int) -> None:
+        name = stream.lower()
+        if ts > self.sent_upto.get(name, ts - 1):
+            self.sent_upto[name] = ts
 
     def behind(self) -> bool:
         """Whether a back end has fallen behind: more than BEHIND bytes wait for it."""
@@ -539,6 +600,7 @@ class BackendLink:
         """A BOUNDARY, to every back end (so that all close a split query's windows at the
         same instant); ``wait``: until each has taken what is queued for it."""
         frame = wire.encode(wire.Watermark(stream, ts))
+        self._sent(stream, ts)
         for w in self.workers:
             w.out.write(frame)
         self._mark()

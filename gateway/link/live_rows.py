@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from gateway.clock import SYSTEM, Clock
+from gateway.link.resumption import Resumption
 from gateway.link.spill import Spill
 from gateway.pgwire.copy_format import ENCODED, copy_encoder, schema_text
 from gateway.pgwire.errors import PgError, QueryCanceled
@@ -69,9 +70,21 @@ class LiveRows:
         self.notices: list = []           # (severity, sqlstate, message) for its next FETCH
         self._changed = asyncio.Event()
         self._encode = None               # rows that still come typed -> ENCODED rows
+        self.resumption: Resumption | None = None   # progress rows, restart after a crash
 
     # called by the back-end link, on the server's loop
     def put(self, table: pa.Table) -> None:
+        if self.resumption is not None and not self.ended:
+            table = self.resumption.rows(table, self.schema)
+        self._queue(table)
+
+    def reached(self, ts: int) -> None:
+        """A BOUNDARY at ``ts`` reached the query's rows (``wire.Reached``)."""
+        if self.resumption is not None and not self.ended:
+            for table in self.resumption.at(ts, self.schema):
+                self._queue(table)
+
+    def _queue(self, table: pa.Table) -> None:
         if table.num_rows and not self.ended:
             if self.schema is not None and table.schema != self.schema:
                 table = self._encode(table) if self._encode is not None else \
@@ -92,7 +105,7 @@ class LiveRows:
         if self.spill is None:
             self.spill = Spill(b.folder, f"q{self.qid}", b.memory // 2)
             log.info("%s: the client reads slower than rows come; spilling its rows to disk",
-                     self._label())
+                     self.label())
         # written in slices of about a quarter of the memory bound, the disk bound checked
         # after each: a big batch overshoots it by one slice, not by the whole batch
         size = max(1, table.get_total_buffer_size())
@@ -102,13 +115,13 @@ class LiveRows:
             try:
                 self.spill.write(table.slice(lo, step))
             except OSError as e:            # a full disk ends this query, not the server
-                self._fail(PgError(f"could not spill the rows {self._label()} has not read: "
+                self._fail(PgError(f"could not spill the rows {self.label()} has not read: "
                                    f"{e}", sqlstate="53100"))
                 return
             if b.spill is not None and self.spill.disk_bytes > b.spill:
                 held = f"{size_text(b.memory)} in memory and {size_text(b.spill)} on disk"
                 self._fail(PgError(
-                    f"{self._label()} fell too far behind its continuous query: more than "
+                    f"{self.label()} fell too far behind its continuous query: more than "
                     f"{held} of rows waited to be read", sqlstate="54000",
                     hint="Read the rows faster (FETCH more often, or more at a time), or raise "
                          "cq.result_spill or cq.result_memory."))
@@ -121,19 +134,21 @@ class LiveRows:
         them, and those already here, and any that still come typed (rows primed from the
         archive), are encoded here the same way. Not once rows have gone to disk (they stay
         as they are), nor where the source cannot; False then."""
-        if self.spill is not None or self.schema is None:
+        if self.spill is not None or self.schema is None or (
+                self.resumption is not None and self.resumption.progress):
             return False
         how = dict(oids=oids, tz=tz, csv=csv, delimiter=delimiter, null=null, quote=quote,
                    binary=binary, schema=schema_text(self.schema))
         if not self.link.encode_rows(self.qid, how):
             return False
+        self.resumption = None      # encoded where made, the rows cannot be cut after a crash
         encode = copy_encoder(**how)
         self.pending = deque(encode(t) for t in self.pending)
         self.memory_bytes = sum(t.get_total_buffer_size() for t in self.pending)
         self.schema, self._encode = ENCODED, encode
         return True
 
-    def _label(self) -> str:
+    def label(self) -> str:
         return f"cursor {self.name}" if self.name else f"query of pid {self.owner}"
 
     def _fail(self, err: PgError) -> None:

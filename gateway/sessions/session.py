@@ -20,6 +20,7 @@ from dialect.planner.quality_join import session_options
 
 from gateway.security.redaction import redacted
 from gateway.archive.priming import start_primed
+from gateway.archive.resume import resumed
 from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
@@ -419,13 +420,19 @@ class Session:
                 label=f"cursor {p.cursor}" if p.cursor else "query",
                 bounds=self.ctx.result_bounds())
 
+        link, plan, resumption = self.services.backend, res.plan, None
+        resume_from = res.delivery.resume_from
+        if res.resumable is not None or res.delivery.progress:
+            plan, resumption = resumed(self.services, res)
+
         def start(history=None, seam=None):
-            return self.services.backend.open(res.plan, res.fields, res.schema, p.stmt.text,
-                                              self.pid, p.cursor or p.name, res.tables, history,
-                                              seam, label=f"cursor {p.cursor}" if p.cursor
-                                              else "query", bounds=self.ctx.result_bounds())
+            return link.open(plan, res.fields, res.schema, p.stmt.text, self.pid,
+                             p.cursor or p.name, res.tables, history, seam,
+                             label=f"cursor {p.cursor}" if p.cursor else "query",
+                             bounds=self.ctx.result_bounds(), resumption=resumption,
+                             resume=resume_from is not None)
         if res.history:        # windows reaching into an archive start primed
-            return await start_primed(self.services, list(res.history), start)
+            return await start_primed(self.services, list(res.history), start, resume_from)
         return await start()
 
     async def _run_table_sql(self, p: Prepared, params: list):

@@ -14,11 +14,12 @@ from sqlglot import exp
 
 from dialect import expressions as X
 from dialect.errors import PlanError
-from dialect.planner import explain, is_continuous, plan, query_engine
+from dialect.planner import Delivery, delivery, explain, is_continuous, plan, query_engine
 from dialect.planner.quality_join import session_options
 from executor import plan as P
 
 from gateway.archive import past_queries as archive_query
+from gateway.archive import resume
 from gateway.archive.priming import History, start_primed
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
@@ -174,6 +175,8 @@ class Planned:
     tables: dict                  # name -> contents of the tables its stream–table joins read
     history: tuple = ()           # ingest.History of archived streams its windows reach into
     spark: spark_plans.Shape | None = None
+    delivery: Delivery = Delivery()
+    resumable: resume.Resumable | None = None   # how it goes on after a crash (None: it cannot)
 
 
 def spark_shape_for(ctx: StatementContext, tree, p: P.Plan) -> spark_plans.Shape | None:
@@ -247,10 +250,32 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
     if ordered:        # every planning error reaches the client with its SQLSTATE
         p = plan_query(ctx, tree)
     fields, schema = typed_fields(ctx, p)
+    try:
+        how = delivery(tree)
+    except PlanError as e:
+        raise plan_error(e) from None
     shape = spark_shape_for(ctx, tree, p)
     if shape is not None:
+        if how.progress:
+            raise E.FeatureNotSupported("progress rows are not supported on Spark",
+                                        position=how.at, hint="Run the query on the back end "
+                                        "(WITH (engine = backend)).")
         return Planned(p, fields, schema, {}, spark=shape)
-    return Planned(p, fields, schema, tables_of(ctx, p), archive_reach(ctx, p))
+    try:
+        again = resume.resumable(ctx.services.streams, p)
+    except E.PgError as e:
+        if how.resume_from is not None:
+            raise E.PgError(e.message, sqlstate=e.sqlstate, hint=e.hint,
+                            position=how.at) from None
+        again = None
+    if how.progress:
+        fields = [Field("cq_progress", T.duck_to_pg("TIMESTAMP").oid, -1)] + fields
+        schema = pa.schema([pa.field("cq_progress", pa.timestamp("us"))] + list(schema))
+    if how.resume_from is not None:
+        return Planned(p, fields, schema, {}, tuple(again.histories(
+            ctx.services.streams, how.resume_from)), delivery=how, resumable=again)
+    return Planned(p, fields, schema, tables_of(ctx, p), archive_reach(ctx, p), delivery=how,
+                   resumable=again)
 
 
 def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = None) -> tuple:

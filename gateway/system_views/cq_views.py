@@ -31,6 +31,13 @@ def _follows(p) -> str:
     return "wall clock" if p.wall_clock and p.follows_wall else "data"
 
 
+def _progress(live) -> tuple:
+    """(the latest watermark its rows passed, how many times it was started again after its
+    back end died) of a cursor's query."""
+    r = getattr(live, "resumption", None)
+    return (None, 0) if r is None else (_micros(r.reached), r.recoveries)
+
+
 async def gather(services, viewer: str, stats: dict | None = None) -> dict:
     """The views' new contents, from the back end's counters (``stats``, if just read) and the
     clearinghouse's logs; a cursor's query text only for roles with its session's role's
@@ -51,18 +58,19 @@ async def gather(services, viewer: str, stats: dict | None = None) -> dict:
         rows.append((live.owner, live.name, "cursor", sql, state, _when(live.started),
                      c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
                      _when(c.get("last_emit")), live.failure, live.n_pending,
-                     live.memory_bytes, live.spilled_bytes, engine))
+                     live.memory_bytes, live.spilled_bytes, engine, *_progress(live)))
     kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
     for qid, (plan, feeds) in list(link.persistent.items()):
         c = counters.get(qid, {})
         listed.append(c)
         rows.append((None, feeds, kinds.get(feeds.lower(), "window"), plan.sql, "running",
                      _when(c.get("started")), c.get("rows_in", 0), c.get("rows_out", 0),
-                     c.get("state", 0), _when(c.get("last_emit")), None, 0, 0, 0, "backend"))
+                     c.get("state", 0), _when(c.get("last_emit")), None, 0, 0, 0, "backend", None,
+                     0))
     for name, sql, c, failure in spark.derived():
         listed.append(c)
         rows.append((None, name, "derived", sql, "failed" if failure else "running", None, 0,
-                     c["rows_out"], 0, None, failure, 0, 0, 0, "spark"))
+                     c["rows_out"], 0, None, failure, 0, 0, 0, "spark", None, 0))
     store = services.store
     joins = store.live_table("cq_joins", _join_rows(rows, listed))
     queries = store.live_table("cq_queries", rows)

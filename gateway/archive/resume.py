@@ -1,0 +1,187 @@
+"""Going on from a progress watermark: which continuous plans can be resumed exactly (their rows
+from an instant on are a function of the archive, so a query started anew there gives the rows
+the first one would have given), and the archive reads that resume them (``needs``/``histories``).
+
+A plan resumes when every stream it reads is archived and every piece of state it keeps is
+bounded in time: windows that reach back (RANGE, SLIDE, fixed, Flink's tables) are filled from
+the archive as a new query's are; a pattern reads back its WITHIN; [NOW] and [UNBOUNDED] tuples
+go on as they come, under operators that keep nothing (σ, μ, ∪). Everything else (a count,
+session or loop window, a LIMIT, a table's contents, arrival order, a named window or derived
+stream) is refused with the reason, at plan time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from executor import plan as P
+
+from gateway.archive.priming import History, start_primed
+from gateway.link.resumption import Resumption
+from gateway.pgwire import errors as E
+
+_PASS = (P.Filter, P.Map, P.Union_)                       # keep nothing
+_STATEFUL = (P.Aggregate, P.Distinct, P.Join, P.TopN, P.Difference, P.Intersection)
+_AS_THEY_COME = (P.NowWindow, P.UnboundedWindow)          # a tuple's interval is its own
+
+
+@dataclass(frozen=True)
+class Need:
+    """One stream read: the stream, its window (None: a pattern's events, or tuples as they
+    come) and how much earlier than the resume point the operators above it look (a
+    pattern's WITHIN)."""
+    scan: P.StreamScan
+    window: object = None
+    before_us: int = 0
+    primed: bool = True           # the window is filled from the archive when a query starts
+
+    def since(self, at: int, started: int | None) -> int:
+        """The earliest event time needed to go on from ``at``; ``started``: the instant
+        before which the query being resumed saw no tuple of a window that does not reach
+        back (a restart after a crash knows it; a client's resume does not need it, since
+        progress is only reported past it)."""
+        at -= self.before_us
+        if self.window is not None and self.window.reaches_back:
+            reach = self.window.reach(at)
+            since = at if reach is None else reach
+            if self.primed or started is None:
+                return since
+            return max(since, started + 1)
+        return at if started is None else max(at, started + 1)
+
+    @property
+    def horizon_us(self) -> int:
+        """How long after the query started its rows still depend on that instant."""
+        if self.window is None or self.primed:
+            return self.before_us
+        return self.before_us + max(0, -(self.window.reach(0) or 0))
+
+
+@dataclass(frozen=True)
+class Resumable:
+    needs: tuple                  # tuple[Need]
+    horizon_us: int               # the longest look back of an operator above the windows
+
+    def histories(self, streams, at: int, started: int | None = None) -> list:
+        """The archive reads (``History``) that resume the plan at ``at``."""
+        out = []
+        for need in self.needs:
+            _archived(streams, need.scan.stream)        # (it may have been dropped since)
+            obj = streams.by_relation(need.scan.stream, kinds=("stream",))
+            out.append(History(need.scan.stream, obj.key, obj.timestamp_column,
+                               obj.options.get("fragment"), since_us=need.since(at, started)))
+        return out
+
+
+def refused(why: str, hint: str) -> E.PgError:
+    return E.FeatureNotSupported(f"this query cannot be resumed: {why}", hint=hint)
+
+
+_WINDOW_HINT = "Give the stream a RANGE window (its state is then rebuilt from the archive)."
+
+
+def resumable(streams, p: P.Plan) -> Resumable:
+    """The plan's archive needs when resumed, or the reason (0A000, or 55000 for a stream not
+    archived) it cannot be."""
+    needs: list = []
+
+    def walk(node, before: int) -> bool:
+        """Whether ``node``'s rows hold forever ([UNBOUNDED]: its state would be every tuple
+        since the query began)."""
+        if isinstance(node, P.StreamScan):
+            if node.arrival or node.proctime or node.of_table:
+                raise refused(f'it reads "{node.stream}" by arrival, not by event time',
+                              "Resume a query that reads streams by their event time.")
+            _archived(streams, node.stream)
+            needs.append(Need(node, None, before))
+            return False
+        if isinstance(node, P.Window):
+            kind = node.window
+            if kind.reaches_back and _scan_under(node.input) is not None:
+                # filled from the archive when a query starts if right over the scan; over
+                # σ/μ, from when the query started
+                walk(node.input, before)
+                needs[-1] = Need(needs[-1].scan, kind, before,
+                                 isinstance(node.input, P.StreamScan))
+                return False
+            if isinstance(kind, _AS_THEY_COME):
+                return walk(node.input, before) or isinstance(kind, P.UnboundedWindow)
+            raise refused(f"its {type(kind).__name__} keeps tuples from when it started",
+                          _WINDOW_HINT)
+        if isinstance(node, P.Pattern):
+            if node.within_us is None:
+                raise refused("its pattern has no WITHIN, so a match may begin anywhere in "
+                              "the past", "Bound the pattern: … WITHIN '10 seconds'.")
+            return _stateful(node, [walk(c, before + node.within_us) for c in node.inputs])
+        if isinstance(node, _PASS):
+            return any([walk(c, before) for c in P.children(node)])
+        if isinstance(node, _STATEFUL):
+            return _stateful(node, [walk(c, before) for c in P.children(node)])
+        raise refused(f"it reads {P.explain_label(node)}",
+                      "Resume a query over archived streams; named windows, derived streams, "
+                      "tables, LIMIT and StreaQueL loops cannot go on from a watermark yet.")
+
+    walk(p.root, 0)
+    return Resumable(tuple(needs), max((n.horizon_us for n in needs), default=0))
+
+
+def _scan_under(node) -> P.StreamScan | None:
+    """The stream scan under a chain of σ and μ, if ``node`` is one."""
+    while isinstance(node, (P.Filter, P.Map)):
+        node = node.input
+    return node if isinstance(node, P.StreamScan) else None
+
+
+def _stateful(node, forever: list) -> bool:
+    if any(forever):
+        raise refused(f"{P.explain_label(node)} over [UNBOUNDED] keeps every tuple since the "
+                      "query began", _WINDOW_HINT)
+    return False
+
+
+def _archived(streams, name: str) -> None:
+    obj = streams.by_relation(name, kinds=("stream",))
+    if obj is None or not obj.archived:
+        raise E.PgError(f'stream "{name}" is not archived, so its past cannot be read again',
+                        sqlstate="55000",
+                        hint="Declare it TYPE ARCHIVED (CREATE STREAM … TYPE ARCHIVED); a "
+                             "query over it can then be resumed.")
+
+
+def with_intervals(p: P.Plan) -> P.Plan | None:
+    """The plan with its rows' valid_from and valid_to as two more columns at the end (the
+    gateway needs them to resume a query after a crash, and drops them before the client
+    sees the rows); None when a column of the answer already has one of those names but is
+    not the interval."""
+    names = {c.name for c in p.output}
+    if any(n in names and n not in p.pseudo for n in ("valid_from", "valid_to")):
+        return None
+    extra = (P.Column("valid_from", "TIMESTAMP"), P.Column("valid_to", "TIMESTAMP"))
+    return P.Plan(p.root, p.mode, p.output + extra,
+                  tuple(dict.fromkeys(p.pseudo + ("valid_from", "valid_to"))), p.sql,
+                  p.reads_now, p.functions)
+
+
+def resumed(services, planned) -> tuple:
+    """(the plan to run, its ``Resumption``) for a continuous query ``planned`` (a
+    ``streams.queries.Planned``) that asks for progress rows or can go on after a crash: a
+    query that can carries its rows' intervals in two more columns, and its restart reads
+    the archive from its last watermark."""
+    p, how, again = planned.plan, planned.delivery, planned.resumable
+    width = len(p.output)
+    pseudo = {n: i for i, c in enumerate(p.output) for n in ("valid_from", "valid_to")
+              if c.name == n and n in p.pseudo}
+    hidden = with_intervals(p) if again is not None else None
+    if hidden is None:
+        return p, Resumption(width, progress=how.progress)
+
+    async def restart(live, since: int, started: int | None):
+        return await start_primed(
+            services, again.histories(services.streams, since, started),
+            lambda history, seam: services.backend.reopen(live, hidden, {}, history, since),
+            since)
+
+    r = Resumption(width, progress=how.progress, restart=restart, pseudo=pseudo,
+                   horizon_us=again.horizon_us)
+    if how.resume_from is not None:       # it saw every tuple it needs from there on
+        r.started = how.resume_from - again.horizon_us - 1
+    return hidden, r
