@@ -124,8 +124,8 @@ class Backend:
         self._answer(msg.req, ok=True)
         if history is not None or msg.resume:   # a window reaching into the past: primed
             tables = {name: pa.concat_tables(parts) for name, parts in (history or {}).items()}
-            prime = self.graph.resume if msg.resume else self.graph.prime
-            self._emit(prime(msg.qid, tables, msg.seam))
+            self._emit(self.graph.resume(msg.qid, tables, msg.seam, msg.upto) if msg.resume
+                       else self.graph.prime(msg.qid, tables, msg.seam))
         self._emit({})                   # LIMIT 0 ends at once
 
     def on_encode_rows(self, msg: wire.EncodeRows) -> None:

@@ -80,6 +80,7 @@ class PlanQuery(Control, kind=PLAN):
     feeds: str | None = None
     seam: int | None = None
     resume: bool = False
+    upto: dict | None = None        # resume: each stream's BOUNDARY when its history was read
 
 
 @dataclass(frozen=True)

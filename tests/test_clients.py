@@ -3,6 +3,7 @@ psql walkthrough (its output is kept beside it, and compared whole), the Python 
 (psycopg 3, psycopg2, asyncpg, SQLAlchemy, ADBC with polars), pgjdbc, psqlODBC, and the shell
 source."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 from conftest import ServerProcess
+from test_jdbc import _driver_jar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIENTS = os.path.join(ROOT, "clients")
@@ -95,8 +97,6 @@ def test_python_bi_sqlalchemy(clients_server):
 
 
 def test_jdbc_follow_trips(clients_server, tmp_path):
-    import shutil
-    from test_jdbc import _driver_jar
     if shutil.which("javac") is None:
         pytest.fail("javac (JDK 17) is required for the JDBC example")
     _run("javac", "-d", str(tmp_path), os.path.join(CLIENTS, "jdbc", "FollowTrips.java"),
@@ -104,6 +104,29 @@ def test_jdbc_follow_trips(clients_server, tmp_path):
     r = _run("java", "-cp", f"{tmp_path}{os.pathsep}{_driver_jar()}", "FollowTrips",
              f"jdbc:postgresql://127.0.0.1:{clients_server.port}/cq", timeout=120)
     assert r.stdout.splitlines() == ["zone 1: 12.5", "zone 2: 30.0", "zone 1: 11.0"]
+
+
+RESUMED = ["08:00:01 node 1: 2.5", "08:00:03 node 1: 3.0", "-- dropped; resuming from {}",
+           "08:00:05 node 2: 4.0", "08:00:06 node 1: 1.5", "total: 11.0"]
+
+
+def test_python_resume_psycopg(clients_server, tmp_path):
+    """Progress rows and resume_from with psycopg: each row counted once across a dropped
+    connection."""
+    r = _run(sys.executable, os.path.join(CLIENTS, "python", "resume_psycopg.py"),
+             clients_server.dsn, str(tmp_path / "state.json"))
+    assert r.stdout.splitlines() == [x.format("2026-10-01 08:00:04") for x in RESUMED]
+
+
+def test_jdbc_resume(clients_server, tmp_path):
+    """The same with pgjdbc: cq_progress read with getTimestamp and wasNull."""
+    if shutil.which("javac") is None:
+        pytest.fail("javac (JDK 17) is required for the JDBC example")
+    _run("javac", "-d", str(tmp_path), os.path.join(CLIENTS, "jdbc", "ResumeUsage.java"),
+         timeout=120)
+    r = _run("java", "-cp", f"{tmp_path}{os.pathsep}{_driver_jar()}", "ResumeUsage",
+             f"jdbc:postgresql://127.0.0.1:{clients_server.port}/cq", timeout=120)
+    assert r.stdout.splitlines() == [x.format("2026-10-01 08:00:04.0") for x in RESUMED]
 
 
 def test_odbc_follow(clients_server):

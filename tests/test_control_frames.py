@@ -18,6 +18,7 @@ PLAN = {"root": {"op": "scan", "stream": "s"}}
 SAMPLES = [
     wire.PlanQuery(req=1, qid=7, plan=PLAN, feeds="w", seam=5),
     wire.PlanQuery(req=2, qid=8, plan=PLAN),
+    wire.PlanQuery(req=3, qid=9, plan=PLAN, seam=5, resume=True, upto={"bids": 9}),
     wire.Drop(qid=7),
     wire.DropStream(stream="bids"),
     wire.Stats(req=3),
@@ -35,6 +36,7 @@ SAMPLES = [
     wire.Analyze(req=6, qids=[7, 8]),
     wire.Answer(req=6, ok=True, operators={"7": {"label": "σ", "rows_in": 2, "inputs": []}}),
     wire.Mark(n=3),
+    wire.Reached(qid=7, ts=1_000_000),
     wire.EncodeRows(qid=7, oids=[20, 25], tz="Europe/Paris", csv=True, delimiter=";",
                     schema=pg_text.schema_text(pa.schema([("a", pa.int64())])),
                     null="", quote='"'),
@@ -50,7 +52,7 @@ def _split(frame: bytes) -> tuple[bytes, bytes]:
 
 def test_every_message_kind_has_a_sample():
     assert {type(m) for m in SAMPLES} == set(wire.MESSAGES.values())
-    assert len(wire.MESSAGES) == 13
+    assert len(wire.MESSAGES) == 14
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda m: type(m).__name__)
@@ -148,7 +150,8 @@ def _replies(sent: list) -> list:
 
 def test_the_back_end_dispatches_by_message_type():
     be, sent = _backend()
-    assert set(be.handlers) == set(wire.MESSAGES.values()) - {wire.Ended, wire.Answer}
+    assert set(be.handlers) == set(wire.MESSAGES.values()) - {wire.Ended, wire.Answer,
+                                                              wire.Reached}
     be.handle(*_split(wire.encode(wire.Progress("Bids", 5))))
     be.handle(*_split(wire.encode(wire.Progress("bids", 3))))
     assert be.streams["bids"].watermark == 5

@@ -196,7 +196,8 @@ def test_backend_kill_9_mid_stream_repeatedly(tmp_path):
                         last_id = max(last_id, rows[-1][0])
                     assert isinstance(err, psycopg.errors.CrashShutdown), (name, err)
                     assert err.sqlstate == "57P02" and "the back end stopped" in str(err)
-                    assert err.diag.message_hint == "Run the query again."
+                    # (a stream that is not archived: its cursors cannot go on)
+                    assert err.diag.message_hint.startswith("Run the query again")
                     conn.rollback()
                     lost += 1
                     reads += len(rows)

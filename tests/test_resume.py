@@ -13,10 +13,14 @@ import signal
 import time
 
 import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from conftest import ServerProcess
 from continuous import unique, wait_for
+from executor.wire import INF
+from gateway.link.resumption import Replay
 
 T0 = "2026-11-01 10:00:00"
 STEP_US = 100_000         # event time between two tuples of a stream
@@ -92,18 +96,21 @@ def rows_of(i: int, seed: int) -> list:
 
 
 def feed(dsns: list, r: str, q: str, steps: range, seed: int, pause: float = 0.0,
-         between=None) -> None:
-    """Tuples ``steps`` of both streams into every server, the same on each; ``between(i)``
-    after step i (where the test kills a back end)."""
+         between=None, chunk: int = 4) -> None:
+    """Tuples ``steps`` of both streams into every server, the same on each, ``chunk`` steps
+    an INSERT; ``between(i)`` after each INSERT, i its last step (where a test polls its
+    cursors, drops a connection or kills a back end)."""
     conns = [psycopg.connect(d, autocommit=True) for d in dsns]
     try:
-        for i in steps:
+        for first in range(steps.start, steps.stop, chunk):
+            last = min(first + chunk, steps.stop)
             for s, seed_ in ((r, seed), (q, seed + 1)):
-                values = ", ".join(f"({n}, {v}, {ts_of(i)})" for n, v in rows_of(i, seed_))
+                values = ", ".join(f"({n}, {v}, {ts_of(i)})" for i in range(first, last)
+                                   for n, v in rows_of(i, seed_))
                 for c in conns:
                     c.execute(f"INSERT INTO {s} VALUES {values}")
             if between is not None:
-                between(i)
+                between(last - 1)
             if pause:
                 time.sleep(pause)
     finally:
@@ -120,31 +127,36 @@ def advance(dsns: list, streams, i: int) -> None:
 
 
 class Reader:
-    """Reads cursors declared WITH (progress = true) on one connection: each cursor's data
-    rows (without cq_progress) and its latest progress."""
+    """Reads plain cursors (no progress rows) on one connection; how far each has got is
+    ``cq_queries.progress``, the watermark its rows passed."""
 
     def __init__(self, dsn: str, cursors: dict):
         self.conn = psycopg.connect(dsn, autocommit=True)
         self.conn.execute("BEGIN")
         self.rows = {name: [] for name in cursors}
-        self.progress: dict = {name: None for name in cursors}
+        self.declared = 0
         for name, sql in cursors.items():
-            self.conn.execute(f"DECLARE {name} CURSOR FOR {sql} WITH (progress = true)")
+            self.conn.execute(f"DECLARE {name} CURSOR FOR {sql}")
+            self.declared += 1
 
     def poll(self) -> None:
         for name in self.rows:
-            for row in self.conn.execute(
-                    f"FETCH ALL FROM {name} WITH (timeout = '0.05s')").fetchall():
-                if row[0] is not None:
-                    self.progress[name] = row[0]
-                else:
-                    self.rows[name].append(row[1:])
+            self.rows[name] += self.conn.execute(
+                f"FETCH ALL FROM {name} WITH (timeout = '0')").fetchall()
 
-    def until(self, instant, timeout: float = 90) -> None:
+    def progress(self) -> dict:
+        with psycopg.connect(self.conn.info.dsn, autocommit=True) as c:
+            return dict(c.execute("SELECT name, progress FROM cq_queries WHERE pid = %s",
+                                  [self.conn.info.backend_pid]).fetchall())
+
+    def until(self, when, timeout: float = 90) -> None:
+        """Until every cursor's rows have passed ``when`` and the client has read them."""
         def there():
-            self.poll()
-            return all(p is not None and p >= instant for p in self.progress.values())
-        wait_for(there, timeout, lambda: f"progress {self.progress}")
+            passed = self.progress()
+            self.poll()                 # (after: what came before the watermark is here)
+            return len(passed) == len(self.rows) and \
+                all(p is not None and p >= when for p in passed.values())
+        wait_for(there, timeout, lambda: f"progress {self.progress()}")
 
     def answers(self, upto) -> dict:
         """Each cursor's rows that begin before ``upto``, coalesced."""
@@ -173,14 +185,18 @@ def test_progress_rows_come_between_the_rows_they_cover(server):
     conn.execute(f"DECLARE g CURSOR FOR {SHAPES['keyed_range'].format(r=r, q=q)} "
                  "WITH (progress = true)")
     got: list = []
-
     names = []
 
     def fetch():
         cur = conn.execute("FETCH ALL FROM g WITH (timeout = '0.05s')")
         names[:] = [d.name for d in cur.description]
         got.extend(cur.fetchall())
-    feed([server.dsn], r, q, range(0, 60), 7, pause=0.03, between=lambda i: fetch())
+
+    def between(i):
+        fetch()
+        if i in (19, 39):       # punctuation where the data stands (besides the heartbeats)
+            advance([server.dsn], (r, q), i)
+    feed([server.dsn], r, q, range(0, 60), 7, between=between)
     advance([server.dsn], (r, q), 80)
     wait_for(lambda: fetch() or any(x[0] is not None and x[0] >= instant(80) for x in got),
              60, "the last progress row")
@@ -205,11 +221,12 @@ class Resumer:
     each progress row, and after a drop declares each cursor again WITH (resume_from = its
     last progress), dropping what it read since (its work after the last commit)."""
 
-    def __init__(self, dsn: str, cursors: dict):
+    def __init__(self, dsn: str, cursors: dict, since: dict | None = None):
         self.dsn, self.cursors = dsn, cursors
         self.committed = {n: [] for n in cursors}
         self.pending = {n: [] for n in cursors}
-        self.progress = {n: None for n in cursors}
+        self.progress = {n: (since or {}).get(n) for n in cursors}
+        self.marks = {n: [] for n in cursors}        # every progress row's instant
         self.declared = 0
         self.connect()
 
@@ -235,13 +252,14 @@ class Resumer:
     def poll(self, n: int = 50) -> None:
         for name in self.cursors:
             for row in self.conn.execute(
-                    f"FETCH {n} FROM {name} WITH (timeout = '0.02s')").fetchall():
+                    f"FETCH {n} FROM {name} WITH (timeout = '0')").fetchall():
                 if row[0] is None:
                     self.pending[name].append(row[1:])
                 else:
                     self.committed[name] += self.pending[name]
                     self.pending[name] = []
                     self.progress[name] = row[0]
+                    self.marks[name].append(row[0])
 
     def until(self, when, timeout: float = 90) -> None:
         def there():
@@ -278,12 +296,12 @@ def test_a_client_that_drops_twenty_times_and_resumes_gets_each_row_once(server)
     def between(i):
         reference.poll()
         client.poll(rnd.randrange(1, 40))
-        if i > 20 and len(drops) < 20 and rnd.random() < 0.08 and \
+        if i > 20 and len(drops) < 20 and rnd.random() < 0.3 and \
                 all(client.progress.values()):
             client.drop()
             drops.append(i)
             client.connect()
-    feed([server.dsn], r, q, range(0, 420), 11, pause=0.01, between=between)
+    feed([server.dsn], r, q, range(0, 420), 11, pause=0.02, between=between)
     assert len(drops) == 20, drops
     advance([server.dsn], (r, q), 440)
     end = instant(440)
@@ -310,15 +328,17 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
     try:
         for s in (server, reference_server):
             make_streams(s.dsn, r, q)
+        logged = len(server.lines)
         shapes = _shapes(SHAPES, r, q)
-        crashing, reference = Resumer(server.dsn, shapes), Resumer(reference_server.dsn, shapes)
+        # plain cursors: rows go out as they come, so a crash finds some sent since the last
+        # watermark, which the restarted query must not send again
+        crashing, reference = Reader(server.dsn, shapes), Reader(reference_server.dsn, shapes)
         killed = []
 
         def between(i):
-            if i % 5 == 0:
-                crashing.poll()
-                reference.poll()
-            if i in (70, 150, 230):
+            crashing.poll()
+            reference.poll()
+            if len(killed) < 3 and i >= (70, 150, 230)[len(killed)]:
                 killed.append(_kill_backend(server))
         feed([server.dsn, reference_server.dsn], r, q, range(0, 300), 5, between=between)
         advance([server.dsn, reference_server.dsn], (r, q), 320)
@@ -326,6 +346,8 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
         reference.until(end)
         crashing.until(end)
         _compare(crashing.answers(end), reference.answers(end))
+        # each restarted query gave back every piece of the rows sent before its crash
+        assert not [ln for ln in server.lines[logged:] if "did not give" in ln]
         assert len(killed) == 3 and crashing.declared == len(shapes)   # none declared again
         with psycopg.connect(server.dsn, autocommit=True) as c:
             recoveries = c.execute(
@@ -336,11 +358,11 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
         reference_server.stop()
 
 
-@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill9"])
-def test_a_cursor_resumes_across_a_restart_of_the_server(tmp_path, how):
-    """The whole server stops (SIGTERM, or SIGKILL) while a client reads; after it starts
-    again on the same data directory, the client declares its cursors again from their last
-    progress, and what it processed equals the answer of a server that did not stop."""
+def test_a_cursor_resumes_across_restarts_of_the_server(tmp_path):
+    """The whole server stops while a client reads, once with SIGTERM and once with SIGKILL;
+    each time it starts again on the same data directory, the client declares its cursors
+    again from their last progress, and what it processed equals the answer of a server that
+    did not stop."""
     r, q = unique("sr"), unique("sq")
     data = str(tmp_path / "data")
     stopping, reference_server = ServerProcess(data), ServerProcess(str(tmp_path / "ref"))
@@ -349,23 +371,25 @@ def test_a_cursor_resumes_across_a_restart_of_the_server(tmp_path, how):
             make_streams(s.dsn, r, q)
         shapes = _shapes(("keyed_range", "hopping", "pattern", "unbounded"), r, q)
         client, reference = Resumer(stopping.dsn, shapes), Resumer(reference_server.dsn, shapes)
+        poll = (lambda i: (client.poll(), reference.poll()))
+        for k, how in enumerate((signal.SIGTERM, signal.SIGKILL)):
+            feed([stopping.dsn, reference_server.dsn], r, q, range(k * 80, k * 80 + 80), 3,
+                 between=poll)
+            client.until(instant(k * 80 + 60))
+            stopping.proc.send_signal(how)
+            stopping.proc.wait(30)
+            client.pending = {n: [] for n in shapes}     # read, not yet made durable: lost
+            stopping = ServerProcess(data)
+            client.dsn = stopping.dsn
+            client.connect()
         both = [stopping.dsn, reference_server.dsn]
-        poll = (lambda i: (client.poll(), reference.poll()) if i % 5 == 0 else None)
-        feed(both, r, q, range(0, 120), 3, between=poll)
-        client.until(instant(100))
-        stopping.proc.send_signal(how)
-        stopping.proc.wait(30)
-        client.pending = {n: [] for n in shapes}
-        stopping = ServerProcess(data)
-        client.dsn = stopping.dsn
-        client.connect()
-        both = [stopping.dsn, reference_server.dsn]
-        feed(both, r, q, range(120, 240), 3, between=poll)
+        feed(both, r, q, range(160, 240), 3, between=poll)
         advance(both, (r, q), 260)
         end = instant(260)
         reference.until(end)
         client.until(end)
         _compare(client.answers(end), reference.answers(end))
+        assert client.declared == 3 * len(shapes)
     finally:
         stopping.stop()
         reference_server.stop()
@@ -410,3 +434,92 @@ def test_bad_delivery_options_are_22023_with_a_position(server, options, words):
         assert e.value.sqlstate == "22023" and words in str(e.value)
         assert e.value.diag.statement_position
         assert c.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_resumed_cursor_over_a_quiet_stream_answers_up_to_its_watermark_at_once(server):
+    """Resumed after the stream fell quiet, the cursor's rows up to the stream's watermark come
+    at once, with a progress row there: they need not wait for the stream's next BOUNDARY.
+    They are the first cursor's rows after its progress row resumed from."""
+    r, q = unique("qr"), unique("qq")
+    make_streams(server.dsn, r, q)
+    first = Resumer(server.dsn, _shapes(("keyed_range", "pattern"), r, q))
+
+    def between(i):
+        first.poll()
+        if i == 43:             # punctuation where the data stands: a progress row there
+            advance([server.dsn], (r, q), i)
+    feed([server.dsn], r, q, range(0, 80), 9, between=between)
+    advance([server.dsn], (r, q), 90)
+    first.until(instant(90))
+    for name, sql in first.cursors.items():
+        marks = [m for m in first.marks[name] if instant(30) < m < instant(60)]
+        assert marks, first.marks[name]
+        middle = marks[len(marks) // 2]
+        again = Resumer(server.dsn, {name: sql}, since={name: middle})
+        again.until(instant(90), timeout=30)
+        want = coalesced([r_ for r_ in first.committed[name] if middle <= r_[-2] < instant(90)])
+        assert want, name
+        assert coalesced([r_ for r_ in again.committed[name] if r_[-2] < instant(90)]) == want
+
+
+# ------------------------------------------------------------------ cutting what was sent
+def _table(rows: list, visible: bool):
+    """(value, start µs, end µs or None) → the columns a restarted query's rows come in: the
+    answer's (its value, and with ``visible`` its valid_from and valid_to), then the hidden
+    interval."""
+    start = pa.array([r[1] for r in rows], pa.int64()).cast(pa.timestamp("us"))
+    end = pa.array([r[2] for r in rows], pa.int64()).cast(pa.timestamp("us"))
+    cols = [pa.array([r[0] for r in rows], pa.int64())] + ([start, end] if visible else [])
+    names = ["v"] + ["valid_from", "valid_to"] * (2 if visible else 1)
+    return pa.Table.from_arrays(cols + [start, end], names=names)
+
+
+def _coverage(rows) -> dict:
+    """{(value, instant): how many rows hold} over the whole µs grid the rows touch."""
+    out: dict = {}
+    for v, s, e in rows:
+        for t in range(s, 40 if e is None else e):
+            out[(v, t)] = out.get((v, t), 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_cutting_what_the_tail_covered_leaves_exactly_the_rest(seed):
+    """A restarted query's rows, cut by the tail (what was sent since the watermark, in other
+    pieces), hold at each instant exactly as many times as the answer less the tail: checked
+    instant by instant against every row, rows of equal values included; half the cases
+    select valid_from and valid_to, which a piece cut at another instant has other values
+    of, and which follow the cut."""
+    rnd = random.Random(seed)
+    visible = seed % 2 == 1
+    width, pseudo = (3, {"valid_from": 1, "valid_to": 2}) if visible else (1, {})
+    answer = []
+    for _ in range(rnd.randrange(1, 8)):
+        s = rnd.randrange(0, 30)
+        answer.append((rnd.randrange(3), s, None if rnd.random() < 0.1 else
+                       rnd.randrange(s + 1, 40)))
+    tail, restarted = [], []
+    for v, s, e in answer:
+        end = 40 if e is None else e
+        if rnd.random() < 0.6:                  # the client got a piece of it
+            a = rnd.randrange(s, end)
+            b = rnd.randrange(a + 1, end + 1)
+            tail.append((v, a, None if (b == end and e is None) else b))
+        cuts = sorted(rnd.sample(range(s + 1, end), min(2, end - s - 1)))
+        bounds = [s, *cuts, end]                # the restart gives it in other pieces
+        restarted += [(v, lo, None if (hi == end and e is None) else hi)
+                      for lo, hi in zip(bounds, bounds[1:])]
+    replay = Replay.of([_table(tail, visible)] if tail else [], width, pseudo)
+    replay.upto = INF                           # every row is checked, whatever its start
+    got = replay.cut(_table(sorted(restarted, key=lambda r: r[1]), visible), width, pseudo)
+    rows = list(zip(got.column(0).to_pylist(),
+                    pc.cast(got.column(width), pa.int64()).to_pylist(),
+                    pc.cast(got.column(width + 1), pa.int64()).to_pylist()))
+    if visible:
+        assert got.column(1).equals(got.column(width))
+        assert got.column(2).equals(got.column(width + 1))
+    want = _coverage(answer)
+    for key, n in _coverage(tail).items():
+        want[key] -= n
+    assert _coverage(rows) == {k: n for k, n in want.items() if n}
+    assert not any(replay.covered.values())     # all the tail was found again

@@ -231,11 +231,25 @@ def throughput(args) -> None:
     _print_summary(out)
 
 
+class ProgressReader(drive.Reader):
+    """The cursor client over the query WITH (progress = true): its progress rows come
+    between the rows, and only the data rows count."""
+
+    def __init__(self, dsn: str, sql: str):
+        super().__init__(dsn, f"{sql} WITH (progress = true)", quiet="600s")
+
+    def start(self, expect: int | None = None, keep: bool = True,
+              counts=len) -> drive.Reader:
+        return super().start(expect, keep, lambda rows: sum(r[0] is None for r in rows))
+
+
 CLIENTS = {
     # COPY (query) TO STDOUT read by asyncpg: what a client writing the rows out pays
     "copy": lambda dsn, sql: drive.CopyReader(dsn, sql),
     # DECLARE and FETCH by psycopg, every row made a Python tuple
     "cursor": lambda dsn, sql: drive.Reader(dsn, sql, quiet="600s"),
+    # the same WITH (progress = true): what progress rows cost
+    "progress": ProgressReader,
     # COPY (query) TO STDOUT (FORMAT BINARY) read by ADBC into Arrow record batches
     "arrow": lambda dsn, sql: drive.ArrowReader(dsn, sql),
 }
@@ -779,8 +793,8 @@ def main() -> None:
     t.add_argument("--queries", default=",".join(QUERIES))
     t.add_argument("--clients", default="copy,cursor",
                    help="how the client drains the rows: copy (COPY TO STDOUT, asyncpg), "
-                        "cursor (FETCH, psycopg), arrow (binary COPY, ADBC into Arrow); "
-                        "default copy,cursor")
+                        "cursor (FETCH, psycopg), progress (the same WITH (progress = true)), "
+                        "arrow (binary COPY, ADBC into Arrow); default copy,cursor")
     t.add_argument("--repeat", type=int, default=3, help="runs of each (default 3)")
     t.add_argument("--event-rate", type=float, default=100_000,
                    help="events per second of event time in the file (default 100,000: "

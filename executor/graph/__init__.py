@@ -19,8 +19,8 @@ class Graph(RunningGraph):
     def prime(self, qid, history: dict, seam: int) -> dict:
         return one_time.prime(self, qid, history, seam)
 
-    def resume(self, qid, history: dict, since: int) -> dict:
-        return one_time.resume(self, qid, history, since)
+    def resume(self, qid, history: dict, since: int, upto: dict | None = None) -> dict:
+        return one_time.resume(self, qid, history, since, upto)
 
     def snapshot(self, qid, batches: dict, at: int | None) -> pa.Table | None:
         return one_time.snapshot(self, qid, batches, at)

@@ -36,12 +36,15 @@ def prime(graph: RunningGraph, qid, history: dict, seam: int) -> dict:
     return graph.client({qid: rows} if rows else {})
 
 
-def resume(graph: RunningGraph, qid, history: dict, since: int) -> dict:
+def resume(graph: RunningGraph, qid, history: dict, since: int,
+           upto: dict | None = None) -> dict:
     """Feed privately built query ``qid`` the archived tuples it needs to go on from ``since``
     as though it had run all along (a cursor resumed from a progress watermark, or restarted
     with a new back end): the tuples before ``since``, a BOUNDARY there, which splits the rows
     open across it as the one that ran all along split them, then the rest up to the seam;
-    only rows that begin at ``since`` or later go out, the earlier ones having been sent."""
+    only rows that begin at ``since`` or later go out, the earlier ones having been sent.
+    ``upto``: each stream's BOUNDARY when its history was read (the query is private, so it
+    alone gets them), so that its rows up to there need not wait for the stream's next."""
     out: dict = {}
     graph.open_query(qid, since)
     scans = [v for v in below(graph.queries[qid].sink)
@@ -61,6 +64,10 @@ def resume(graph: RunningGraph, qid, history: dict, since: int) -> dict:
             for v in scans:
                 graph.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_watermark(since)),
                               out)
+    for v in scans:                 # where each stream stood when its history was read
+        at = (upto or {}).get(P.stream_of(v.op.source))
+        if at is not None and at > since:
+            graph.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_watermark(at)), out)
     rows = [b.filter(pc.greater_equal(b.column(TS), since)) for b in out.get(qid, [])]
     return graph.client({qid: rows} if rows else {})
 

@@ -20,8 +20,16 @@ from gateway.link.resumption import Resumption
 from gateway.pgwire import errors as E
 
 _PASS = (P.Filter, P.Map, P.Union_)                       # keep nothing
-_STATEFUL = (P.Aggregate, P.Distinct, P.Join, P.TopN, P.Difference, P.Intersection)
-_AS_THEY_COME = (P.NowWindow, P.UnboundedWindow)          # a tuple's interval is its own
+# an answer at each instant from its inputs' tuples valid then (Σ: each instant's snapshot)
+_STATEFUL = (P.Aggregate, P.Distinct, P.Join, P.TopN, P.Difference, P.Intersection,
+             P.SnapshotQuery)
+# a tuple's interval is its own; those that may hold long ([UNBOUNDED], a stream's own end
+# column) cannot be under an operator that keeps them
+_AS_THEY_COME = (P.NowWindow, P.UnboundedWindow, P.IntervalWindow)
+_LONG = (P.UnboundedWindow, P.IntervalWindow)
+# windows whose state depends on when their query started, whatever they reach back to: a
+# loop's iterations begin at its start (ST), a table's row versions at its first copy
+_FROM_START = (P.LoopWindow, P.VersionWindow, P.RowsWindow, P.SessionWindow)
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,9 @@ def resumable(streams, p: P.Plan) -> Resumable:
             return False
         if isinstance(node, P.Window):
             kind = node.window
+            if isinstance(kind, _FROM_START):
+                raise refused(f"its {type(kind).__name__} keeps tuples from when it started",
+                              _WINDOW_HINT)
             if kind.reaches_back and _scan_under(node.input) is not None:
                 # filled from the archive when a query starts if right over the scan; over
                 # σ/μ, from when the query started
@@ -104,7 +115,7 @@ def resumable(streams, p: P.Plan) -> Resumable:
                                  isinstance(node.input, P.StreamScan))
                 return False
             if isinstance(kind, _AS_THEY_COME):
-                return walk(node.input, before) or isinstance(kind, P.UnboundedWindow)
+                return walk(node.input, before) or isinstance(kind, _LONG)
             raise refused(f"its {type(kind).__name__} keeps tuples from when it started",
                           _WINDOW_HINT)
         if isinstance(node, P.Pattern):
@@ -114,6 +125,9 @@ def resumable(streams, p: P.Plan) -> Resumable:
             return _stateful(node, [walk(c, before + node.within_us) for c in node.inputs])
         if isinstance(node, _PASS):
             return any([walk(c, before) for c in P.children(node)])
+        if isinstance(node, P.SnapshotQuery) and node.tables:
+            raise refused(f"a table's past contents are not kept ({P.explain_label(node)})",
+                          "Resume a query over archived streams only.")
         if isinstance(node, _STATEFUL):
             return _stateful(node, [walk(c, before) for c in P.children(node)])
         raise refused(f"it reads {P.explain_label(node)}",
@@ -133,8 +147,8 @@ def _scan_under(node) -> P.StreamScan | None:
 
 def _stateful(node, forever: list) -> bool:
     if any(forever):
-        raise refused(f"{P.explain_label(node)} over [UNBOUNDED] keeps every tuple since the "
-                      "query began", _WINDOW_HINT)
+        raise refused(f"{P.explain_label(node)} over [UNBOUNDED] (or a stream's own end "
+                      "column) keeps every tuple since the query began", _WINDOW_HINT)
     return False
 
 
@@ -161,6 +175,13 @@ def with_intervals(p: P.Plan) -> P.Plan | None:
                   p.reads_now, p.functions)
 
 
+def seams(services, again: Resumable) -> dict:
+    """Each stream's watermark now (read while stream data stands still, as its history is):
+    a resumed query is told it at once rather than waiting for the stream's next."""
+    names = {n.scan.stream.lower() for n in again.needs}
+    return {n: s for n in names if (s := services.ingest.seam(n)) is not None}
+
+
 def resumed(services, planned) -> tuple:
     """(the plan to run, its ``Resumption``) for a continuous query ``planned`` (a
     ``streams.queries.Planned``) that asks for progress rows or can go on after a crash: a
@@ -170,17 +191,20 @@ def resumed(services, planned) -> tuple:
     width = len(p.output)
     pseudo = {n: i for i, c in enumerate(p.output) for n in ("valid_from", "valid_to")
               if c.name == n and n in p.pseudo}
-    hidden = with_intervals(p) if again is not None else None
+    hidden = with_intervals(p) if again is not None or how.progress else None
     if hidden is None:
         return p, Resumption(width, progress=how.progress)
+    if again is None:           # progress rows, but no restart: it cannot go on
+        return hidden, Resumption(width, progress=True, hidden=True, pseudo=pseudo)
 
     async def restart(live, since: int, started: int | None):
         return await start_primed(
             services, again.histories(services.streams, since, started),
-            lambda history, seam: services.backend.reopen(live, hidden, {}, history, since),
+            lambda history, seam: services.backend.reopen(live, hidden, {}, history, since,
+                                                          seams(services, again)),
             since)
 
-    r = Resumption(width, progress=how.progress, restart=restart, pseudo=pseudo,
+    r = Resumption(width, progress=how.progress, restart=restart, hidden=True, pseudo=pseudo,
                    horizon_us=again.horizon_us)
     if how.resume_from is not None:       # it saw every tuple it needs from there on
         r.started = how.resume_from - again.horizon_us - 1

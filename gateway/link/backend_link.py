@@ -320,7 +320,8 @@ class BackendLink:
         return next(self._ids)
 
     async def _register(self, qid: int, plan: P.Plan, feeds: str | None,
-                        seam: int | None = None, resume: bool = False) -> None:
+                        seam: int | None = None, resume: bool = False,
+                        upto: dict | None = None) -> None:
         merge = self.merges.get(qid)
         if merge is None:
             live = self._live.get(qid)
@@ -331,7 +332,7 @@ class BackendLink:
                         if s in self.sent_upto]
                 live.resumption.started = max(sent) if sent else None
             await self._ask(wire.PlanQuery, qid=qid, plan=P.to_dict(plan), feeds=feeds,
-                            seam=seam, resume=resume)
+                            seam=seam, resume=resume, upto=upto)
             return
         # every back end gets its copy before any other frame, so all see the same rows
         n = len(self.workers)
@@ -380,7 +381,8 @@ class BackendLink:
 
     async def _start_query(self, qid: int, plan: P.Plan, feeds: str | None,
                            tables: dict | None, history: dict | None = None,
-                           seam: int | None = None, resume: bool = False) -> None:
+                           seam: int | None = None, resume: bool = False,
+                           upto: dict | None = None) -> None:
         """Send the tables its stream–table joins read and the archived tuples that prime it
         ({stream: table}; rows valid at ``seam`` and later go out; ``resume``: rows that
         begin at ``seam`` or later, the query going on from there), then the plan; count the
@@ -388,7 +390,8 @@ class BackendLink:
         for tname, table in (tables or {}).items():
             await self.send_table(tname, table)
         await self._send_history(qid, history)
-        await self._register(qid, plan, feeds, seam if history or resume else None, resume)
+        await self._register(qid, plan, feeds, seam if history or resume else None, resume,
+                             upto)
         arrivals = {s + P.ARRIVAL for s in P.arrival_streams(plan.root)} | \
             {s + P.PROCTIME for s in P.proctime_streams(plan.root)}
         if arrivals:
@@ -406,23 +409,26 @@ class BackendLink:
                    name: str, tables: dict | None = None, history: dict | None = None,
                    seam: int | None = None, label: str = "query",
                    bounds: Bounds = UNBOUNDED, resumption: Resumption | None = None,
-                   resume: bool = False) -> LiveRows:
+                   resume: bool = False, upto: dict | None = None) -> LiveRows:
         """Start a continuous query; its rows arrive in the returned queue. ``tables``: the
         current contents of the tables it joins; ``history``/``seam``: archived tuples its
         windows reach back to, and where live data takes over; ``label``: how the log names
         it (a cursor, or a plain query); ``bounds``: how much its queue may hold;
         ``resumption``: its progress and restart (its rows then carry their interval in two
-        more columns); ``resume``: it goes on from ``seam`` rather than starting there."""
+        more columns); ``resume``: it goes on from ``seam`` rather than starting there (and
+        ``upto``: each stream's BOUNDARY when its history was read)."""
         qid = self.new_qid()
         live = LiveRows(fields, schema, qid, sql, owner, name, self, self.clock, bounds)
         live.streams = P.streams_read(plan.root)
         live.resumption = resumption
         self._live[qid] = live
         self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
-        if not tables and not history and resumption is None:
+        # a split query's rows are merged from several back ends, which report no progress:
+        # it runs split unless it asks for progress rows (and then cannot go on after a crash)
+        if not tables and not history and (resumption is None or not resumption.progress):
             self._split(qid, plan, live)
         try:
-            await self._start_query(qid, plan, None, tables, history, seam, resume)
+            await self._start_query(qid, plan, None, tables, history, seam, resume, upto)
         except E.PgError:
             self._unsplit(qid)
             self._live.pop(qid, None)
@@ -431,12 +437,12 @@ class BackendLink:
         return live
 
     async def reopen(self, live: LiveRows, plan: P.Plan, tables: dict | None, history: dict,
-                     since: int) -> None:
+                     since: int, upto: dict | None = None) -> None:
         """Start ``live``'s query again (its back end died) so that it goes on from ``since``
         with the archived tuples ``history``; its rows come into the same queue."""
         self._live[live.qid] = live
         self.labels[live.qid] = f"{live.label()} (restarted): {_one_line(live.sql)}"
-        await self._start_query(live.qid, plan, None, tables, history, since, resume=True)
+        await self._start_query(live.qid, plan, None, tables, history, since, True, upto)
 
     async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None,
                    history: dict | None = None, seam: int | None = None,

@@ -8,6 +8,11 @@ the new back end from the last such watermark, from the archive, and its rows th
 later than the tail's are cut by what the tail already covered, value by value, instant by
 instant (a row may come in other pieces than before: cut at other BOUNDARYs). Once the new
 query has passed the tail, its rows go on as they come.
+
+A progress row must part the rows sent from those not sent, and a BOUNDARY at ts lets rows
+that begin at ts come after it (tuples at ts are not late): so a cursor with progress rows gets
+a row that begins at or after the latest watermark only with the next one, after which the
+progress row comes.
 """
 from __future__ import annotations
 
@@ -39,8 +44,14 @@ def _frozen(v):
     return v
 
 
+def _key(values: list, interval: set) -> tuple:
+    """A row's values without its visible valid_from / valid_to (at ``interval``): pieces of
+    one row cut at other instants have the same key."""
+    return _frozen(tuple(v for i, v in enumerate(values) if i not in interval))
+
+
 @dataclass
-class _Replay:
+class Replay:
     """What the tail covered, by the row's values: [start, end) µs pieces, taken away from
     the restarted query's rows as they come."""
     covered: dict
@@ -48,14 +59,15 @@ class _Replay:
     rows: int
 
     @classmethod
-    def of(cls, tail: list, width: int) -> "_Replay":
+    def of(cls, tail: list, width: int, pseudo: dict) -> "Replay":
         covered: dict = {}
         upto, n = -INF, 0
+        interval = set(pseudo.values())
         for t in tail:
             cols = [c.to_pylist() for c in t.columns[:width]]
             starts, ends = _us(t.column(width)), _us(t.column(width + 1))
             for i, (s, e) in enumerate(zip(starts, ends)):
-                covered.setdefault(_frozen(tuple(c[i] for c in cols)), []).append([s, e])
+                covered.setdefault(_key([c[i] for c in cols], interval), []).append([s, e])
                 upto, n = max(upto, s), n + 1
         return cls(covered, upto, n)
 
@@ -71,9 +83,10 @@ class _Replay:
         cols = [c.to_pylist() for c in early.columns]
         starts, ends = _us(early.column(width)), _us(early.column(width + 1))
         out: list = [[] for _ in cols]
+        interval = set(pseudo.values())
         for i, (start, end) in enumerate(zip(starts, ends)):
             values = [c[i] for c in cols[:width]]
-            pieces = self.covered.get(_frozen(tuple(values)))
+            pieces = self.covered.get(_key(values, interval))
             for s, e in _uncovered(start, end, pieces) if pieces else [(start, end)]:
                 for j, v in enumerate(_piece(values, s, e, width, pseudo)):
                     out[j].append(v)
@@ -83,7 +96,7 @@ class _Replay:
                                    schema=table.schema)
         return pa.concat_tables([cut, table.filter(late)])
 
-    def merged(self, older: "_Replay | None") -> "_Replay":
+    def merged(self, older: "Replay | None") -> "Replay":
         """A crash while replaying: what the earlier tail covered and the new one did."""
         if older is not None:
             for key, pieces in older.covered.items():
@@ -130,13 +143,16 @@ class Resumption:
     """A result queue's progress and restart. ``progress``: the client asked for progress
     rows (a first column ``cq_progress``); ``restart(live, since, started)``: starts the query
     again on a new back end from ``since`` (None: it cannot be, and a crash ends it);
-    ``width``: the answer's columns, before the two hidden interval columns; ``pseudo``: the
+    ``hidden``: the rows carry their interval in two more columns (for a restart, and for
+    progress rows, which part the rows sent from those not sent); ``width``: the answer's
+    columns, before those two; ``pseudo``: the
     visible valid_from / valid_to among them; ``horizon_us``: how far before a watermark the
     query looks (a pattern's WITHIN): progress is reported only once that is past the
     instant it started."""
     width: int
     progress: bool = False
     restart: Callable[..., Awaitable] | None = None
+    hidden: bool = False          # the rows carry their interval in two more columns
     pseudo: dict = field(default_factory=dict)
     horizon_us: int = 0
     started: int | None = None        # µs: no tuple after it was missed (set by the link)
@@ -146,7 +162,7 @@ class Resumption:
     tail: list = field(default_factory=list)
     tail_rows: int = 0
     held: list = field(default_factory=list)    # rows not to be sent before the next watermark
-    replay: _Replay | None = None
+    replay: Replay | None = None
 
     def rows(self, table: pa.Table, schema: pa.Schema | None) -> pa.Table:
         """Rows from the back end as the client gets them now (``schema``: its columns);
@@ -154,7 +170,7 @@ class Resumption:
         next one, so that a progress row always parts the rows sent from those not sent."""
         if self.replay is not None:
             table = self.replay.cut(table, self.width, self.pseudo)
-        if self.progress and self.restart is not None and table.num_rows:
+        if self.progress and self.hidden and table.num_rows:
             starts = pc.cast(table.column(self.width), pa.int64())
             now = pc.less(starts, -INF if self.reached is None else self.reached)
             self.held.append(table.filter(pc.invert(now)))
@@ -172,13 +188,17 @@ class Resumption:
         return table
 
     def at(self, ts: int, schema: pa.Schema | None) -> list:
-        """The query's rows passed a BOUNDARY at ``ts``: the tail starts again, a replay that
-        is past its tail ends, and the rows held for it and a progress row (when asked for
-        and due) come back, to be sent."""
+        """The query's rows passed a BOUNDARY at ``ts``: the tail keeps only what begins at ts
+        or later, a replay that is past its tail ends, and the rows held for it and a
+        progress row (when asked for and due) come back, to be sent."""
         if self.reached is not None and ts <= self.reached:
             return []
         self.reached = ts
-        self.tail, self.tail_rows = [], 0
+        # rows that begin at ts may have come before its BOUNDARY (tuples at ts are not
+        # late): a restart from ts gives them again, so the tail keeps them
+        self.tail = [k for t in self.tail if (k := t.filter(pc.greater_equal(
+            pc.cast(t.column(self.width), pa.int64()), ts))).num_rows]
+        self.tail_rows = sum(t.num_rows for t in self.tail)
         if self.replay is not None and ts > self.replay.upto:
             left = sum(len(p) for p in self.replay.covered.values())
             if left:
@@ -205,7 +225,7 @@ class Resumption:
         watermark are what its restart must not send again)."""
         if self.restart is None or self.reached is None or self.tail_rows > TAIL_ROWS:
             return False
-        self.replay = _Replay.of(self.tail, self.width).merged(self.replay)
+        self.replay = Replay.of(self.tail, self.width, self.pseudo).merged(self.replay)
         self.tail, self.tail_rows, self.held = [], 0, []
         self.recoveries += 1
         return True

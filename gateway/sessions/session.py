@@ -20,7 +20,7 @@ from dialect.planner.quality_join import session_options
 
 from gateway.security.redaction import redacted
 from gateway.archive.priming import start_primed
-from gateway.archive.resume import resumed
+from gateway.archive.resume import resumed, seams
 from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
@@ -430,7 +430,9 @@ class Session:
                              p.cursor or p.name, res.tables, history, seam,
                              label=f"cursor {p.cursor}" if p.cursor else "query",
                              bounds=self.ctx.result_bounds(), resumption=resumption,
-                             resume=resume_from is not None)
+                             resume=resume_from is not None,
+                             upto=seams(self.services, res.resumable) if resume_from is not None
+                             else None)
         if res.history:        # windows reaching into an archive start primed
             return await start_primed(self.services, list(res.history), start, resume_from)
         return await start()

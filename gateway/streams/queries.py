@@ -242,6 +242,12 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
     LIMIT apply."""
     ordered = tree.args.get("order") is not None
     p = plan_query(ctx, without_order(tree)[0] if ordered else tree)
+    how = _delivery(tree)
+    if p.mode != "continuous" and (how.progress or how.resume_from is not None):
+        raise E.FeatureNotSupported("progress rows and resume_from apply to continuous "
+                                    "queries", position=how.at,
+                                    hint="Drop WITH (progress …), or read the query "
+                                         "continuously (cq.mode = continuous).")
     if p.mode == "archive":
         fields, schema = typed_fields(ctx, p)
         return archive_query.run(ctx, tree, fields, schema)
@@ -250,10 +256,6 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
     if ordered:        # every planning error reaches the client with its SQLSTATE
         p = plan_query(ctx, tree)
     fields, schema = typed_fields(ctx, p)
-    try:
-        how = delivery(tree)
-    except PlanError as e:
-        raise plan_error(e) from None
     shape = spark_shape_for(ctx, tree, p)
     if shape is not None:
         if how.progress:
@@ -269,8 +271,7 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
                             position=how.at) from None
         again = None
     if how.progress:
-        fields = [Field("cq_progress", T.duck_to_pg("TIMESTAMP").oid, -1)] + fields
-        schema = pa.schema([pa.field("cq_progress", pa.timestamp("us"))] + list(schema))
+        fields, schema = with_progress(fields, schema)
     if how.resume_from is not None:
         return Planned(p, fields, schema, {}, tuple(again.histories(
             ctx.services.streams, how.resume_from)), delivery=how, resumable=again)
@@ -390,5 +391,26 @@ def _settle_types(ctx: StatementContext, p: P.Plan) -> tuple[list, pa.Schema]:
     return fields, pa.schema([pa.field(n, f.type) for n, f in zip(names, schema)])
 
 
-def result_fields(ctx: StatementContext, p: P.Plan) -> list:
-    return typed_fields(ctx, p)[0]
+def result_fields(ctx: StatementContext, p: P.Plan, tree=None) -> list:
+    """The result's fields (a continuous query's with cq_progress first when ``tree`` asks
+    for progress rows)."""
+    fields, schema = typed_fields(ctx, p)
+    if tree is not None and p.mode == "continuous" and _delivery(tree).progress:
+        fields, schema = with_progress(fields, schema)
+    return fields
+
+
+PROGRESS_FIELD = Field("cq_progress", T.duck_to_pg("TIMESTAMP").oid, -1)
+
+
+def with_progress(fields: list, schema: pa.Schema) -> tuple[list, pa.Schema]:
+    """A continuous query's fields and Arrow schema with cq_progress first."""
+    return [PROGRESS_FIELD] + fields, pa.schema(
+        [pa.field("cq_progress", pa.timestamp("us"))] + list(schema))
+
+
+def _delivery(tree) -> Delivery:
+    try:
+        return delivery(tree)
+    except PlanError as e:
+        raise plan_error(e) from None

@@ -104,4 +104,4 @@ def describe(ctx: StatementContext, tree) -> list | None:
         return recompute.fields(ctx, plan_query(ctx, tree.this))
     if type(tree) in HANDLERS:
         return None
-    return result_fields(ctx, plan_query(ctx, tree))
+    return result_fields(ctx, plan_query(ctx, tree), tree)

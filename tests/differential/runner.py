@@ -37,15 +37,18 @@ class Outcome:
     detail: str = ""
     rows: int = 0
     how: str = "cursor"          # cursor, derived (a derived stream read), window (Stream(w)
-                                 # of a named window), snapshot (cq.mode = snapshot)
+                                 # of a named window), snapshot (cq.mode = snapshot), progress
+                                 # (WITH (progress = true)), resumed (its resume_from a
+                                 # progress row of that one)
 
     @property
     def failed(self) -> bool:
         return self.status not in ("refused", "ok", "errored")
 
 
-# every fourth case is also run as a derived stream, every fourth as a named window
-VARIANTS = ("derived", None, "window", None)
+# every fourth case is also run as a derived stream, every fourth as a named window, every
+# fourth with progress rows and resumed from one of them
+VARIANTS = ("derived", "progress", "window", None)
 
 
 @dataclass
@@ -63,7 +66,9 @@ class Round:
     def _variant(self, i: int) -> str | None:
         if self.variants is None:
             return VARIANTS[i % len(VARIANTS)]
-        return next((h for h in self.variants if h in ("derived", "window")), None)
+        # (a resumed reading is made of a progress one)
+        return next(("progress" if h == "resumed" else h for h in self.variants
+                     if h in ("derived", "window", "progress", "resumed")), None)
 
     def _snapshots(self) -> bool:
         return self.variants is None or "snapshot" in self.variants
@@ -92,7 +97,15 @@ class Round:
                         continue
                     cursors[f"dq{i}"] = (case, "cursor")
                     how = self._variant(i)
-                    if how is not None:
+                    if how == "progress":
+                        refused = self._declare(reader, f"dp{i}",
+                                                with_progress(case.cql(names)), case, how)
+                        if refused is not None:     # the query runs, so must this
+                            refused.status = "misrefused"
+                            outcomes.append(refused)
+                        else:
+                            cursors[f"dp{i}"] = (case, how)
+                    elif how is not None:
                         refused = self._relation(feed, reader, i, case, names, how)
                         if refused is not None:
                             outcomes.append(self._refusal(refused))
@@ -112,8 +125,15 @@ class Round:
                     feed.execute(f"ALTER STREAM {names[s]} ADVANCE TO "
                                  f"{timestamp(self.data.end)}")
                 reader.execute("SELECT count(*) FROM cq_queries").fetchall()     # the barrier
-                outcomes += [self._read(reader, name, case, how)
-                             for name, (case, how) in cursors.items()]
+                for name, (case, how) in list(cursors.items()):
+                    if how != "progress":
+                        outcomes.append(self._read(reader, name, case, how))
+                        continue
+                    progress, resumed, declared = self._read_progress(reader, name, case,
+                                                                      names)
+                    outcomes += [o for o in (progress, resumed) if o is not None]
+                    if declared:
+                        cursors[f"dr{name[2:]}"] = (case, "resumed")
             finally:
                 for name in cursors:
                     reader.execute(f"CLOSE {name}")
@@ -190,6 +210,15 @@ class Round:
                        detail=_difference(want, got), how="snapshot")
 
     def _read(self, reader, name: str, case: Case, how: str) -> Outcome:
+        rows, oids, failed = self._fetch(reader, name, case, how)
+        if failed is not None:
+            return failed
+        outcome = judge(case, self.data, rows, oids)
+        outcome.how = how
+        return outcome
+
+    def _fetch(self, reader, name: str, case: Case, how: str) -> tuple:
+        """(rows, column OIDs, None), or the outcome of an error while reading."""
         rows, oids = [], None
         try:
             for _ in range(100):
@@ -203,11 +232,60 @@ class Round:
             state, message = e.diag.sqlstate, e.diag.message_primary or str(e)
             # a value the query cannot compute (a cast of 'x' to INT) errs in SQL too
             if state and state.startswith("22") and oracle_error(case, self.data):
-                return Outcome(case, "errored", state, message, rows=len(rows), how=how)
-            return Outcome(case, "fetch", state, message, rows=len(rows), how=how)
-        outcome = judge(case, self.data, rows, oids)
-        outcome.how = how
-        return outcome
+                return rows, oids, Outcome(case, "errored", state, message, rows=len(rows),
+                                           how=how)
+            return rows, oids, Outcome(case, "fetch", state, message, rows=len(rows), how=how)
+        return rows, oids, None
+
+    def _read_progress(self, reader, name: str, case: Case, names: dict) -> tuple:
+        """The case read WITH (progress = true): its data rows must be the answer, and no
+        row after a progress row may begin before it; then the case resumed from its latest
+        progress row inside the data (a cursor declared now, the data all in): the rows
+        before that row and the resumed cursor's must together be the answer. (outcome of
+        the progress cursor, outcome of the resumed one or None when there was no progress
+        row inside the data to resume from, whether the resumed cursor was declared)."""
+        rows, oids, failed = self._fetch(reader, name, case, "progress")
+        if failed is not None:
+            return failed, None, False
+        data, marks, last = [], [], None
+        for r in rows:
+            if r[0] is not None:
+                marks.append(last := r[0])
+            elif last is not None and r[1] < last:
+                return Outcome(case, "wrong", message=f"a row beginning at {r[1]} came after "
+                               f"the progress row of {last}", how="progress"), None, False
+            else:
+                data.append(r[1:])
+        outcome = judge(case, self.data, data, oids[1:])
+        outcome.how = "progress"
+        inside = [m for m in marks if T0 < _us(m) < self.data.end]
+        if outcome.failed or not inside:
+            return outcome, None, False
+        at = inside[-1]
+        resumed = f"dr{name[2:]}"
+        refused = self._declare(reader, resumed, with_progress(
+            case.cql(names), f", resume_from = '{at.isoformat(sep=' ')}'"), case, "resumed")
+        if refused is not None:
+            return outcome, self._refusal(refused), False
+        reader.execute("SELECT count(*) FROM cq_queries").fetchall()     # the barrier
+        again, _, failed = self._fetch(reader, resumed, case, "resumed")
+        if failed is not None:
+            return outcome, failed, True
+        before = [r for r in data if r[0] < at]
+        after = [r[1:] for r in again if r[0] is None]
+        whole = judge(case, self.data, before + after, oids[1:])
+        whole.how = "resumed"
+        if not whole.failed and any(r[0] < at for r in after):
+            whole = Outcome(case, "wrong", message=f"a resumed row begins before {at}",
+                            how="resumed")
+        return outcome, whole, True
+
+
+def with_progress(sql: str, more: str = "") -> str:
+    """The query WITH (progress = true…): beside its own WITH (state_ttl = …) if it ends so."""
+    if sql.endswith(")") and " WITH (state_ttl = " in sql[sql.rfind(" WITH ("):]:
+        return f"{sql[:-1]}, progress = true{more})"
+    return f"{sql} WITH (progress = true{more})"
 
 
 def _us(v: dt.datetime) -> int:
@@ -371,7 +449,7 @@ def summary(outcomes: list) -> str:
     lines = [f"{len(cursors)} queries as cursors: {sum(o.status in ACCEPTED for o in cursors)} "
              f"accepted, {sum(o.status == 'refused' for o in cursors)} refused; "
              + ", ".join(f"{sum(o.how == h for o in outcomes)} {h} readings"
-                         for h in ("derived", "window", "snapshot")),
+                         for h in ("derived", "window", "snapshot", "progress", "resumed")),
              f"{len(outcomes)} readings: {sum(count[k] for k in ACCEPTED)} accepted "
              f"({count['ok']} right at every instant, {count['errored']} ending with the "
              f"error SQL gives), {count['refused']} refused, "

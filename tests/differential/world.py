@@ -38,7 +38,8 @@ class Relation:
         cols.append(f"t {self.time} TIMESTAMPCOLUMN")
         if self.own:
             cols.append("te TIMESTAMP ENDTIMESTAMPCOLUMN")
-        return f"CREATE STREAM {real} ({', '.join(cols)})"
+        # archived: a query over it can be resumed from a progress watermark (runner.py)
+        return f"CREATE STREAM {real} ({', '.join(cols)}) TYPE ARCHIVED"
 
 
 RELATIONS = {

@@ -1,0 +1,151 @@
+"""Recovery time of a continuous cursor when the back end is killed, against its window and its
+stream's rate: a keyed aggregate over an archived stream, [RANGE w] GROUP BY k, filled with
+w + 10 seconds of event time at the given rate, is read by a cursor; the back end is killed
+(SIGKILL) and two tuples of a new key are inserted at once. The recovery time is from the kill
+until the cursor gives the new key's row: the new back end has started, the query has been
+started again from its last watermark over the archive (as far back as its window reaches,
+so the state is rebuilt from w seconds of tuples), and it has caught up with live data.
+There are no checkpoints of operator state yet: recovery reads the window's tuples again.
+
+    python bench/recovery.py [--windows 10,60,300] [--rates 1000,10000] [--keys 100]
+
+Prints one JSON record per run and a table; asserts nothing (benchmarks are not tests).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+import os
+import platform
+import re
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import psycopg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+from conftest import ServerProcess  # noqa: E402
+
+T0 = dt.datetime(2026, 1, 1)           # far from the wall clock: only data moves time
+NEW_KEY = 1_000_000
+
+
+def _csv(rate: int, keys: int, first_s: int, seconds: int, seed: int) -> bytes:
+    """``seconds`` of event time at ``rate`` tuples a second, as COPY's text lines."""
+    rnd = np.random.default_rng(seed)
+    n = rate * seconds
+    us = first_s * 1_000_000 + np.sort(rnd.integers(0, seconds * 1_000_000, n))
+    ks = rnd.integers(0, keys, n)
+    vs = rnd.integers(0, 1000, n)
+    base = np.datetime64(T0, "us")
+    out = io.StringIO()
+    for k, v, t in zip(ks.tolist(), vs.tolist(), (base + us.astype("timedelta64[us]"))
+                       .astype(str).tolist()):
+        out.write(f"{k}\t{v}\t{t.replace('T', ' ')}\n")
+    return out.getvalue().encode()
+
+
+def _backend_pid(srv: ServerProcess) -> int:
+    pids = [int(m.group(1)) for line in list(srv.lines)
+            if (m := re.search(r"back end started \(pid (\d+)\)", line))]
+    return pids[-1]
+
+
+class Drain:
+    """The cursor, read by a thread; ``seen`` is set when the new key's row comes."""
+
+    def __init__(self, dsn: str, sql: str):
+        self.conn = psycopg.connect(dsn)
+        self.conn.execute(f"DECLARE c CURSOR FOR {sql}")
+        self.seen = threading.Event()
+        self.rows = 0
+        self.error: Exception | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.seen.is_set():
+                got = self.conn.execute("FETCH ALL FROM c WITH (timeout = '0.2s')").fetchall()
+                self.rows += len(got)
+                if any(r[0] == NEW_KEY for r in got):
+                    self.seen.set()
+        except psycopg.Error as e:
+            self.error = e
+            self.seen.set()
+
+
+def run(window_s: int, rate: int, keys: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = ServerProcess(os.path.join(tmp, "data"))
+        try:
+            with psycopg.connect(srv.dsn, autocommit=True) as admin:
+                admin.execute("CREATE STREAM m (k INT, v DOUBLE, t TIMESTAMP TIMESTAMPCOLUMN) "
+                              "TYPE ARCHIVED")
+                drain = Drain(srv.dsn, f"SELECT k, COUNT(*) AS n, SUM(v) AS s FROM m "
+                                       f"[RANGE '{window_s} seconds'] GROUP BY k")
+                span = window_s + 10
+                filled = time.perf_counter()
+                for first in range(0, span, 10):            # 10 s of event time a COPY
+                    with admin.cursor().copy("COPY m FROM STDIN") as cp:
+                        cp.write(_csv(rate, keys, first, min(10, span - first), first))
+                end = T0 + dt.timedelta(seconds=span)
+                admin.execute(f"ALTER STREAM m ADVANCE TO '{end}'")
+                filled = time.perf_counter() - filled
+                while True:                                 # its answer has caught up
+                    got = admin.execute("SELECT progress, state_size FROM cq_queries "
+                                        "WHERE name = 'c'").fetchone()
+                    if got and got[0] is not None and got[0] >= end:
+                        state = got[1]
+                        break
+                    time.sleep(0.05)
+                backend = _backend_pid(srv)
+                killed = time.perf_counter()
+                os.kill(backend, signal.SIGKILL)
+                for s in (1, 2):                            # a key only live data has
+                    admin.execute("INSERT INTO m VALUES (%s, 1, %s)",
+                                  (NEW_KEY, end + dt.timedelta(seconds=s)))
+                if not drain.seen.wait(600) or drain.error is not None:
+                    raise RuntimeError(f"no row of the new key: {drain.error!r}")
+                recovered = time.perf_counter() - killed
+                recoveries = admin.execute("SELECT recoveries FROM cq_queries WHERE name = "
+                                           "'c'").fetchone()[0]
+            return {"measurement": "recovery", "window_s": window_s, "rate": rate,
+                    "keys": keys, "archived_tuples_in_window": window_s * rate,
+                    "state_rows": state, "recovery_s": round(recovered, 3),
+                    "recoveries": recoveries, "fill_s": round(filled, 1),
+                    "checkpoints": False, "machine": platform.machine(),
+                    "cores": os.cpu_count()}
+        finally:
+            srv.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--windows", default="10,60,300", help="RANGE sizes, seconds")
+    ap.add_argument("--rates", default="1000,10000", help="tuples a second of event time")
+    ap.add_argument("--keys", type=int, default=100)
+    args = ap.parse_args()
+    records = []
+    for w in (int(x) for x in args.windows.split(",")):
+        for r in (int(x) for x in args.rates.split(",")):
+            rec = run(w, r, args.keys)
+            print(json.dumps(rec), flush=True)
+            records.append(rec)
+    print(f"\n{'window':>8} {'rate':>8} {'tuples in window':>17} {'state rows':>11} "
+          f"{'recovery s':>11}")
+    for rec in records:
+        print(f"{rec['window_s']:>7}s {rec['rate']:>8} {rec['archived_tuples_in_window']:>17,} "
+              f"{rec['state_rows']:>11,} {rec['recovery_s']:>11}")
+
+
+if __name__ == "__main__":
+    main()
