@@ -71,6 +71,7 @@ class BackendStats:
 class Backend:
     def __init__(self, send, retain_rows: int = 1_000_000):
         self.send = send                  # a frame (bytes, or a list of parts) -> None
+        self.flush: Callable[[], None] = lambda: None   # what was sent goes out now
         self.graph = Graph()
         self.streams: dict = {}           # name -> StreamStats
         self.queries: dict = {}           # qid -> QueryStats
@@ -123,6 +124,7 @@ class Backend:
         self.queries[msg.qid] = QueryStats(time.time())
         self._answer(msg.req, ok=True)
         if history is not None or msg.resume:   # a window reaching into the past: primed
+            self.flush()        # the answer before the priming, which may take long
             tables = {name: pa.concat_tables(parts) for name, parts in (history or {}).items()}
             self._emit(self.graph.resume(msg.qid, tables, msg.seam, msg.upto) if msg.resume
                        else self.graph.prime(msg.qid, tables, msg.seam))
@@ -342,6 +344,12 @@ def serve(sock: socket.socket) -> None:
     out: list = []
     # a frame is bytes, or a list of parts (result rows with Arrow's buffers uncopied)
     backend = Backend(lambda f: out.extend(f) if isinstance(f, list) else out.append(f))
+
+    def flush() -> None:
+        if out:
+            wire.send_parts(sock, out)
+            out.clear()
+    backend.flush = flush
     while (got := frames.next()) is not None:
         started = time.perf_counter_ns()
         kind, payload = got
@@ -354,9 +362,7 @@ def serve(sock: socket.socket) -> None:
             backend.handle(kind, payload)
         # busy: working, not waiting for a frame nor for the gateway to take the answers
         backend.stats.busy_ns += time.perf_counter_ns() - started
-        if out:
-            wire.send_parts(sock, out)
-            out.clear()
+        flush()
 
 
 def _coalesced(frames: wire.Frames, payload: bytes) -> tuple[str, pa.Table, list]:
