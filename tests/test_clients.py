@@ -96,14 +96,21 @@ def test_python_bi_sqlalchemy(clients_server):
                                      "sales in the last 30 minutes: 1"]
 
 
-def test_jdbc_follow_trips(clients_server, tmp_path):
+def _java(example: str, port: int, folder) -> list:
+    """clients/jdbc/<example>.java compiled into ``folder`` and run against the server on
+    ``port``: the lines it prints."""
     if shutil.which("javac") is None:
-        pytest.fail("javac (JDK 17) is required for the JDBC example")
-    _run("javac", "-d", str(tmp_path), os.path.join(CLIENTS, "jdbc", "FollowTrips.java"),
+        pytest.fail("javac (JDK 17) is required for the JDBC examples")
+    _run("javac", "-d", str(folder), os.path.join(CLIENTS, "jdbc", f"{example}.java"),
          timeout=120)
-    r = _run("java", "-cp", f"{tmp_path}{os.pathsep}{_driver_jar()}", "FollowTrips",
-             f"jdbc:postgresql://127.0.0.1:{clients_server.port}/cq", timeout=120)
-    assert r.stdout.splitlines() == ["zone 1: 12.5", "zone 2: 30.0", "zone 1: 11.0"]
+    r = _run("java", "-cp", f"{folder}{os.pathsep}{_driver_jar()}", example,
+             f"jdbc:postgresql://127.0.0.1:{port}/cq", timeout=120)
+    return r.stdout.splitlines()
+
+
+def test_jdbc_follow_trips(clients_server, tmp_path):
+    assert _java("FollowTrips", clients_server.port, tmp_path) == \
+        ["zone 1: 12.5", "zone 2: 30.0", "zone 1: 11.0"]
 
 
 RESUMED = ["08:00:01 node 1: 2.5", "08:00:03 node 1: 3.0", "-- dropped; resuming from {}",
@@ -120,13 +127,8 @@ def test_python_resume_psycopg(clients_server, tmp_path):
 
 def test_jdbc_resume(clients_server, tmp_path):
     """The same with pgjdbc: cq_progress read with getTimestamp and wasNull."""
-    if shutil.which("javac") is None:
-        pytest.fail("javac (JDK 17) is required for the JDBC example")
-    _run("javac", "-d", str(tmp_path), os.path.join(CLIENTS, "jdbc", "ResumeUsage.java"),
-         timeout=120)
-    r = _run("java", "-cp", f"{tmp_path}{os.pathsep}{_driver_jar()}", "ResumeUsage",
-             f"jdbc:postgresql://127.0.0.1:{clients_server.port}/cq", timeout=120)
-    assert r.stdout.splitlines() == [x.format("2026-10-01 08:00:04.0") for x in RESUMED]
+    assert _java("ResumeUsage", clients_server.port, tmp_path) == \
+        [x.format("2026-10-01 08:00:04.0") for x in RESUMED]
 
 
 def test_odbc_follow(clients_server):

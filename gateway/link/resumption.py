@@ -157,7 +157,6 @@ class Resumption:
     horizon_us: int = 0
     started: int | None = None        # µs: no tuple after it was missed (set by the link)
     reached: int | None = None        # the latest watermark its rows passed
-    reported: int | None = None       # the latest progress row sent
     recoveries: int = 0
     tail: list = field(default_factory=list)
     tail_rows: int = 0
@@ -214,7 +213,6 @@ class Resumption:
             self.held = [rest] if rest.num_rows else []
         due = self.started is None or ts - self.horizon_us > self.started
         if self.progress and due:
-            self.reported = ts
             cols = [pa.array([ts], pa.int64()).cast(schema.field(0).type)] + \
                 [pa.nulls(1, f.type) for f in list(schema)[1:]]
             out.append(pa.Table.from_arrays(cols, schema=schema))
