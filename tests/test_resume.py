@@ -400,6 +400,10 @@ def test_a_cursor_resumes_across_restarts_of_the_server(tmp_path):
     ("SELECT node, temp FROM {r} [ROWS 3]", "0A000", "RowsWindow"),
     ("SELECT node FROM {plain} [RANGE '1 second']", "55000", "not archived"),
     ("SELECT a.node FROM EVENT SEQ({r} a, {q} b)", "0A000", "WITHIN"),
+    ("SELECT * FROM {r} MATCH_RECOGNIZE (PARTITION BY node ORDER BY t MEASURES A.temp AS a "
+     "ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW PATTERN (A B) WITHIN INTERVAL '1' "
+     "SECOND DEFINE B AS B.temp > A.temp) AS m", "0A000", "AFTER MATCH SKIP"),
+    ("SELECT node FROM {r} [RANGE '1 second'] WHERE t < now()", "0A000", "now()"),
 ])
 def test_what_cannot_be_resumed_is_refused_at_plan_time(server, query, sqlstate, words):
     r, q, plain = unique("fr"), unique("fq"), unique("fp")
@@ -418,6 +422,19 @@ def test_what_cannot_be_resumed_is_refused_at_plan_time(server, query, sqlstate,
         c.execute("BEGIN")
         c.execute(f"DECLARE x CURSOR FOR {sql} WITH (progress = true)")
         c.execute("ROLLBACK")
+
+
+def test_progress_rows_need_room_for_the_intervals(server):
+    """A column of the answer named valid_from that is not the interval leaves no room for
+    the rows' intervals, which progress rows need: 0A000 with a hint, the session goes on."""
+    r, q = unique("vr"), unique("vq")
+    make_streams(server.dsn, r, q)
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.Error) as e:
+            c.execute(f"SELECT node AS valid_from FROM {r} [RANGE '1 second'] "
+                      "WITH (progress = true)")
+        assert e.value.sqlstate == "0A000" and e.value.diag.message_hint
+        assert c.execute("SELECT 1").fetchone() == (1,)
 
 
 @pytest.mark.parametrize("options, words", [

@@ -42,11 +42,12 @@ class Need:
     before_us: int = 0
     primed: bool = True           # the window is filled from the archive when a query starts
 
-    def since(self, at: int, started: int | None) -> int:
-        """The earliest event time needed to go on from ``at``; ``started``: the instant
-        before which the query being resumed saw no tuple of a window that does not reach
-        back (a restart after a crash knows it; a client's resume does not need it, since
-        progress is only reported past it)."""
+    def since(self, at: int, started: dict | None) -> int:
+        """The earliest event time needed to go on from ``at``; ``started``: {stream: the
+        instant up to which the query being resumed saw none of its tuples} for a window that
+        does not reach back (a restart after a crash knows it; a client's resume does not need
+        it, since progress is only reported past it)."""
+        started = None if started is None else started.get(self.scan.stream.lower())
         at -= self.before_us
         if self.window is not None and self.window.reaches_back:
             reach = self.window.reach(at)
@@ -69,7 +70,7 @@ class Resumable:
     needs: tuple                  # tuple[Need]
     horizon_us: int               # the longest look back of an operator above the windows
 
-    def histories(self, streams, at: int, started: int | None = None) -> list:
+    def histories(self, streams, at: int, started: dict | None = None) -> list:
         """The archive reads (``History``) that resume the plan at ``at``."""
         out = []
         for need in self.needs:
@@ -122,6 +123,11 @@ def resumable(streams, p: P.Plan) -> Resumable:
             if node.within_us is None:
                 raise refused("its pattern has no WITHIN, so a match may begin anywhere in "
                               "the past", "Bound the pattern: … WITHIN '10 seconds'.")
+            if node.skip != "all" or any(m.func == "match_number" for m in node.measures):
+                raise refused("where its matches begin (AFTER MATCH SKIP) or how they are "
+                              "numbered depends on every match since it started",
+                              "Resume a pattern that skips to the next row and numbers no "
+                              "match.")
             return _stateful(node, [walk(c, before + node.within_us) for c in node.inputs])
         if isinstance(node, _PASS):
             return any([walk(c, before) for c in P.children(node)])
@@ -135,6 +141,9 @@ def resumable(streams, p: P.Plan) -> Resumable:
                       "tables, LIMIT and StreaQueL loops cannot go on from a watermark yet.")
 
     walk(p.root, 0)
+    if p.reads_now:
+        raise refused("it reads now(), the instant it is planned",
+                      "Write the instant as a literal.")
     return Resumable(tuple(needs), max((n.horizon_us for n in needs), default=0))
 
 
@@ -189,6 +198,10 @@ def resumed(services, planned) -> tuple:
     the archive from its last watermark."""
     p, how, again = planned.plan, planned.delivery, planned.resumable
     width = len(p.output)
+    if how.progress and with_intervals(p) is None:
+        raise E.FeatureNotSupported("progress rows need the rows' intervals, and a column of "
+                                    "this query is named valid_from or valid_to",
+                                    hint="Rename that column (… AS vf).")
     pseudo = {n: i for i, c in enumerate(p.output) for n in ("valid_from", "valid_to")
               if c.name == n and n in p.pseudo}
     hidden = with_intervals(p) if again is not None or how.progress else None
@@ -197,7 +210,7 @@ def resumed(services, planned) -> tuple:
     if again is None:           # progress rows, but no restart: it cannot go on
         return hidden, Resumption(width, progress=True, hidden=True, pseudo=pseudo)
 
-    async def restart(live, since: int, started: int | None):
+    async def restart(live, since: int, started: dict | None):
         return await start_primed(
             services, again.histories(services.streams, since, started),
             lambda history, seam: services.backend.reopen(live, hidden, {}, history, since,
@@ -207,5 +220,6 @@ def resumed(services, planned) -> tuple:
     r = Resumption(width, progress=how.progress, restart=restart, hidden=True, pseudo=pseudo,
                    horizon_us=again.horizon_us)
     if how.resume_from is not None:       # it saw every tuple it needs from there on
-        r.started = how.resume_from - again.horizon_us - 1
+        r.started = {n.scan.stream.lower(): how.resume_from - again.horizon_us - 1
+                     for n in again.needs}
     return hidden, r

@@ -211,17 +211,22 @@ class BackendLink:
             await self._go_on(live, err)
 
     async def _go_on(self, live: LiveRows, err: E.PgError) -> None:
-        """Start a query the dead back end ran again, from its last watermark."""
+        """Start a query the dead back end ran again, from its last watermark. If the new
+        back end dies too meanwhile, that crash's restart goes on with it (``restarts``
+        says so), and this one stops."""
         r = live.resumption
         if live.ended:                  # its cursor closed meanwhile
             return
+        generation = self.restarts
         try:
             await r.restart(live, r.reached, r.started)
-        except E.PgError as e:
+        except Exception as e:  # noqa: BLE001 - a cursor that cannot go on ends alone
+            if self.restarts != generation:
+                return
+            why = e.message if isinstance(e, E.PgError) else f"{type(e).__name__}: {e}"
             self._live.pop(live.qid, None)
-            self._log_stop(live.qid, f"lost with the back end ({e.message})")
-            live.finish(E.PgError(f"{err.message}: {e.message}", sqlstate="57P02",
-                                  hint=err.hint))
+            self._log_stop(live.qid, f"lost with the back end ({why})")
+            live.finish(E.PgError(f"{err.message}: {why}", sqlstate="57P02", hint=err.hint))
             return
         self.recovered += 1
 
@@ -327,10 +332,10 @@ class BackendLink:
             live = self._live.get(qid)
             if live is not None and live.resumption is not None and \
                     live.resumption.started is None:
-                # the query sees no tuple sent before its plan (every one since is after)
-                sent = [self.sent_upto[s] for s in P.streams_read(plan.root)
-                        if s in self.sent_upto]
-                live.resumption.started = max(sent) if sent else None
+                # the query sees no tuple of a stream sent before its plan (every one since
+                # is later)
+                live.resumption.started = {s: self.sent_upto[s] for s in
+                                           P.streams_read(plan.root) if s in self.sent_upto}
             await self._ask(wire.PlanQuery, qid=qid, plan=P.to_dict(plan), feeds=feeds,
                             seam=seam, resume=resume, upto=upto)
             return
@@ -382,14 +387,17 @@ class BackendLink:
     async def _start_query(self, qid: int, plan: P.Plan, feeds: str | None,
                            tables: dict | None, history: dict | None = None,
                            seam: int | None = None, resume: bool = False,
-                           upto: dict | None = None) -> None:
+                           upto: dict | None = None, still=None) -> None:
         """Send the tables its stream–table joins read and the archived tuples that prime it
         ({stream: table}; rows valid at ``seam`` and later go out; ``resume``: rows that
         begin at ``seam`` or later, the query going on from there), then the plan; count the
-        tables."""
+        tables. ``still()``: whether to go on, asked before the plan goes (a restart that a
+        newer crash or the cursor's close overtook stops there)."""
         for tname, table in (tables or {}).items():
             await self.send_table(tname, table)
         await self._send_history(qid, history)
+        if still is not None and not still():
+            raise E.PgError("the query's restart was overtaken", sqlstate="57P02")
         await self._register(qid, plan, feeds, seam if history or resume else None, resume,
                              upto)
         arrivals = {s + P.ARRIVAL for s in P.arrival_streams(plan.root)} | \
@@ -427,6 +435,8 @@ class BackendLink:
         # it runs split unless it asks for progress rows (and then cannot go on after a crash)
         if not tables and not history and (resumption is None or not resumption.progress):
             self._split(qid, plan, live)
+            if qid in self.merges and resumption is not None:
+                resumption.restart = None       # (its copies report no watermark)
         try:
             await self._start_query(qid, plan, None, tables, history, seam, resume, upto)
         except E.PgError:
@@ -440,9 +450,13 @@ class BackendLink:
                      since: int, upto: dict | None = None) -> None:
         """Start ``live``'s query again (its back end died) so that it goes on from ``since``
         with the archived tuples ``history``; its rows come into the same queue."""
+        generation = self.restarts
         self._live[live.qid] = live
         self.labels[live.qid] = f"{live.label()} (restarted): {_one_line(live.sql)}"
-        await self._start_query(live.qid, plan, None, tables, history, since, True, upto)
+        await self._start_query(live.qid, plan, None, tables, history, since, True, upto,
+                                still=lambda: self.restarts == generation and not live.ended)
+        if live.ended:                  # closed while it started: it stops now
+            self.end_query(live.qid, "stopped")
 
     async def keep(self, qid: int, plan: P.Plan, feeds: str, tables: dict | None = None,
                    history: dict | None = None, seam: int | None = None,

@@ -37,6 +37,9 @@ def _us(col) -> list:
 
 
 def _frozen(v):
+    if isinstance(v, float):
+        # a sum or mean recomputed over the archive may differ in its last bits
+        return float(f"{v:.12g}") if v == v else "NaN"
     if isinstance(v, list):
         return tuple(_frozen(x) for x in v)
     if isinstance(v, dict):
@@ -155,7 +158,8 @@ class Resumption:
     hidden: bool = False          # the rows carry their interval in two more columns
     pseudo: dict = field(default_factory=dict)
     horizon_us: int = 0
-    started: int | None = None        # µs: no tuple after it was missed (set by the link)
+    # stream -> µs: it saw none of the stream's tuples up to there, every one after (the link)
+    started: dict | None = None
     reached: int | None = None        # the latest watermark its rows passed
     recoveries: int = 0
     tail: list = field(default_factory=list)
@@ -177,6 +181,10 @@ class Resumption:
         if self.restart is not None and table.num_rows:
             self.tail.append(table)
             self.tail_rows += table.num_rows
+            if self.tail_rows > TAIL_ROWS:    # too much since the watermark: it cannot go on
+                log.warning("a query sent more than %d rows since its last watermark; it "
+                            "will not go on if its back end dies", TAIL_ROWS)
+                self.restart, self.tail, self.tail_rows = None, [], 0
         return self._client(table, schema)
 
     def _client(self, table: pa.Table, schema: pa.Schema | None) -> pa.Table:
@@ -211,7 +219,7 @@ class Resumption:
             out.append(self._client(held.filter(before), schema))
             rest = held.filter(pc.invert(before))
             self.held = [rest] if rest.num_rows else []
-        due = self.started is None or ts - self.horizon_us > self.started
+        due = not self.started or ts - self.horizon_us > max(self.started.values())
         if self.progress and due:
             cols = [pa.array([ts], pa.int64()).cast(schema.field(0).type)] + \
                 [pa.nulls(1, f.type) for f in list(schema)[1:]]
@@ -221,7 +229,7 @@ class Resumption:
     def lost(self) -> bool:
         """The back end died: whether the query can go on (then the rows since the last
         watermark are what its restart must not send again)."""
-        if self.restart is None or self.reached is None or self.tail_rows > TAIL_ROWS:
+        if self.restart is None or self.reached is None:
             return False
         self.replay = Replay.of(self.tail, self.width, self.pseudo).merged(self.replay)
         self.tail, self.tail_rows, self.held = [], 0, []
