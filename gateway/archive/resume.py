@@ -11,6 +11,7 @@ stream) is refused with the reason, at plan time.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from executor import plan as P
@@ -179,9 +180,8 @@ def with_intervals(p: P.Plan) -> P.Plan | None:
     if any(n in names and n not in p.pseudo for n in ("valid_from", "valid_to")):
         return None
     extra = (P.Column("valid_from", "TIMESTAMP"), P.Column("valid_to", "TIMESTAMP"))
-    return P.Plan(p.root, p.mode, p.output + extra,
-                  tuple(dict.fromkeys(p.pseudo + ("valid_from", "valid_to"))), p.sql,
-                  p.reads_now, p.functions)
+    return dataclasses.replace(p, output=p.output + extra, pseudo=tuple(dict.fromkeys(
+        p.pseudo + ("valid_from", "valid_to"))))
 
 
 def seams(services, again: Resumable) -> dict:
@@ -198,13 +198,13 @@ def resumed(services, planned) -> tuple:
     the archive from its last watermark."""
     p, how, again = planned.plan, planned.delivery, planned.resumable
     width = len(p.output)
-    if how.progress and with_intervals(p) is None:
+    hidden = with_intervals(p) if again is not None or how.progress else None
+    if how.progress and hidden is None:
         raise E.FeatureNotSupported("progress rows need the rows' intervals, and a column of "
                                     "this query is named valid_from or valid_to",
                                     hint="Rename that column (… AS vf).")
     pseudo = {n: i for i, c in enumerate(p.output) for n in ("valid_from", "valid_to")
               if c.name == n and n in p.pseudo}
-    hidden = with_intervals(p) if again is not None or how.progress else None
     if hidden is None:
         return p, Resumption(width, progress=how.progress)
     if again is None:           # progress rows, but no restart: it cannot go on
