@@ -15,6 +15,7 @@ import psycopg
 from conftest import ServerProcess
 from continuous import wait_for
 from gateway.process import server as srv_mod
+from gateway.system_views import catalog_live
 
 LONG = "SELECT count(*) FROM range(100000000) a, range(100000) b"    # minutes of DuckDB work
 TIMEOUT = "canceling statement due to statement timeout"
@@ -67,6 +68,41 @@ def test_an_interrupt_that_comes_before_duckdb_starts_is_not_lost(server):
             assert isinstance(e, psycopg.errors.QueryCanceled) and str(e) == TIMEOUT, e
         c.execute("SET statement_timeout = 0")
         assert c.execute("SELECT 1").fetchone() == (1,)          # the session goes on
+
+
+def test_an_interrupt_that_reaches_the_catalog_refresh_says_why_it_came(tmp_path, monkeypatch):
+    """The interrupt may reach DuckDB while the worker registers the catalog's views, outside
+    the statement itself: statement_timeout still says 'statement timeout' (57014), not
+    'user request'. Deterministic: the refresh here waits past the timeout and is then
+    interrupted, as a busy machine makes it happen now and then."""
+    refresh = catalog_live.LiveCatalog.refresh
+
+    def slow_refresh(self):
+        time.sleep(0.3)                 # statement_timeout (50ms) fires meanwhile
+        self.con.execute("SELECT count(*) FROM range(100000000) a, range(100000) b")
+        refresh(self)
+
+    monkeypatch.setattr(catalog_live.LiveCatalog, "refresh", slow_refresh)
+
+    async def main():
+        server = srv_mod.Server(srv_mod.Config(data_dir=str(tmp_path / "data"), port=0,
+                                               ingest_port=0))
+        port = await server.start()
+
+        def client():
+            with psycopg.connect(f"host=127.0.0.1 port={port} user=cq dbname=cq",
+                                 autocommit=True) as c:
+                c.execute("SET statement_timeout = '50ms'")
+                e = _ended(c, "SELECT 1 FROM pg_class LIMIT 1")
+                c.execute("SET statement_timeout = 0")
+                return e, c.execute("SELECT 1").fetchone()
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(client), 120)
+        finally:
+            await server.stop()
+    e, after = asyncio.run(main())
+    assert isinstance(e, psycopg.errors.QueryCanceled) and str(e) == TIMEOUT, e
+    assert after == (1,)                                       # the session goes on
 
 
 def test_sigterm_interrupts_statements_and_exits(tmp_path):

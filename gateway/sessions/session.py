@@ -139,7 +139,18 @@ class Session:
         try:
             return await asyncio.wrap_future(self.inflight)
         except duckdb.Error as e:       # one no step mapped (the catalog's refresh, cancelled)
-            raise pg_error(e) from None
+            err = pg_error(e)
+            raise (self._stopped(err) if isinstance(e, duckdb.InterruptException) else err) \
+                from None
+
+    def _stopped(self, err: E.PgError) -> E.PgError:
+        """The error of a statement this session interrupted: why it asked (statement_timeout
+        or a cancel), whichever step of the statement the interrupt reached."""
+        if self.timed_out:
+            return E.QueryCanceled("canceling statement due to statement timeout")
+        if self.canceled:
+            return E.QueryCanceled("canceling statement due to user request")
+        return err
 
     async def settled(self, timeout: float = 3) -> None:
         """Wait (a while) for the last worker call to end: its DuckDB connection must not be
@@ -512,11 +523,7 @@ class Session:
             # uuid): its Python binding then fails to decode the message itself
             err = pg_error(e) if isinstance(e, duckdb.Error) else E.PgError(
                 'invalid byte sequence for encoding "UTF8"', sqlstate="22021")
-            if self.timed_out:
-                err = E.QueryCanceled("canceling statement due to statement timeout")
-            elif self.canceled:
-                err = E.QueryCanceled("canceling statement due to user request")
-            raise _locate(err, p.stmt) from None
+            raise _locate(self._stopped(err), p.stmt) from None
 
     def _note_write(self, tr: TR.Translated) -> None:
         if self.status == TxStatus.IN_BLOCK:

@@ -62,6 +62,14 @@ class Round:
     data: Data
     variants: tuple | None = None
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    # one oracle per case, shared by every reading of it (cursor, snapshot, progress, …):
+    # building one loads the case's snapshot tables into DuckDB, its answers are cached
+    _oracles: dict = field(default_factory=dict, init=False, repr=False)
+
+    def _oracle(self, case: Case) -> Oracle:
+        if id(case) not in self._oracles:
+            self._oracles[id(case)] = Oracle(case.oracle(), case.refs, self.data)
+        return self._oracles[id(case)]
 
     def _variant(self, i: int) -> str | None:
         if self.variants is None:
@@ -142,6 +150,9 @@ class Round:
                     feed.execute(f"DROP {word} IF EXISTS {names[r]} CASCADE")
                 feed.execute(f"DROP FUNCTION IF EXISTS {names['fn']}")
                 feed.execute(f"DROP FUNCTION IF EXISTS {names['pyfn']}")
+                for oracle in self._oracles.values():
+                    oracle.close()
+                self._oracles.clear()
         return outcomes
 
     @staticmethod
@@ -194,13 +205,10 @@ class Round:
                 return Outcome(case, "errored", state, str(e), how="snapshot")
             return Outcome(case, "fetch", state, e.diag.message_primary or str(e),
                            how="snapshot")
-        oracle = Oracle(case.oracle(), case.refs, self.data)
         try:
-            want = oracle.at(at)
+            want = self._oracle(case).at(at)
         except OracleError as e:
             return Outcome(case, "oracle", message=str(e), how="snapshot")
-        finally:
-            oracle.close()
         limit = case.limit
         right = (not (got - want) and sum(got.values()) == min(limit, sum(want.values())))\
             if case.check == "rows" else got == want
@@ -213,7 +221,7 @@ class Round:
         rows, oids, failed = self._fetch(reader, name, case, how)
         if failed is not None:
             return failed
-        outcome = judge(case, self.data, rows, oids)
+        outcome = judge(case, self.data, rows, oids, self._oracle(case))
         outcome.how = how
         return outcome
 
@@ -256,7 +264,7 @@ class Round:
                                f"the progress row of {last}", how="progress"), None, False
             else:
                 data.append(r[1:])
-        outcome = judge(case, self.data, data, oids[1:])
+        outcome = judge(case, self.data, data, oids[1:], self._oracle(case))
         outcome.how = "progress"
         inside = [m for m in marks if T0 < _us(m) < self.data.end]
         if outcome.failed or not inside:
@@ -273,7 +281,7 @@ class Round:
             return outcome, failed, True
         before = [r for r in data if r[0] < at]
         after = [r[1:] for r in again if r[0] is None]
-        whole = judge(case, self.data, before + after, oids[1:])
+        whole = judge(case, self.data, before + after, oids[1:], self._oracle(case))
         whole.how = "resumed"
         if not whole.failed and any(r[0] < at for r in after):
             whole = Outcome(case, "wrong", message=f"a resumed row begins before {at}",
@@ -309,15 +317,18 @@ def oracle_error(case: Case, data: Data) -> str | None:
     return None
 
 
-def judge(case: Case, data: Data, rows: list, oids: list) -> Outcome:
-    """Compare a cursor's rows (valid_from, valid_to, values…) with the oracle."""
+def judge(case: Case, data: Data, rows: list, oids: list,
+          oracle: Oracle | None = None) -> Outcome:
+    """Compare a cursor's rows (valid_from, valid_to, values…) with the oracle (``oracle``:
+    the case's, kept by its caller; else one made here and closed)."""
     answer = [(_us(r[0]), INF if r[1] is None else _us(r[1]), tuple(normal(v) for v in r[2:]))
               for r in rows]
     for vf, vt, vals in answer:
         if vf >= vt:
             return Outcome(case, "interval", message=f"a row with an empty interval: "
                            f"[{_at(vf)}, {_at(vt)}) {vals}", rows=len(rows))
-    oracle = Oracle(case.oracle(), case.refs, data)
+    own = oracle is None
+    oracle = Oracle(case.oracle(), case.refs, data) if own else oracle
     try:
         points = set(oracle.changes)
         for vf, vt, _ in answer:
@@ -342,7 +353,8 @@ def judge(case: Case, data: Data, rows: list, oids: list) -> Outcome:
     except OracleError as e:
         return Outcome(case, "oracle", message=str(e), rows=len(rows))
     finally:
-        oracle.close()
+        if own:
+            oracle.close()
     return Outcome(case, "ok", rows=len(rows))
 
 
