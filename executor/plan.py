@@ -626,6 +626,14 @@ def contains(node, test) -> bool:
     return test(node) or any(contains(c, test) for c in children(node))
 
 
+def scan_under(node) -> StreamScan | None:
+    """The stream scan under a chain of σ and μ (a window's input: its tuples are the
+    stream's, some left out or computed on), if ``node`` is one."""
+    while isinstance(node, (Filter, Map)):
+        node = node.input
+    return node if isinstance(node, StreamScan) else None
+
+
 def streams_read(node) -> set:
     """The names of the streams and named relations a plan reads."""
     return _names_read(node, lambda n: n.stream if isinstance(n, StreamScan) else

@@ -41,29 +41,19 @@ class Need:
     scan: P.StreamScan
     window: object = None
     before_us: int = 0
-    primed: bool = True           # the window is filled from the archive when a query starts
 
     def since(self, at: int, started: dict | None) -> int:
         """The earliest event time needed to go on from ``at``; ``started``: {stream: the
-        instant up to which the query being resumed saw none of its tuples} for a window that
-        does not reach back (a restart after a crash knows it; a client's resume does not need
-        it, since progress is only reported past it)."""
+        instant up to which the query being resumed saw none of its tuples} for tuples read
+        as they come (a restart after a crash knows it; a client's resume does not need it,
+        since progress is only reported past it). A window that reaches back was filled from
+        the archive when the query started, so it is filled so again."""
         started = None if started is None else started.get(self.scan.stream.lower())
         at -= self.before_us
         if self.window is not None and self.window.reaches_back:
             reach = self.window.reach(at)
-            since = at if reach is None else reach
-            if self.primed or started is None:
-                return since
-            return max(since, started + 1)
+            return at if reach is None else reach
         return at if started is None else max(at, started + 1)
-
-    @property
-    def horizon_us(self) -> int:
-        """How long after the query started its rows still depend on that instant."""
-        if self.window is None or self.primed:
-            return self.before_us
-        return self.before_us + max(0, -(self.window.reach(0) or 0))
 
 
 @dataclass(frozen=True)
@@ -109,12 +99,10 @@ def resumable(streams, p: P.Plan) -> Resumable:
             if isinstance(kind, _FROM_START):
                 raise refused(f"its {type(kind).__name__} keeps tuples from when it started",
                               _WINDOW_HINT)
-            if kind.reaches_back and _scan_under(node.input) is not None:
-                # filled from the archive when a query starts if right over the scan; over
-                # σ/μ, from when the query started
+            if kind.reaches_back and P.scan_under(node.input) is not None:
+                # filled from the archive when a query starts (streams.queries.archive_reach)
                 walk(node.input, before)
-                needs[-1] = Need(needs[-1].scan, kind, before,
-                                 isinstance(node.input, P.StreamScan))
+                needs[-1] = Need(needs[-1].scan, kind, before)
                 return False
             if isinstance(kind, _AS_THEY_COME):
                 return walk(node.input, before) or isinstance(kind, _LONG)
@@ -145,14 +133,7 @@ def resumable(streams, p: P.Plan) -> Resumable:
     if p.reads_now:
         raise refused("it reads now(), the instant it is planned",
                       "Write the instant as a literal.")
-    return Resumable(tuple(needs), max((n.horizon_us for n in needs), default=0))
-
-
-def _scan_under(node) -> P.StreamScan | None:
-    """The stream scan under a chain of σ and μ, if ``node`` is one."""
-    while isinstance(node, (P.Filter, P.Map)):
-        node = node.input
-    return node if isinstance(node, P.StreamScan) else None
+    return Resumable(tuple(needs), max((n.before_us for n in needs), default=0))
 
 
 def _stateful(node, forever: list) -> bool:

@@ -282,20 +282,21 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
 def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = None) -> tuple:
     """The archived streams whose past the plan's windows reach into. [UNBOUNDED] (also a
     stream read without a window) starts with the query, as a TelegraphCQ query does; a window
-    written to reach back is primed from the archive, from where the window's ``reach`` says:
+    written to reach back (over the stream, or over its tuples filtered or computed on) is
+    primed from the archive, from where the window's ``reach`` says:
     a fixed window's edge is known now, the others' once the seam (the query's start) is.
     ``every_since``: the windows that do not reach back read the archive from that instant
     (a sink's creation, which it starts again from)."""
     out, reg = [], ctx.services.streams
 
     def visit(node):
-        if isinstance(node, P.Window) and isinstance(node.input, P.StreamScan) and (
-                node.window.reaches_back or every_since is not None):
-            obj = reg.by_relation(node.input.stream, kinds=("stream",))
+        scan = P.scan_under(node.input) if isinstance(node, P.Window) else None
+        if scan is not None and (node.window.reaches_back or every_since is not None):
+            obj = reg.by_relation(scan.stream, kinds=("stream",))
             if obj is not None and obj.archived:
                 since = node.window.reach(None) if node.window.reaches_back else every_since
                 edge = node.window.reach if since is None else None
-                out.append(History(node.input.stream, obj.key, obj.timestamp_column,
+                out.append(History(scan.stream, obj.key, obj.timestamp_column,
                                    obj.options.get("fragment"), since_us=since, edge=edge))
         for c in P.children(node):
             visit(c)
