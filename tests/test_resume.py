@@ -311,6 +311,45 @@ def test_a_client_that_drops_twenty_times_and_resumes_gets_each_row_once(server)
     assert client.declared == 3 * 21
 
 
+# named windows and a derived stream the server keeps: started again on a new back end as at
+# the server's start, primed from the archive ({w} a window, {d} the derived stream, {l} a table)
+KEPT = {
+    "CREATE WINDOW {w}_keyed AS SELECT node, SUM(temp) AS s, COUNT(*) AS n FROM {r} "
+    "[RANGE '2 seconds'] GROUP BY node": "{w}_keyed",
+    "CREATE WINDOW {w}_hot AS SELECT node, COUNT(*) AS n FROM {q} [RANGE '1 second'] "
+    "WHERE temp > 25 GROUP BY node": "{w}_hot",
+    "CREATE WINDOW {w}_labels AS SELECT l.label, MAX(x.temp) AS m FROM {r} "
+    "[RANGE '1 second'] AS x JOIN {l} AS l ON x.node = l.node GROUP BY l.label": "{w}_labels",
+    "CREATE STREAM {d} AS SELECT node, temp FROM {q} [RANGE '1 second'] WHERE temp < 22": None,
+    "CREATE WINDOW {w}_of_d AS SELECT node, COUNT(*) AS n, MIN(temp) AS m FROM {d} "
+    "GROUP BY node": "{w}_of_d",
+}
+
+
+def _make_kept(dsn: str, names: dict) -> list:
+    """The kept relations of ``KEPT`` on the server at ``dsn``: the windows to read."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"CREATE TABLE {names['l']} (node INT, label TEXT)")
+        c.execute(f"INSERT INTO {names['l']} VALUES (0, 'even'), (1, 'odd'), (2, 'even')")
+        for sql in KEPT:
+            c.execute(sql.format(**names))
+    return [w.format(**names) for w in KEPT.values() if w is not None]
+
+
+def _read_kept(dsn: str, windows: list) -> dict:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        return {w: c.execute(f"SELECT * FROM {w} ORDER BY 1").fetchall() for w in windows}
+
+
+def _drop_kept(dsn: str, names: dict) -> None:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"DROP STREAM IF EXISTS {names['d']} CASCADE")
+        for w in KEPT.values():
+            if w is not None:
+                c.execute(f"DROP WINDOW IF EXISTS {w.format(**names)}")
+        c.execute(f"DROP TABLE IF EXISTS {names['l']}")
+
+
 def _kill_backend(s: ServerProcess) -> int:
     old = backend_pid(s)
     os.kill(old, signal.SIGKILL)
@@ -322,24 +361,36 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
         server, tmp_path):
     """Ten cursors of different shapes read two streams while the back end is killed
     (SIGKILL) three times; each goes on, and its rows equal those of the same cursor on a
-    second server fed the same tuples, which saw no crash."""
+    second server fed the same tuples, which saw no crash. The named windows and derived
+    stream the server keeps hold, once their restart has ended, what the second server's
+    hold: their past read again from the archive, their tables sent again."""
     r, q = unique("kr"), unique("kq")
+    names = {"r": r, "q": q, "w": unique("kw"), "d": unique("kd"), "l": unique("kl")}
     reference_server = ServerProcess(str(tmp_path / "reference"))
     try:
         for s in (server, reference_server):
             make_streams(s.dsn, r, q)
+            windows = _make_kept(s.dsn, names)
         logged = len(server.lines)
         shapes = _shapes(SHAPES, r, q)
         # plain cursors: rows go out as they come, so a crash finds some sent since the last
         # watermark, which the restarted query must not send again
         crashing, reference = Reader(server.dsn, shapes), Reader(reference_server.dsn, shapes)
-        killed = []
+        killed, kept = [], []
+
+        def restarted() -> int:
+            return sum(f"query restarted: window {names['w']}" in ln
+                       for ln in server.lines[logged:])
 
         def between(i):
             crashing.poll()
             reference.poll()
             if len(killed) < 3 and i >= (70, 150, 230)[len(killed)]:
                 killed.append(_kill_backend(server))
+                wait_for(lambda: restarted() == len(windows) * len(killed), 60,
+                         "the kept windows' restart")
+                kept.append((_read_kept(server.dsn, windows),
+                             _read_kept(reference_server.dsn, windows)))
         feed([server.dsn, reference_server.dsn], r, q, range(0, 300), 5, between=between)
         advance([server.dsn, reference_server.dsn], (r, q), 320)
         end = instant(320)
@@ -354,7 +405,14 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
                 "SELECT name, recoveries FROM cq_queries WHERE pid = %s",
                 [crashing.conn.info.backend_pid]).fetchall()
         assert sorted(recoveries) == sorted((n, 3) for n in shapes), recoveries
+        for got, want in kept:
+            assert got == want
+            assert all(want.values()), want            # each holds something to compare
+        # (at the end every window has emptied: the streams went on past their reach)
+        assert _read_kept(server.dsn, windows) == _read_kept(reference_server.dsn, windows)
+        assert not [ln for ln in server.lines[logged:] if "from live data" in ln]
     finally:
+        _drop_kept(server.dsn, names)
         reference_server.stop()
 
 

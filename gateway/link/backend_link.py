@@ -7,7 +7,7 @@ across all of them by its key (``shards.py``), each getting the stream's rows; e
 runs on the first. If a back end dies, a new one starts; a query that can go on from its last
 watermark (``resumption.py``) is started again there from the archive and its cursor sees no
 seam, any other ends with an error (57P02); the queries the server itself keeps (named
-windows, derived streams) are planned again.
+windows, derived streams) start again as at the server's start (``relaunch``).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Awaitable, Callable
 
 import pyarrow as pa
 
@@ -129,6 +130,11 @@ class BackendLink:
                         wire.Mark: self._on_mark, wire.Reached: self._on_reached}
         self.sent_upto: dict = {}         # stream -> the latest event time sent to back ends
         self.recovered = 0                # queries started again after a back end died
+        # the server's: ``await relaunch(qids)`` starts those kept queries (named windows,
+        # derived streams) again on a new back end as at the server's start: primed from
+        # the archive, their tables read anew. Without it (or for one it did not start) a
+        # kept query is planned again from live data
+        self.relaunch: Callable[[set], Awaitable] | None = None
 
     # ------------------------------------------------------------------ process
     @property
@@ -152,8 +158,17 @@ class BackendLink:
         for w in self.workers:
             if w.proc is None or w.proc.poll() is not None:
                 await self._start_worker(w)
-        for qid, (plan, feeds) in list(self.persistent.items()):
+        kept, self.persistent = self.persistent, {}
+        if kept and self.relaunch is not None:
+            for qid in kept:            # the new back end holds none of their tables
+                self._release_tables(qid)
+            await self.relaunch(set(kept))
+        for qid, (plan, feeds) in kept.items():
+            if qid in self.persistent:
+                log.info("query restarted: %s", self.labels.get(qid, f"#{qid}"))
+                continue
             await self._register(qid, plan, feeds)
+            self.persistent[qid] = (plan, feeds)
             log.info("query restarted: %s (from live data)", self.labels.get(qid, f"#{qid}"))
 
     async def _start_worker(self, w: _Worker) -> None:

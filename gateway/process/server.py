@@ -53,7 +53,8 @@ WORKERS_WAIT_S = 3.0       # how long a shutdown waits for worker threads' runni
 SPARK_STOP_S = 10.0        # how long a shutdown waits for Spark's session to stop
 
 
-# what runs again at server start, in this order (a sink reads streams only), and how
+# what runs again at server start, and how: windows and derived streams as they were made (one
+# reads only those made before it), then sinks (which read streams only)
 _KEPT = ("window", "derived", "sink")
 _KEEP = {"window": ddl.keep_relation, "derived": ddl.keep_relation,
          "sink": sink_ddl.keep_sink}
@@ -145,14 +146,27 @@ class Server:
         """Start the queries of the named windows and derived streams kept in the catalog,
         archived streams first going on from their archives' newest tuples (so windows that
         reach back start primed)."""
+        await asyncio.get_running_loop().run_in_executor(self.services.pool,
+                                                         self._resume_archived)
+        await self._start_kept(lambda obj: True)
+
+    async def _relaunch(self, qids: set) -> None:
+        """The back end died: its named windows and derived streams (``qids``, the back
+        end's names for them) start again on the new one as at the server's start."""
+        await self._start_kept(lambda obj: obj.kind in ("window", "derived") and
+                               -obj.oid in qids)
+
+    async def _start_kept(self, which) -> None:
+        """Start the kept objects ``which(obj)`` chooses, each after those it reads; one that
+        cannot start is logged."""
         svc = self.services
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(svc.pool, self._resume_archived)
         session = await loop.run_in_executor(
             svc.pool, lambda: Session(svc, 0, 0, user=svc.roles.bootstrap))
         try:
             kept = sorted((o for o in svc.streams.objects.values()
-                           if o.kind in _KEPT), key=lambda o: (_KEPT.index(o.kind), o.oid))
+                           if o.kind in _KEPT and which(o)),
+                          key=lambda o: (o.kind == "sink", o.oid))
             for obj in kept:
                 try:
                     await settle(await session.in_thread(_KEEP[obj.kind], session.ctx, obj),
@@ -186,6 +200,7 @@ class Server:
 
     async def start(self) -> int:
         svc, config = self.services, self.services.config
+        svc.backend.relaunch = self._relaunch
         await svc.backend.start()
         backend_signals.install(svc.store.db, svc, asyncio.get_running_loop())
         await self._keep_relations()
