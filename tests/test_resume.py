@@ -416,6 +416,51 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
         reference_server.stop()
 
 
+def test_a_crash_during_a_restart_and_a_close_during_one(server, tmp_path):
+    """Races of a restart: the back end is killed again as soon as its successor has started
+    (the cursors' restarts then run, or are about to), twice; and a cursor is closed right
+    after a kill, while its restart may run. The cursors left go on and equal a second
+    server's, each counts every crash it lived through, and the closed one's query is gone."""
+    r, q = unique("rr"), unique("rq")
+    reference_server = ServerProcess(str(tmp_path / "reference"))
+    try:
+        for s in (server, reference_server):
+            make_streams(s.dsn, r, q)
+        logged = len(server.lines)
+        shapes = _shapes(("keyed_range", "join", "pattern", "hopping"), r, q)
+        crashing, reference = Reader(server.dsn, shapes), Reader(reference_server.dsn, shapes)
+        kills = []
+
+        def between(i):
+            crashing.poll()
+            reference.poll()
+            if len(kills) < 4 and i >= (60, 140)[len(kills) // 2]:
+                kills.append(_kill_backend(server))
+                kills.append(_kill_backend(server))     # at once: mid-restart
+            elif len(kills) == 4 and i >= 200:
+                kills.append(_kill_backend(server))
+                crashing.conn.execute("CLOSE hopping")
+                reference.conn.execute("CLOSE hopping")
+                del crashing.rows["hopping"], reference.rows["hopping"]
+        feed([server.dsn, reference_server.dsn], r, q, range(0, 260), 7, between=between)
+        advance([server.dsn, reference_server.dsn], (r, q), 280)
+        end = instant(280)
+        reference.until(end)
+        crashing.until(end)
+        _compare(crashing.answers(end), reference.answers(end))
+        assert not [ln for ln in server.lines[logged:] if "did not give" in ln]
+        assert not [ln for ln in server.lines[logged:] if "Traceback" in ln]
+        with psycopg.connect(server.dsn, autocommit=True) as c:
+            recoveries = dict(c.execute(
+                "SELECT name, recoveries FROM cq_queries WHERE pid = %s",
+                [crashing.conn.info.backend_pid]).fetchall())
+        # (each crash a cursor was past a watermark at counts, restarted or overtaken)
+        assert set(recoveries) == {"keyed_range", "join", "pattern"}, recoveries
+        assert all(n == len(kills) for n in recoveries.values()), (recoveries, len(kills))
+    finally:
+        reference_server.stop()
+
+
 def test_a_cursor_resumes_across_restarts_of_the_server(tmp_path):
     """The whole server stops while a client reads, once with SIGTERM and once with SIGKILL;
     each time it starts again on the same data directory, the client declares its cursors

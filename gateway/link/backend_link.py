@@ -192,6 +192,7 @@ class BackendLink:
         log.error("the back end%s stopped (exit code %s); restarting it",
                   f" {w.index}" if w.index else "", code)
         self.restarts += 1
+        generation = self.restarts       # a newer crash during this one's restart takes over
         err = E.PgError("the back end stopped; this query was lost", sqlstate="57P02",
                         hint="Run the query again; a query over archived streams declared "
                              "WITH (progress = true) can go on with resume_from = its last "
@@ -223,16 +224,16 @@ class BackendLink:
         else:
             await self._start_worker(w)
         for live in again:
-            await self._go_on(live, err)
+            await self._go_on(live, err, generation)
 
-    async def _go_on(self, live: LiveRows, err: E.PgError) -> None:
+    async def _go_on(self, live: LiveRows, err: E.PgError, generation: int) -> None:
         """Start a query the dead back end ran again, from its last watermark. If the new
         back end dies too meanwhile, that crash's restart goes on with it (``restarts``
         says so), and this one stops."""
         r = live.resumption
-        if live.ended:                  # its cursor closed meanwhile
-            return
-        generation = self.restarts
+        if live.ended or self.restarts != generation:  # its cursor closed, or a newer crash
+            return                                      # restarts it
+        r.generation = generation
         try:
             await r.restart(live, r.reached, r.started)
         except Exception as e:  # noqa: BLE001 - a cursor that cannot go on ends alone
@@ -408,9 +409,13 @@ class BackendLink:
         begin at ``seam`` or later, the query going on from there), then the plan; count the
         tables. ``still()``: whether to go on, asked before the plan goes (a restart that a
         newer crash or the cursor's close overtook stops there)."""
+        # every frame to the back end running when it began: if that one dies meanwhile,
+        # the rest go nowhere, rather than to its successor, which would take them as the
+        # first part of the history of a restart under the same qid
+        out = self.out
         for tname, table in (tables or {}).items():
-            await self.send_table(tname, table)
-        await self._send_history(qid, history)
+            await self.send_table(tname, table, out)
+        await self._send_history(qid, history, out)
         if still is not None and not still():
             raise E.PgError("the query's restart was overtaken", sqlstate="57P02")
         await self._register(qid, plan, feeds, seam if history or resume else None, resume,
@@ -465,7 +470,7 @@ class BackendLink:
                      since: int, upto: dict | None = None) -> None:
         """Start ``live``'s query again (its back end died) so that it goes on from ``since``
         with the archived tuples ``history``; its rows come into the same queue."""
-        generation = self.restarts
+        generation = live.resumption.generation
         self._live[live.qid] = live
         self.labels[live.qid] = f"{live.label()} (restarted): {_one_line(live.sql)}"
         await self._start_query(live.qid, plan, None, tables, history, since, True, upto,
@@ -488,9 +493,10 @@ class BackendLink:
             if not self.tables_in_use[t]:
                 del self.tables_in_use[t]
 
-    async def send_table(self, name: str, table: pa.Table) -> None:
-        self.out.write(wire.data_parts(name, table, wire.TABLE))
-        await self.out.drain()
+    async def send_table(self, name: str, table: pa.Table, out: Outbox | None = None) -> None:
+        out = out or self.out
+        out.write(wire.data_parts(name, table, wire.TABLE))
+        await out.drain()
 
     async def snapshot(self, plan: P.Plan, relations: list, history: dict | None = None,
                        seam: int | None = None) -> pa.Table | None:
@@ -520,11 +526,14 @@ class BackendLink:
             self._live.pop(qid, None)
         return pa.concat_tables(live.pending) if live.pending else None
 
-    async def _send_history(self, qid: int, history: dict | None) -> None:
+    async def _send_history(self, qid: int, history: dict | None,
+                            out: Outbox | None = None) -> None:
+        """``history`` for query ``qid`` to the back end of ``out`` (the first one's now)."""
+        out = out or self.out
         for stream, table in (history or {}).items():
             for batch in table.to_batches(max_chunksize=1 << 16):
-                self.out.write(wire.history(qid, stream, batch))
-                await self.out.drain()
+                out.write(wire.history(qid, stream, batch))
+                await out.drain()
 
     def running(self) -> list:
         """The result queues of the continuous queries running now (a copy: safe to

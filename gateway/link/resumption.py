@@ -162,6 +162,7 @@ class Resumption:
     started: dict | None = None
     reached: int | None = None        # the latest watermark its rows passed
     recoveries: int = 0
+    generation: int = 0               # the link's crash count its latest restart began at
     tail: list = field(default_factory=list)
     tail_rows: int = 0
     held: list = field(default_factory=list)    # rows not to be sent before the next watermark
