@@ -109,8 +109,10 @@ class Backend:
         history = self.history.pop(msg.qid, None)
         try:
             plan = P.from_dict(msg.plan)
-            self.graph.add(msg.qid, plan, feeds=msg.feeds,
-                           private=history is not None or msg.resume)
+            # a seam without history: its windows reach into an archive that holds nothing
+            # before it yet, and it still starts there
+            primed = history is not None or msg.resume or msg.seam is not None
+            self.graph.add(msg.qid, plan, feeds=msg.feeds, private=primed)
         except NotRunnable as e:
             self._answer(msg.req, ok=False, error=str(e), sqlstate="0A000")
             return
@@ -123,7 +125,7 @@ class Backend:
             return
         self.queries[msg.qid] = QueryStats(time.time())
         self._answer(msg.req, ok=True)
-        if history is not None or msg.resume:   # a window reaching into the past: primed
+        if primed:                      # a window reaching into the past: primed
             self.flush()        # the answer before the priming, which may take long
             tables = {name: pa.concat_tables(parts) for name, parts in (history or {}).items()}
             self._emit(self.graph.resume(msg.qid, tables, msg.seam, msg.upto) if msg.resume

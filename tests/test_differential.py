@@ -1,6 +1,7 @@
 """Correct or refused: seeded random continuous queries (``differential/grammar.py``) through
-the shared server, as cursors, derived streams, named windows, in snapshot mode and with
-progress rows (then resumed from one of them: the rows before it and the resumed cursor's), each
+the shared server, as cursors, derived streams, named windows, in snapshot mode, with
+progress rows (then resumed from one of them: the rows before it and the resumed cursor's) and
+declared again once the data is in (primed from the archive, right from then on), each
 answer compared with DuckDB on the snapshots at every instant where either side changes.
 An internal error, an error SQL would not give, a wrong answer or type, or a 42xxx refusal
 of a query DuckDB runs fails the test, with the case shrunk. ``scripts/differential.py``
@@ -34,7 +35,7 @@ def test_random_queries_are_right_or_refused(server):
     assert len(accepted) > QUERIES * 0.4, result.text()
     ways = Counter(o.how for o in result.outcomes if o.status == "ok")
     assert min(ways[h] for h in ("cursor", "derived", "window", "snapshot", "progress",
-                                 "resumed")) >= 10, ways
+                                 "resumed", "primed")) >= 10, ways
     assert sum(o.rows for o in accepted) > QUERIES, "the answers are not all empty"
 
 

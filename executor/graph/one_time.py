@@ -30,9 +30,11 @@ def prime(graph: RunningGraph, qid, history: dict, seam: int) -> dict:
                 for first in v.counted(perf_counter_ns(), (batch,), v.op.on_batch(batch)):
                     graph.announce_start(v, pc.min(first.column(TS)).as_py())
                     graph.deliver(v, [first], out)
-    # a loop says which stretch of time it answers for; other windows answer from now
-    rows = [b if loops else b.filter(pc.greater(b.column(TE), seam))
-            for b in out.get(qid, [])]
+    # a loop says which stretch of time it answers for; other windows answer from now on,
+    # the rows that priming gave and those the first BOUNDARY closes alike
+    if not loops:
+        graph.queries[qid].floor = seam
+    rows = out.get(qid, [])
     return graph.client({qid: rows} if rows else {})
 
 

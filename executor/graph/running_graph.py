@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import plan as P
-from ..batches import TS, Watermark
+from ..batches import TE, TS, Watermark
 from ..context import OperatorContext, wall_clock
 from ..duck import Database, data_error
 from ..operators.base import QueryError
@@ -59,7 +59,7 @@ class _Vertex:
 
 class _Query:
     __slots__ = ("qid", "plan", "sink", "out_names", "rows_in", "rows_out", "feeds", "streams",
-                 "unopened", "baseline", "reached")
+                 "unopened", "baseline", "reached", "floor")
 
     def __init__(self, qid, plan, feeds=None):
         self.qid, self.plan, self.feeds = qid, plan, feeds
@@ -69,6 +69,10 @@ class _Query:
         self.rows_in = self.rows_out = 0
         self.unopened: list = []    # vertices of a private query, opened when it is primed
         self.baseline: dict = {}    # id(vertex) -> its counters when the query began sharing it
+        # a query primed at a seam answers from there: none of its rows ends by then (a
+        # window slide or a BETWEEN that closed before the seam, given at the first BOUNDARY
+        # after it, is not sent)
+        self.floor: int | None = None
 
 
 _ALL = (None,)          # a message whose rows the grouped pass did not decide (len 1)
@@ -519,6 +523,8 @@ class RunningGraph:
             q = self.queries.get(qid)
             if q is None:
                 continue
+            if q.floor is not None:
+                batches = [b.filter(pc.greater(b.column(TE), q.floor)) for b in batches]
             client = [client_batch(q.plan, q.out_names, b) for b in batches if b.num_rows]
             q.rows_out += sum(b.num_rows for b in client)
             if client:

@@ -66,6 +66,10 @@ async def _start(archive, pool, seam_of, histories: list, start, since: int | No
             history[stream] = table
             top = int(micros(table.column(h.ts_column).combine_chunks())[-1])
             seams.append(seam if seam is not None else top)
+        elif seam is not None:      # nothing archived there yet: it still starts at the seam
+            seams.append(seam)
     if since is not None:
         return await start(history, since)
-    return await start(history, max(seams) if seams else NO_TIME)
+    if not seams:                   # no stream has begun: it starts with live data
+        return await start(None, NO_TIME)
+    return await start(history, max(seams))

@@ -418,8 +418,8 @@ class BackendLink:
         await self._send_history(qid, history, out)
         if still is not None and not still():
             raise E.PgError("the query's restart was overtaken", sqlstate="57P02")
-        await self._register(qid, plan, feeds, seam if history or resume else None, resume,
-                             upto)
+        await self._register(qid, plan, feeds, seam if history is not None or resume else None,
+                             resume, upto)
         arrivals = {s + P.ARRIVAL for s in P.arrival_streams(plan.root)} | \
             {s + P.PROCTIME for s in P.proctime_streams(plan.root)}
         if arrivals:
@@ -453,7 +453,7 @@ class BackendLink:
         self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
         # a split query's rows are merged from several back ends, which report no progress:
         # it runs split unless it asks for progress rows (and then cannot go on after a crash)
-        if not tables and not history and (resumption is None or not resumption.progress):
+        if not tables and history is None and (resumption is None or not resumption.progress):
             self._split(qid, plan, live)
             if qid in self.merges and resumption is not None:
                 resumption.restart = None       # (its copies report no watermark)

@@ -39,7 +39,8 @@ class Outcome:
     how: str = "cursor"          # cursor, derived (a derived stream read), window (Stream(w)
                                  # of a named window), snapshot (cq.mode = snapshot), progress
                                  # (WITH (progress = true)), resumed (its resume_from a
-                                 # progress row of that one)
+                                 # progress row of that one), primed (declared with the
+                                 # data in, its windows filled from the archive)
 
     @property
     def failed(self) -> bool:
@@ -49,6 +50,16 @@ class Outcome:
 # every fourth case is also run as a derived stream, every fourth as a named window, every
 # fourth with progress rows and resumed from one of them
 VARIANTS = ("derived", "progress", "window", None)
+# every second accepted case whose windows all reach back is declared again once the data is
+# in (at the snapshots' instant): started there, primed from the archive, its answer from
+# then on must be the oracle's. A window that starts with its query ([UNBOUNDED], a stream
+# read without one, ROWS, a session) holds nothing from before, as in TelegraphCQ
+PRIMED_WINDOWS = ("range", "slide", "between", "tumble", "hop", "cumulate", "now")
+
+
+def primable(case: Case) -> bool:
+    return all(r.window is not None and r.window.kind in PRIMED_WINDOWS
+               for r in case.refs if r.relation in STREAMS)
 
 
 @dataclass
@@ -65,6 +76,7 @@ class Round:
     # one oracle per case, shared by every reading of it (cursor, snapshot, progress, …):
     # building one loads the case's snapshot tables into DuckDB, its answers are cached
     _oracles: dict = field(default_factory=dict, init=False, repr=False)
+    _since: int | None = field(default=None, init=False, repr=False)   # primed cursors' start
 
     def _oracle(self, case: Case) -> Oracle:
         if id(case) not in self._oracles:
@@ -79,7 +91,11 @@ class Round:
                      if h in ("derived", "window", "progress", "resumed")), None)
 
     def _snapshots(self) -> bool:
-        return self.variants is None or "snapshot" in self.variants
+        return self.variants is None or bool({"snapshot", "primed"} & set(self.variants))
+
+    def _primed(self, i: int, case: Case) -> bool:
+        return primable(case) and (i % 2 == 0 if self.variants is None
+                                   else "primed" in self.variants)
 
     def run(self) -> list:
         names = {r: f"{r}_{self.tag}" for r in RELATIONS}
@@ -127,8 +143,19 @@ class Round:
                     at = self.data.last + S // 2
                     for s in STREAMS:
                         feed.execute(f"ALTER STREAM {names[s]} ADVANCE TO {timestamp(at)}")
-                    outcomes += [self._snapshot(case, names, at) for case, how in
-                                 cursors.values() if how == "cursor"]
+                    if self.variants is None or "snapshot" in self.variants:
+                        outcomes += [self._snapshot(case, names, at) for case, how in
+                                     cursors.values() if how == "cursor"]
+                    self._since = at
+                    for name, (case, how) in list(cursors.items()):
+                        if how == "cursor" and self._primed(int(name[2:]), case):
+                            refused = self._declare(reader, f"dm{name[2:]}", case.cql(names),
+                                                    case, "primed")
+                            if refused is not None:     # it ran once, so must it now
+                                refused.status = "misrefused"
+                                outcomes.append(refused)
+                            else:
+                                cursors[f"dm{name[2:]}"] = (case, "primed")
                 for s in STREAMS:
                     feed.execute(f"ALTER STREAM {names[s]} ADVANCE TO "
                                  f"{timestamp(self.data.end)}")
@@ -221,7 +248,8 @@ class Round:
         rows, oids, failed = self._fetch(reader, name, case, how)
         if failed is not None:
             return failed
-        outcome = judge(case, self.data, rows, oids, self._oracle(case))
+        outcome = judge(case, self.data, rows, oids, self._oracle(case),
+                        since=self._since if how == "primed" else None)
         outcome.how = how
         return outcome
 
@@ -318,23 +346,29 @@ def oracle_error(case: Case, data: Data) -> str | None:
 
 
 def judge(case: Case, data: Data, rows: list, oids: list,
-          oracle: Oracle | None = None) -> Outcome:
+          oracle: Oracle | None = None, since: int | None = None) -> Outcome:
     """Compare a cursor's rows (valid_from, valid_to, values…) with the oracle (``oracle``:
-    the case's, kept by its caller; else one made here and closed)."""
+    the case's, kept by its caller; else one made here and closed), at every instant, or
+    from ``since`` on (a cursor started then, which answers from there)."""
     answer = [(_us(r[0]), INF if r[1] is None else _us(r[1]), tuple(normal(v) for v in r[2:]))
               for r in rows]
     for vf, vt, vals in answer:
         if vf >= vt:
             return Outcome(case, "interval", message=f"a row with an empty interval: "
                            f"[{_at(vf)}, {_at(vt)}) {vals}", rows=len(rows))
+        if since is not None and vt <= since:
+            return Outcome(case, "wrong", message=f"a row that ended at {_at(vt)}, before "
+                           f"the cursor started ({_at(since)}): {vals}", rows=len(rows))
     own = oracle is None
     oracle = Oracle(case.oracle(), case.refs, data) if own else oracle
     try:
         points = set(oracle.changes)
         for vf, vt, _ in answer:
             points.update((vf, vt))
+        first = T0 if since is None else since
+        points.add(first)
         instants = sorted({p - d for p in points for d in (0, 1)
-                           if T0 <= p - d < data.end})
+                           if first <= p - d < data.end})
         for t in instants:
             got = Counter(v for vf, vt, v in answer if vf <= t < vt)
             want = oracle.at(t)

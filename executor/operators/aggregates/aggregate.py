@@ -229,6 +229,10 @@ class Aggregate(Operator):
     def open(self, context):
         self.con = context.cursor()
         node = self.node
+        if context.st is not None and not node.keys:
+            # a query started at a known instant (primed at a seam) answers from there,
+            # over an empty window too, not from the first BOUNDARY it sees
+            self.filled_until = context.st
         self.input = Projection([(k.name, k.expr) for k in node.keys] +
                                 [(p.name, p.arg) for p in node.partials], [TS, TE], self.con)
         self.final = Projection([(f.name, f.expr) for f in node.finals], [TS, TE], self.con,
