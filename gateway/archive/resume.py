@@ -191,11 +191,11 @@ def resumed(services, planned) -> tuple:
     if again is None:           # progress rows, but no restart: it cannot go on
         return hidden, Resumption(width, progress=True, hidden=True, pseudo=pseudo)
 
-    async def restart(live, since: int, started: dict | None):
+    async def restart(live, since: int, started: dict | None, generation: int):
         return await start_primed(
             services, again.histories(services.streams, since, started),
             lambda history, seam: services.backend.reopen(live, hidden, {}, history, since,
-                                                          seams(services, again)),
+                                                          seams(services, again), generation),
             since)
 
     r = Resumption(width, progress=how.progress, restart=restart, hidden=True, pseudo=pseudo,

@@ -104,6 +104,12 @@ class _Worker:
         return True
 
 
+def _go_on_if(still) -> None:
+    """A restart that a newer crash or its cursor's close overtook stops here."""
+    if still is not None and not still():
+        raise E.PgError("the query's restart was overtaken", sqlstate="57P02")
+
+
 class BackendLink:
     def __init__(self, aggregates: str | None = None, clock: Clock = SYSTEM, workers: int = 1):
         self.aggregates = aggregates        # user aggregate specs, loaded by the back end too
@@ -233,9 +239,8 @@ class BackendLink:
         r = live.resumption
         if live.ended or self.restarts != generation:  # its cursor closed, or a newer crash
             return                                      # restarts it
-        r.generation = generation
         try:
-            await r.restart(live, r.reached, r.started)
+            await r.restart(live, r.reached, r.started, generation)
         except Exception as e:  # noqa: BLE001 - a cursor that cannot go on ends alone
             if self.restarts != generation:
                 return
@@ -407,17 +412,17 @@ class BackendLink:
         """Send the tables its stream–table joins read and the archived tuples that prime it
         ({stream: table}; rows valid at ``seam`` and later go out; ``resume``: rows that
         begin at ``seam`` or later, the query going on from there), then the plan; count the
-        tables. ``still()``: whether to go on, asked before the plan goes (a restart that a
-        newer crash or the cursor's close overtook stops there)."""
+        tables. ``still()``: whether to go on, asked before the first frame and before the plan
+        (a restart that a newer crash or the cursor's close overtook stops there)."""
         # every frame to the back end running when it began: if that one dies meanwhile,
         # the rest go nowhere, rather than to its successor, which would take them as the
         # first part of the history of a restart under the same qid
+        _go_on_if(still)
         out = self.out
         for tname, table in (tables or {}).items():
             await self.send_table(tname, table, out)
         await self._send_history(qid, history, out)
-        if still is not None and not still():
-            raise E.PgError("the query's restart was overtaken", sqlstate="57P02")
+        _go_on_if(still)
         await self._register(qid, plan, feeds, seam if history is not None or resume else None,
                              resume, upto)
         arrivals = {s + P.ARRIVAL for s in P.arrival_streams(plan.root)} | \
@@ -467,10 +472,11 @@ class BackendLink:
         return live
 
     async def reopen(self, live: LiveRows, plan: P.Plan, tables: dict | None, history: dict,
-                     since: int, upto: dict | None = None) -> None:
+                     since: int, upto: dict | None, generation: int) -> None:
         """Start ``live``'s query again (its back end died) so that it goes on from ``since``
-        with the archived tuples ``history``; its rows come into the same queue."""
-        generation = live.resumption.generation
+        with the archived tuples ``history``; its rows come into the same queue. It stops
+        before its plan goes if a crash newer than ``generation`` (the one it restarts
+        after) has come meanwhile: that one's restart runs instead."""
         self._live[live.qid] = live
         self.labels[live.qid] = f"{live.label()} (restarted): {_one_line(live.sql)}"
         await self._start_query(live.qid, plan, None, tables, history, since, True, upto,

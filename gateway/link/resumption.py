@@ -144,8 +144,9 @@ def _piece(values: list, s: int, e: int, width: int, pseudo: dict) -> list:
 @dataclass
 class Resumption:
     """A result queue's progress and restart. ``progress``: the client asked for progress
-    rows (a first column ``cq_progress``); ``restart(live, since, started)``: starts the query
-    again on a new back end from ``since`` (None: it cannot be, and a crash ends it);
+    rows (a first column ``cq_progress``); ``restart(live, since, started, generation)``:
+    starts the query again on a new back end from ``since`` after the link's crash number
+    ``generation`` (None: it cannot be, and a crash ends it);
     ``hidden``: the rows carry their interval in two more columns (for a restart, and for
     progress rows, which part the rows sent from those not sent); ``width``: the answer's
     columns, before those two; ``pseudo``: the
@@ -162,7 +163,6 @@ class Resumption:
     started: dict | None = None
     reached: int | None = None        # the latest watermark its rows passed
     recoveries: int = 0
-    generation: int = 0               # the link's crash count its latest restart began at
     tail: list = field(default_factory=list)
     tail_rows: int = 0
     held: list = field(default_factory=list)    # rows not to be sent before the next watermark

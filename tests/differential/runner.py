@@ -495,7 +495,8 @@ def summary(outcomes: list) -> str:
     lines = [f"{len(cursors)} queries as cursors: {sum(o.status in ACCEPTED for o in cursors)} "
              f"accepted, {sum(o.status == 'refused' for o in cursors)} refused; "
              + ", ".join(f"{sum(o.how == h for o in outcomes)} {h} readings"
-                         for h in ("derived", "window", "snapshot", "progress", "resumed")),
+                         for h in ("derived", "window", "snapshot", "progress", "resumed",
+                                   "primed")),
              f"{len(outcomes)} readings: {sum(count[k] for k in ACCEPTED)} accepted "
              f"({count['ok']} right at every instant, {count['errored']} ending with the "
              f"error SQL gives), {count['refused']} refused, "
