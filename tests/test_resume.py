@@ -350,6 +350,21 @@ def _drop_kept(dsn: str, names: dict) -> None:
         c.execute(f"DROP TABLE IF EXISTS {names['l']}")
 
 
+def _fed_alike(server, reference_server, crashing, reference, r, q, steps: range, seed: int,
+               between, logged: int) -> None:
+    """Both servers fed ``steps`` of the same tuples (``between(i)`` after each INSERT), then
+    advanced past them: the crashing server's cursors must equal the reference's, and each
+    restart gave back every piece of the rows sent before its crash."""
+    dsns = [server.dsn, reference_server.dsn]
+    feed(dsns, r, q, steps, seed, between=between)
+    advance(dsns, (r, q), steps.stop + 20)
+    end = instant(steps.stop + 20)
+    reference.until(end)
+    crashing.until(end)
+    _compare(crashing.answers(end), reference.answers(end))
+    assert not [ln for ln in server.lines[logged:] if "did not give" in ln]
+
+
 def _kill_backend(s: ServerProcess) -> int:
     old = backend_pid(s)
     os.kill(old, signal.SIGKILL)
@@ -391,14 +406,8 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
                          "the kept windows' restart")
                 kept.append((_read_kept(server.dsn, windows),
                              _read_kept(reference_server.dsn, windows)))
-        feed([server.dsn, reference_server.dsn], r, q, range(0, 300), 5, between=between)
-        advance([server.dsn, reference_server.dsn], (r, q), 320)
-        end = instant(320)
-        reference.until(end)
-        crashing.until(end)
-        _compare(crashing.answers(end), reference.answers(end))
-        # each restarted query gave back every piece of the rows sent before its crash
-        assert not [ln for ln in server.lines[logged:] if "did not give" in ln]
+        _fed_alike(server, reference_server, crashing, reference, r, q, range(0, 300), 5,
+                   between, logged)
         assert len(killed) == 3 and crashing.declared == len(shapes)   # none declared again
         with psycopg.connect(server.dsn, autocommit=True) as c:
             recoveries = c.execute(
@@ -442,13 +451,8 @@ def test_a_crash_during_a_restart_and_a_close_during_one(server, tmp_path):
                 crashing.conn.execute("CLOSE hopping")
                 reference.conn.execute("CLOSE hopping")
                 del crashing.rows["hopping"], reference.rows["hopping"]
-        feed([server.dsn, reference_server.dsn], r, q, range(0, 260), 7, between=between)
-        advance([server.dsn, reference_server.dsn], (r, q), 280)
-        end = instant(280)
-        reference.until(end)
-        crashing.until(end)
-        _compare(crashing.answers(end), reference.answers(end))
-        assert not [ln for ln in server.lines[logged:] if "did not give" in ln]
+        _fed_alike(server, reference_server, crashing, reference, r, q, range(0, 260), 7,
+                   between, logged)
         assert not [ln for ln in server.lines[logged:] if "Traceback" in ln]
         with psycopg.connect(server.dsn, autocommit=True) as c:
             recoveries = dict(c.execute(

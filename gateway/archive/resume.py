@@ -59,7 +59,11 @@ class Need:
 @dataclass(frozen=True)
 class Resumable:
     needs: tuple                  # tuple[Need]
-    horizon_us: int               # the longest look back of an operator above the windows
+
+    @property
+    def horizon_us(self) -> int:
+        """The longest look back of an operator above the windows (a pattern's WITHIN)."""
+        return max((n.before_us for n in self.needs), default=0)
 
     def histories(self, streams, at: int, started: dict | None = None) -> list:
         """The archive reads (``History``) that resume the plan at ``at``."""
@@ -133,7 +137,7 @@ def resumable(streams, p: P.Plan) -> Resumable:
     if p.reads_now:
         raise refused("it reads now(), the instant it is planned",
                       "Write the instant as a literal.")
-    return Resumable(tuple(needs), max((n.before_us for n in needs), default=0))
+    return Resumable(tuple(needs))
 
 
 def _stateful(node, forever: list) -> bool:

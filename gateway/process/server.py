@@ -55,7 +55,6 @@ SPARK_STOP_S = 10.0        # how long a shutdown waits for Spark's session to st
 
 # what runs again at server start, and how: windows and derived streams as they were made (one
 # reads only those made before it), then sinks (which read streams only)
-_KEPT = ("window", "derived", "sink")
 _KEEP = {"window": ddl.keep_relation, "derived": ddl.keep_relation,
          "sink": sink_ddl.keep_sink}
 
@@ -165,7 +164,7 @@ class Server:
             svc.pool, lambda: Session(svc, 0, 0, user=svc.roles.bootstrap))
         try:
             kept = sorted((o for o in svc.streams.objects.values()
-                           if o.kind in _KEPT and which(o)),
+                           if o.kind in _KEEP and which(o)),
                           key=lambda o: (o.kind == "sink", o.oid))
             for obj in kept:
                 try:
