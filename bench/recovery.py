@@ -3,11 +3,14 @@ stream's rate: a keyed aggregate over an archived stream, [RANGE w] GROUP BY k, 
 w + 10 seconds of event time at the given rate, is read by a cursor; the back end is killed
 (SIGKILL) and two tuples of a new key are inserted at once. The recovery time is from the kill
 until the cursor gives the new key's row: the new back end has started, the query has been
-started again from its last watermark over the archive (as far back as its window reaches,
-so the state is rebuilt from w seconds of tuples), and it has caught up with live data.
-There are no checkpoints of operator state yet: recovery reads the window's tuples again.
+started again from its last watermark and has caught up with live data. Without checkpoints
+it reads the archive as far back as its window reaches (its state is rebuilt from w seconds
+of tuples); with ``--checkpoint-interval`` N (the server's setting) it starts from the
+checkpoint the back end saved at the watermark the fill ended with and reads nothing before
+it. The size of that checkpoint on disk is reported too.
 
     python bench/recovery.py [--windows 10,60,300] [--rates 1000,10000] [--keys 100]
+                             [--checkpoints off,1]
 
 Prints one JSON record per run and a table; asserts nothing (benchmarks are not tests).
 """
@@ -32,6 +35,7 @@ import psycopg
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 from conftest import ServerProcess  # noqa: E402
+from executor import checkpoints  # noqa: E402
 
 T0 = dt.datetime(2026, 1, 1)           # far from the wall clock: only data moves time
 NEW_KEY = 1_000_000
@@ -96,9 +100,24 @@ def _caught_up(admin, end: dt.datetime) -> int:
         time.sleep(0.05)
 
 
-def run(window_s: int, rate: int, keys: int) -> dict:
+def _checkpoint_at(folder: str, end_us: int, timeout: float = 600) -> int:
+    """Wait for the cursor's checkpoint at ``end_us`` (the fill's last watermark); its bytes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for q in os.listdir(folder) if os.path.isdir(folder) else ():
+            saved = checkpoints.latest(os.path.join(folder, q))
+            if saved is not None and max(checkpoints.positions(saved).values()) >= end_us:
+                return sum(os.path.getsize(os.path.join(saved, f)) for f in os.listdir(saved))
+        time.sleep(0.05)
+    raise RuntimeError("no checkpoint at the end of the fill")
+
+
+def run(window_s: int, rate: int, keys: int, interval: float | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        srv = ServerProcess(os.path.join(tmp, "data"))
+        data = os.path.join(tmp, "data")
+        srv = ServerProcess(data, *(("--checkpoint-interval", str(interval))
+                                    if interval else ()))
+        saved_bytes = None
         try:
             with psycopg.connect(srv.dsn, autocommit=True) as admin:
                 admin.execute("CREATE STREAM m (k INT, v DOUBLE, t TIMESTAMP TIMESTAMPCOLUMN) "
@@ -111,9 +130,15 @@ def run(window_s: int, rate: int, keys: int) -> dict:
                     with admin.cursor().copy("COPY m FROM STDIN") as cp:
                         cp.write(_csv(rate, keys, first, min(10, span - first), first))
                 end = T0 + dt.timedelta(seconds=span)
+                if interval:            # the watermark at the end is due a checkpoint
+                    _caught_up(admin, end - dt.timedelta(seconds=min(10, span)))
+                    time.sleep(interval)
                 admin.execute(f"ALTER STREAM m ADVANCE TO '{end}'")
                 filled = time.perf_counter() - filled
                 state = _caught_up(admin, end)
+                if interval:
+                    end_us = int((end - dt.datetime(1970, 1, 1)).total_seconds()) * 1_000_000
+                    saved_bytes = _checkpoint_at(os.path.join(data, "checkpoints"), end_us)
                 backend = _backend_pid(srv)
                 killed = time.perf_counter()
                 os.kill(backend, signal.SIGKILL)
@@ -129,7 +154,8 @@ def run(window_s: int, rate: int, keys: int) -> dict:
                     "keys": keys, "archived_tuples_in_window": window_s * rate,
                     "state_rows": state, "recovery_s": round(recovered, 3),
                     "recoveries": recoveries, "fill_s": round(filled, 1),
-                    "checkpoints": False, "machine": platform.machine(),
+                    "checkpoint_interval_s": interval, "checkpoint_bytes": saved_bytes,
+                    "machine": platform.machine(),
                     "cores": os.cpu_count()}
         finally:
             srv.stop()
@@ -141,18 +167,24 @@ def main() -> None:
     ap.add_argument("--windows", default="10,60,300", help="RANGE sizes, seconds")
     ap.add_argument("--rates", default="1000,10000", help="tuples a second of event time")
     ap.add_argument("--keys", type=int, default=100)
+    ap.add_argument("--checkpoints", default="off,1",
+                    help="checkpoint intervals to compare, seconds (off: none)")
     args = ap.parse_args()
     records = []
     for w in (int(x) for x in args.windows.split(",")):
         for r in (int(x) for x in args.rates.split(",")):
-            rec = run(w, r, args.keys)
-            print(json.dumps(rec), flush=True)
-            records.append(rec)
+            for c in args.checkpoints.split(","):
+                rec = run(w, r, args.keys, None if c == "off" else float(c))
+                print(json.dumps(rec), flush=True)
+                records.append(rec)
     print(f"\n{'window':>8} {'rate':>8} {'tuples in window':>17} {'state rows':>11} "
-          f"{'recovery s':>11}")
+          f"{'checkpoints':>12} {'checkpoint MB':>14} {'recovery s':>11}")
     for rec in records:
+        every = rec["checkpoint_interval_s"]
+        size = rec["checkpoint_bytes"]
         print(f"{rec['window_s']:>7}s {rec['rate']:>8} {rec['archived_tuples_in_window']:>17,} "
-              f"{rec['state_rows']:>11,} {rec['recovery_s']:>11}")
+              f"{rec['state_rows']:>11,} {f'every {every:g} s' if every else 'off':>12} "
+              f"{f'{size / 1e6:.1f}' if size else '-':>14} {rec['recovery_s']:>11}")
 
 
 if __name__ == "__main__":

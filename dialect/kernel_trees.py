@@ -1,5 +1,6 @@
-"""An expression as the small tree the back end's Arrow kernels evaluate (``executor/kernels.py``),
-or None when it uses anything beyond them: columns, number, text and boolean literals,
+"""An expression as the small tree the back end's Arrow kernels evaluate
+(``executor/expressions/kernels.py``), or None when it uses anything beyond them: columns,
+number, text and boolean literals,
 + − × / %, CAST(… AS DOUBLE), comparisons, BETWEEN, AND/OR/NOT and IS [NOT] NULL."""
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ socket (``executor/wire.py``), answering with result batches tagged by query id.
     python -m executor.backend --fd N      # N: a connected stream socket (the gateway's end)
 
 It runs until the socket closes. A query whose operators fail ends alone (``ENDED`` with the
-error); the others go on. The process keeps no durable state: the gateway re-sends the plans
-of named windows and derived streams when it restarts one.
+error); the others go on. The process keeps no durable state but the checkpoints of the
+queries that ask for them: the gateway re-sends the plans of named windows, derived streams
+and cursors when it restarts one, the cursors' with their latest checkpoint.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import argparse
 import contextlib
 import logging
 import os
+import pickle
 import socket
 import sys
 import threading
@@ -25,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import plan as P
-from . import allocator, pg_text, udf, wire
+from . import allocator, checkpoints, pg_text, udf, wire
 from .graph import Graph, NotRunnable
 from .operators.base import QueryError
 
@@ -52,6 +54,10 @@ class QueryStats:
     started: float
     last_emit: float | None = None
     encode: Callable | None = None      # its rows -> what the client reads (EncodeRows)
+    checkpoint: str | None = None       # the directory its checkpoints go to, if any
+    every: float = 0.0                  # seconds between two of them, at least
+    saved: float = 0.0                  # time.monotonic() of the latest
+    position: int | None = None         # where the latest one stands (its latest BOUNDARY)
 
 
 @dataclass
@@ -112,7 +118,11 @@ class Backend:
             # a seam without history: its windows reach into an archive that holds nothing
             # before it yet, and it still starts there
             primed = history is not None or msg.resume or msg.seam is not None
-            self.graph.add(msg.qid, plan, feeds=msg.feeds, private=primed)
+            # a query that saves checkpoints has operators of its own: their state is its
+            self.graph.add(msg.qid, plan, feeds=msg.feeds,
+                           private=primed or msg.checkpoint is not None)
+            if not primed and msg.checkpoint is not None:
+                self.graph.open_query(msg.qid, None)
         except NotRunnable as e:
             self._answer(msg.req, ok=False, error=str(e), sqlstate="0A000")
             return
@@ -123,13 +133,23 @@ class Backend:
             log.exception("query %s could not start", msg.qid)
             self._answer(msg.req, ok=False, error=f"{type(e).__name__}: {e}", sqlstate="XX000")
             return
-        self.queries[msg.qid] = QueryStats(time.time())
+        self.queries[msg.qid] = QueryStats(time.time(), checkpoint=msg.checkpoint,
+                                           every=msg.every, saved=time.monotonic())
+        if msg.checkpoint is not None:
+            # from now on, each stream's tuples at its latest instant are kept for them
+            self.graph.keep_edges = True
         self._answer(msg.req, ok=True)
         if primed:                      # a window reaching into the past: primed
             self.flush()        # the answer before the priming, which may take long
             tables = {name: pa.concat_tables(parts) for name, parts in (history or {}).items()}
-            self._emit(self.graph.resume(msg.qid, tables, msg.seam, msg.upto) if msg.resume
-                       else self.graph.prime(msg.qid, tables, msg.seam))
+            try:
+                self._emit(self.graph.resume(msg.qid, tables, msg.seam, msg.upto, msg.restore)
+                           if msg.resume else self.graph.prime(msg.qid, tables, msg.seam))
+            except (OSError, ValueError, EOFError, pickle.UnpicklingError) as e:
+                # a checkpoint that cannot be read ends its query, not the back end
+                log.warning("query %s: checkpoint %s unreadable: %s", msg.qid, msg.restore, e)
+                self._end(msg.qid, f"its checkpoint could not be read: {e}", "58030")
+                return
         self._emit({})                   # LIMIT 0 ends at once
 
     def on_encode_rows(self, msg: wire.EncodeRows) -> None:
@@ -150,7 +170,12 @@ class Backend:
 
     def on_drop(self, msg: wire.Drop) -> None:
         self.graph.remove(msg.qid)
-        self.queries.pop(msg.qid, None)
+        self._forget(msg.qid)
+
+    def _forget(self, qid) -> None:
+        q = self.queries.pop(qid, None)
+        if q is not None and q.checkpoint is not None:
+            checkpoints.remove(q.checkpoint)
 
     def on_drop_stream(self, msg: wire.DropStream) -> None:
         name = msg.stream.lower()
@@ -164,7 +189,8 @@ class Backend:
                     "state": self.graph.state_size(qid),
                     "joins": self.graph.quality(qid),
                     "started": self.queries[qid].started,
-                    "last_emit": self.queries[qid].last_emit}
+                    "last_emit": self.queries[qid].last_emit,
+                    "checkpoint": self.queries[qid].position}
                    for qid, q in self.graph.queries.items() if qid in self.queries]
         streams = [{"stream": name, "tuples": s.tuples, "watermark": s.watermark,
                     "rate": s.rate(), "late": s.late} for name, s in self.streams.items()]
@@ -299,6 +325,29 @@ class Backend:
         if not msg.stream.endswith(P.PROCTIME):     # arrival time is no stream's own time
             self.on_progress(msg)
         self._emit(self.graph.watermark(msg.stream, msg.ts))
+        self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Save the checkpoints that are due (after a BOUNDARY, where a query's state may
+        stand at one). The rows given before go to the socket first: a query restored from
+        a checkpoint gives only rows that come after it."""
+        now = time.monotonic()
+        for qid, q in list(self.queries.items()):
+            if q.checkpoint is None or now - q.saved < q.every:
+                continue
+            taken = self.graph.checkpoint(qid)
+            if taken is None:
+                continue
+            self.flush()
+            try:
+                checkpoints.save(q.checkpoint, *taken)
+                q.position = max(taken[0].values())
+            except checkpoints.NotSaved as e:
+                log.warning("query %s keeps no checkpoints: %s", qid, e)
+                q.checkpoint = None
+            except OSError as e:        # (a full disk: the previous one still stands)
+                log.warning("query %s: checkpoint not saved: %s", qid, e)
+            q.saved = now
 
     def _emit(self, results: dict) -> None:
         now = time.time()
@@ -324,7 +373,7 @@ class Backend:
 
     def _end(self, qid, error: str | None = None, sqlstate: str | None = None) -> None:
         self.graph.remove(qid)
-        self.queries.pop(qid, None)
+        self._forget(qid)
         self.send(wire.encode(wire.Ended(qid, error, sqlstate)))
 
 

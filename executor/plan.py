@@ -60,7 +60,8 @@ class Expr:
     sql: str
     columns: tuple = ()  # names of the input columns it reads
     type: str = ""
-    tree: tuple | None = None   # the same, for Arrow's kernels, when simple (executor/kernels)
+    # the same, for Arrow's kernels, when simple (executor/expressions/kernels)
+    tree: tuple | None = None
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,9 @@ class PlanQuery(Control, kind=PLAN):
     """Run continuous query ``qid`` until DROP; ``feeds``: the named window or derived stream
     its rows become; ``seam``: where the archived tuples sent before it give way to live ones;
     ``resume``: the query goes on from the seam, as one that ran all along would (a BOUNDARY
-    there, its rows that begin at or after it), rather than starting there."""
+    there, its rows that begin at or after it), rather than starting there; ``restore``: from
+    that checkpoint's state (``executor.checkpoints``); ``checkpoint``: the directory it saves
+    its state in, every ``every`` seconds at most."""
     req: int
     qid: int
     plan: dict                      # executor.plan.to_dict
@@ -81,6 +83,9 @@ class PlanQuery(Control, kind=PLAN):
     seam: int | None = None
     resume: bool = False
     upto: dict | None = None        # resume: each stream's BOUNDARY when its history was read
+    restore: str | None = None
+    checkpoint: str | None = None
+    every: float = 0.0
 
 
 @dataclass(frozen=True)

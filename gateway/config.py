@@ -33,6 +33,7 @@ class Config:
     max_line_bytes: int = 1024 * 1024    # longest line a source may send
     workers: int = 16                    # threads running DuckDB work
     backend_workers: int = 1             # back-end processes keyed aggregates are split across
+    checkpoint_interval: float = 0.0     # seconds between a cursor's checkpoints; 0: none
     log_level: str = "INFO"
     aggregates: str | None = None        # user aggregates: "name=module:Class,..."
     functions: str | None = None         # Python functions: "name=module:function,..."
@@ -58,6 +59,8 @@ class Config:
                 continue
             if f.type in ("int", int, "int | None"):
                 out[f.name] = int(raw)
+            elif f.type in ("float", float):
+                out[f.name] = float(raw)
             elif f.type in ("bool", bool):
                 out[f.name] = raw.lower() in ("1", "true", "yes", "on")
             else:

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 import dialect  # noqa: F401
 from dialect.planner import MemoryCatalog, Relation, plan
-from executor import duck, kernels, predicate_index
+from executor import duck
+from executor.expressions import kernels, predicate_index
 from executor import plan as P
 from executor.graph import Graph
 

@@ -1,7 +1,7 @@
 """The architecture, checked by walking every module's imports with Python's ``ast``: layers point
 one way (gateway → dialect → executor), the wire layer stands alone, the gateway reaches the
-executor only through its plan and wire modules (and its wire layer through the rows' text
-form), the gateway's rooms (its folders) stand on each
+executor only through its plan and wire modules and the checkpoint folders' (and its wire
+layer through the rows' text form), the gateway's rooms (its folders) stand on each
 other in one order, no folder holds more than 12 modules, no import cycle, and imports inside
 functions only for a heavy optional dependency loaded on first use (pyspark)."""
 from __future__ import annotations
@@ -73,10 +73,11 @@ RULES = {
         lambda m, t: _within(m, "gateway.pgwire") and _within(t, "gateway")
         and not _within(t, "gateway.pgwire"),
     # pg_text is the rows' text form, which the back end writes for a COPY and the wire layer
-    # for everything else
-    "the gateway reaches the executor only through its plan and wire modules (its wire layer through pg_text too)":
+    # for everything else; checkpoints is the folder the back end saves a cursor's state in
+    # and the gateway finds the newest one of (and removes) for its restart
+    "the gateway reaches the executor only through its plan, wire and checkpoint-folder modules (its wire layer through pg_text too)":
         lambda m, t: _within(m, "gateway") and _within(t, "executor")
-        and t not in ("executor", "executor.plan", "executor.wire")
+        and t not in ("executor", "executor.plan", "executor.wire", "executor.checkpoints")
         and not (t == "executor.pg_text" and _within(m, "gateway.pgwire")),
 }
 
@@ -94,7 +95,7 @@ def test_rules_catch_a_crossing():
         "the dialect never imports the gateway": ("dialect.parser", "gateway.pgwire.errors"),
         "the wire layer imports nothing else of the gateway":
             ("gateway.pgwire.messages", "gateway.sessions.session"),
-        "the gateway reaches the executor only through its plan and wire modules (its wire layer through pg_text too)":
+        "the gateway reaches the executor only through its plan, wire and checkpoint-folder modules (its wire layer through pg_text too)":
             ("gateway.streams.queries", "executor.pg_text"),
     }
     for rule, (module, target) in samples.items():

@@ -465,6 +465,51 @@ def test_a_crash_during_a_restart_and_a_close_during_one(server, tmp_path):
         reference_server.stop()
 
 
+def test_cursors_restarted_from_checkpoints_equal_those_that_saw_no_crash(server, tmp_path):
+    """With ``--checkpoint-interval``, a cursor whose operators save their state (aggregates
+    over RANGE and hopping windows, a join, a union, a filter) restarts from its latest
+    checkpoint, reading the archive only from where it stands, rather than as far back as
+    its windows reach; one whose operators do not (a pattern) replays as before. Killed twice,
+    each cursor equals the same cursor on a server that saw no crash. The tuples come two at
+    an instant and each BOUNDARY is at the latest of them, so a checkpoint often stands
+    between tuples of one instant."""
+    r, q = unique("cr"), unique("cq")
+    crashing_server = ServerProcess(str(tmp_path / "crashing"), "--checkpoint-interval", "0.05")
+    folder = os.path.join(crashing_server.data_dir, "checkpoints")
+    try:
+        for s in (crashing_server, server):
+            make_streams(s.dsn, r, q)
+        logged = len(crashing_server.lines)
+        shapes = _shapes(("keyed_range", "hopping", "join", "global", "union", "having",
+                          "filter", "pattern"), r, q)
+        crashing = Reader(crashing_server.dsn, shapes)
+        reference = Reader(server.dsn, shapes)
+        kills = []
+
+        def between(i):
+            crashing.poll()
+            reference.poll()
+            if len(kills) < 2 and i >= (80, 160)[len(kills)]:
+                wait_for(lambda: len(os.listdir(folder)) >= 7, 30, "checkpoints")
+                kills.append(_kill_backend(crashing_server))
+        _fed_alike(crashing_server, server, crashing, reference, r, q, range(0, 240), 9,
+                   between, logged)
+        restarts = [ln for ln in crashing_server.lines[logged:] if "(restarted" in ln]
+        from_checkpoints = {n for n in shapes for ln in restarts
+                            if f"cursor {n} " in ln and "from a checkpoint" in ln}
+        assert from_checkpoints == set(shapes) - {"pattern"}, restarts
+        assert sum("cursor pattern " in ln for ln in restarts) == 2
+        with psycopg.connect(crashing_server.dsn, autocommit=True) as c:
+            saved = dict(c.execute("SELECT name, checkpoint FROM cq_queries WHERE pid = %s",
+                                   [crashing.conn.info.backend_pid]).fetchall())
+        assert saved.pop("pattern") is None
+        assert all(t is not None and t >= instant(160) for t in saved.values()), saved
+        crashing.conn.execute("CLOSE ALL")
+        wait_for(lambda: not os.listdir(folder), 10, "the closed cursors' checkpoints gone")
+    finally:
+        crashing_server.stop()
+
+
 def test_a_cursor_resumes_across_restarts_of_the_server(tmp_path):
     """The whole server stops while a client reads, once with SIGTERM and once with SIGKILL;
     each time it starts again on the same data directory, the client declares its cursors

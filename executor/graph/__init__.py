@@ -19,8 +19,9 @@ class Graph(RunningGraph):
     def prime(self, qid, history: dict, seam: int) -> dict:
         return one_time.prime(self, qid, history, seam)
 
-    def resume(self, qid, history: dict, since: int, upto: dict | None = None) -> dict:
-        return one_time.resume(self, qid, history, since, upto)
+    def resume(self, qid, history: dict, since: int, upto: dict | None = None,
+               restore: str | None = None) -> dict:
+        return one_time.resume(self, qid, history, since, upto, restore)
 
     def snapshot(self, qid, batches: dict, at: int | None) -> pa.Table | None:
         return one_time.snapshot(self, qid, batches, at)

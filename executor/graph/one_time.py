@@ -9,8 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import checkpoints
 from .. import plan as P
-from ..batches import INF, TE, TS
+from ..batches import INF, TE, TS, micros
 from .results import client_batch, timestamps
 from .running_graph import RunningGraph, below
 
@@ -39,18 +40,34 @@ def prime(graph: RunningGraph, qid, history: dict, seam: int) -> dict:
 
 
 def resume(graph: RunningGraph, qid, history: dict, since: int,
-           upto: dict | None = None) -> dict:
+           upto: dict | None = None, restore: str | None = None) -> dict:
     """Feed privately built query ``qid`` the archived tuples it needs to go on from ``since``
     as though it had run all along (a cursor resumed from a progress watermark, or restarted
     with a new back end): the tuples before ``since``, a BOUNDARY there, which splits the rows
     open across it as the one that ran all along split them, then the rest up to the seam;
     only rows that begin at ``since`` or later go out, the earlier ones having been sent.
     ``upto``: each stream's BOUNDARY when its history was read (the query is private, so it
-    alone gets them), so that its rows up to there need not wait for the stream's next."""
+    alone gets them), so that its rows up to there need not wait for the stream's next.
+    ``restore``: a checkpoint of the query (``checkpoints``) its operators start from, the
+    history then holding each stream's tuples from the checkpoint's position on; where that
+    is after ``since`` the operators are past it already and were split as the first ones."""
     out: dict = {}
     graph.open_query(qid, since)
+    graph.queries[qid].since = since
+    positions = {}
     scans = [v for v in below(graph.queries[qid].sink)
              if v.op is not None and v.op.source is not None]
+    if restore is not None:
+        states, edges = checkpoints.load(restore)
+        graph.restore(qid, states)
+        positions = checkpoints.positions(restore)
+        history = dict(history)
+        for v in scans:
+            name = P.stream_of(v.op.source)
+            table = history.get(name)
+            if table is not None and name in edges:
+                ts = micros(table.column(v.op.node.timestamp_column))
+                history[name] = checkpoints.unseen(table, ts, positions[name], edges.pop(name))
     for before in (True, False):
         for v in scans:
             table = history.get(P.stream_of(v.op.source))
@@ -64,13 +81,15 @@ def resume(graph: RunningGraph, qid, history: dict, since: int,
                         graph.deliver(v, [part], out)
         if before:
             for v in scans:
-                graph.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_watermark(since)),
-                              out)
+                if positions.get(P.stream_of(v.op.source), since - 1) < since:
+                    graph.deliver(v, v.counted(perf_counter_ns(), (),
+                                               v.op.on_watermark(since)), out)
     for v in scans:                 # where each stream stood when its history was read
-        at = (upto or {}).get(P.stream_of(v.op.source))
-        if at is not None and at > since:
+        stream = P.stream_of(v.op.source)
+        at = (upto or {}).get(stream)
+        if at is not None and at > max(since, positions.get(stream, since)):
             graph.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_watermark(at)), out)
-    rows = [b.filter(pc.greater_equal(b.column(TS), since)) for b in out.get(qid, [])]
+    rows = out.get(qid, [])         # (``client`` keeps those that begin at ``since`` or later)
     return graph.client({qid: rows} if rows else {})
 
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import plan as P
-from ..batches import TE, TS, Watermark
+from ..batches import TE, TS, Watermark, micros
 from ..context import OperatorContext, wall_clock
 from ..duck import Database, data_error
 from ..operators.base import QueryError
@@ -59,7 +59,7 @@ class _Vertex:
 
 class _Query:
     __slots__ = ("qid", "plan", "sink", "out_names", "rows_in", "rows_out", "feeds", "streams",
-                 "unopened", "baseline", "reached", "floor")
+                 "unopened", "baseline", "reached", "floor", "since", "private", "marks")
 
     def __init__(self, qid, plan, feeds=None):
         self.qid, self.plan, self.feeds = qid, plan, feeds
@@ -73,6 +73,10 @@ class _Query:
         # window slide or a BETWEEN that closed before the seam, given at the first BOUNDARY
         # after it, is not sent)
         self.floor: int | None = None
+        # a query resumed from a watermark: every row that begins before it was sent
+        self.since: int | None = None
+        self.private = False        # it shares no vertex (it was primed or resumed)
+        self.marks: dict = {}       # stream -> BOUNDARYs of it the graph had when it began
 
 
 _ALL = (None,)          # a message whose rows the grouped pass did not decide (len 1)
@@ -141,6 +145,14 @@ class RunningGraph:
         self._qid = None                # the query being built
         self._new: list = []            # the vertices built for it
         self.advanced: dict = {}        # query id -> its sink's BOUNDARY, since last taken
+        # per stream (lower): its latest BOUNDARY, how many came, its latest tuple's time and
+        # (``keep_edges``) its tuples at that time, which say where a query's state stands
+        # (``checkpoint``)
+        self.marks: dict = {}
+        self.mark_counts: dict = {}
+        self.latest: dict = {}
+        self.keep_edges = False
+        self.edges: dict = {}           # stream -> [its raw tuples at its latest time]
 
     @property
     def table_data(self) -> dict:
@@ -159,6 +171,7 @@ class RunningGraph:
         ``private``: share no vertex; the query is about to be primed with history
         (``open_query``), which opens its operators with the seam as ST."""
         q = _Query(qid, plan, feeds.lower() if feeds else None)
+        q.private, q.marks = private, dict(self.mark_counts)
         self.database.define(plan.functions)      # the Python functions its SQL calls
         sink = _Vertex(None)
         sink.sinks.append(qid)
@@ -440,7 +453,23 @@ class RunningGraph:
                     v.unannounced = False
                 latest = hi.as_py() if latest is None else max(latest, hi.as_py())
                 self.deliver(v, [first], out)
+        if latest is not None:
+            self._taken(stream.lower(), batch, latest)
         return latest
+
+    def _taken(self, name: str, batch: pa.RecordBatch, latest: int) -> None:
+        before = self.latest.get(name)
+        self.latest[name] = latest if before is None else max(before, latest)
+        if not self.keep_edges or (before is not None and latest < before):
+            return
+        scan = self.scans[name][0].op
+        if getattr(scan.node, "timestamp_column", None) is None:
+            return                      # a relation's rows: no archive holds them
+        edge = batch.filter(pc.equal(micros(batch.column(scan.node.timestamp_column)), latest))
+        if before is None or latest > before:
+            self.edges[name] = [edge]
+        else:
+            self.edges.setdefault(name, []).append(edge)
 
     def feed_every(self, stream: str, batch: pa.RecordBatch, out: dict) -> int | None:
         """A stream's batch, in event-time order, into its ordered and its arrival-order
@@ -463,6 +492,9 @@ class RunningGraph:
 
     def mark(self, stream: str, ts: int, out: dict) -> None:
         """``watermark``'s routing: what it releases stays in ``out`` as the sinks got it."""
+        name = stream.lower()
+        self.marks[name] = ts
+        self.mark_counts[name] = self.mark_counts.get(name, 0) + 1
         for feed in (stream.lower(), stream.lower() + P.ARRIVAL):
             for v in list(self.scans.get(feed, ())):
                 self.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_watermark(ts)), out)
@@ -472,6 +504,43 @@ class RunningGraph:
         out: dict = {}
         self.flush(self.queries[qid].sink, out)
         return self.client({qid: out.get(qid, [])}).get(qid, [])
+
+    def checkpoint(self, qid) -> tuple[dict, list, dict] | None:
+        """({stream: where its state stands}, [each operator's state, in ``below``'s order],
+        {stream: its tuples at that instant the state has}) of private query ``qid``: the
+        state has every tuple of a stream before its position, and at it those (a tuple at
+        a BOUNDARY's instant may still come after it), so the archive from there on less
+        those is exactly what it has not seen. None when it cannot be saved now: an operator
+        whose state cannot, a stream with tuples past its latest BOUNDARY, or one that has
+        had no BOUNDARY since the query began."""
+        q = self.queries.get(qid)
+        if q is None or not q.private or q.unopened:
+            return None
+        positions, edges = {}, {}
+        for feed in q.streams:
+            mark = self.marks.get(feed)
+            if mark is None or self.mark_counts[feed] == q.marks.get(feed, 0) or \
+                    self.latest.get(feed, mark - 1) > mark:
+                return None
+            positions[P.stream_of(feed)] = mark
+            if self.latest.get(feed) == mark:
+                if feed not in self.edges:
+                    return None         # (tuples taken before edges were kept)
+                edges[P.stream_of(feed)] = pa.Table.from_batches(self.edges[feed])
+        ops = [v.op for v in below(q.sink) if v.op is not None]
+        if not positions or any(op.checkpointed is None for op in ops):
+            return None
+        return positions, [op.checkpoint() if op.checkpointed else None for op in ops], edges
+
+    def restore(self, qid, states: list) -> None:
+        """Give privately built, opened query ``qid`` its operators' state from a
+        checkpoint (``checkpoint``'s list) of the same plan."""
+        ops = [v.op for v in below(self.queries[qid].sink) if v.op is not None]
+        if len(ops) != len(states):
+            raise ValueError(f"a checkpoint of {len(states)} operators, a query of {len(ops)}")
+        for op, state in zip(ops, states):
+            if state:
+                op.restore(state)
 
     def state_size(self, qid) -> int:
         """Rows held by the operators query ``qid`` reads (shared ones included)."""
@@ -525,6 +594,8 @@ class RunningGraph:
                 continue
             if q.floor is not None:
                 batches = [b.filter(pc.greater(b.column(TE), q.floor)) for b in batches]
+            if q.since is not None:
+                batches = [b.filter(pc.greater_equal(b.column(TS), q.since)) for b in batches]
             client = [client_batch(q.plan, q.out_names, b) for b in batches if b.num_rows]
             q.rows_out += sum(b.num_rows for b in client)
             if client:

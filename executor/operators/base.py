@@ -30,6 +30,10 @@ class Operator:
     predicate: str | None = None    # a σ: one DuckDB pass serves all σ's reading one input
     iterates = False                # a StreaQueL loop's window: ``starts`` are its iterations
     con = None                      # the DuckDB cursor taken in ``open``
+    # the attributes that hold what the operator has taken in: a checkpoint saves them and
+    # an operator opened anew for the same plan node gets them back (``checkpoint``/
+    # ``restore``); None: its state cannot be checkpointed (its query replays instead)
+    checkpointed: tuple | None = None
 
     def open(self, context: OperatorContext) -> None:
         """Before the first message."""
@@ -72,6 +76,15 @@ class Operator:
         """Rows (or index elements) held, for cq_queries and memory checks."""
         return 0
 
+    def checkpoint(self) -> dict:
+        """What the operator has taken in (``checkpointed``), for a checkpoint."""
+        return {name: getattr(self, name) for name in self.checkpointed or ()}
+
+    def restore(self, state: dict) -> None:
+        """Take back a checkpoint's state, after ``open``."""
+        for name, value in state.items():
+            setattr(self, name, value)
+
     def quality(self) -> dict | None:
         """A quality-driven join's target and what it measures, for cq_joins."""
         return None
@@ -79,6 +92,7 @@ class Operator:
 
 class Stateless(Operator):
     """An operator that maps each batch on its own (σ, μ, stateless ω)."""
+    checkpointed = ()
 
     def transform(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         raise NotImplementedError

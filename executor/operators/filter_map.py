@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .. import duck, kernels, predicate_index
+from .. import duck
+from ..expressions import kernels, predicate_index
 from .. import plan as P
 from ..batches import TE, TS
 from ..duck import quote

@@ -38,6 +38,7 @@ def _column_list(names) -> str:
 
 class StreamJoin(Merging):
     inputs = 2
+    checkpointed = ("merger", "stored", "reached")
 
     def __init__(self, node):
         self.left_cols = [c.name for c in node.left.schema]

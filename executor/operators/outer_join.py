@@ -25,6 +25,8 @@ BEFORE = -INF        # the frontier before the first: no piece starts earlier
 
 
 class OuterStreamJoin(StreamJoin):
+    checkpointed = None         # (its padded pieces' state is not saved yet: it replays)
+
     def __init__(self, node):
         super().__init__(node)
         self.padded = {"left": (0,), "right": (1,), "full": (0, 1)}[node.outer]

@@ -31,7 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import duck, kernels
+from .. import duck
+from ..expressions import kernels
 from .. import plan as P
 from ..batches import TE, TS, Watermark, one_table
 from .base import Operator

@@ -10,6 +10,8 @@ from .merge import Merger
 
 
 class Union(Operator):
+    checkpointed = ("merger", "schema")
+
     def __init__(self, node):
         self.node = node
         self.inputs = len(node.inputs)

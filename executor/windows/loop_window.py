@@ -24,6 +24,7 @@ from .loops import iterations
 
 
 class LoopWindow(Stateless):
+    checkpointed = None         # its iterations are not saved (loops never resume)
     iterates = True
 
     def __init__(self, window):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from executor import checkpoints
 from executor import plan as P
 
 from gateway.archive.priming import History, start_primed
@@ -169,6 +170,19 @@ def with_intervals(p: P.Plan) -> P.Plan | None:
         p.pseudo + ("valid_from", "valid_to"))))
 
 
+def from_checkpoint(folder: str | None, histories: list) -> tuple:
+    """(the newest checkpoint in ``folder``, the archive reads from where it stands on), or
+    (None, ``histories``) when there is none, or one of the streams is not in it."""
+    saved = checkpoints.latest(folder) if folder is not None else None
+    if saved is None:
+        return None, histories
+    at = checkpoints.positions(saved)
+    if any(h.stream.lower() not in at for h in histories):
+        return None, histories
+    return saved, [dataclasses.replace(h, since_us=at[h.stream.lower()], reach_us=None)
+                   for h in histories]
+
+
 def seams(services, again: Resumable) -> dict:
     """Each stream's watermark now (read while stream data stands still, as its history is):
     a resumed query is told it at once rather than waiting for the stream's next."""
@@ -196,10 +210,16 @@ def resumed(services, planned) -> tuple:
         return hidden, Resumption(width, progress=True, hidden=True, pseudo=pseudo)
 
     async def restart(live, since: int, started: dict | None, generation: int):
+        histories = again.histories(services.streams, since, started)
+        saved, histories = from_checkpoint(services.backend.checkpoint_dir(live.qid),
+                                           histories)
+        if saved is not None:
+            live.resumption.from_checkpoint()
         return await start_primed(
-            services, again.histories(services.streams, since, started),
+            services, histories,
             lambda history, seam: services.backend.reopen(live, hidden, {}, history, since,
-                                                          seams(services, again), generation),
+                                                          seams(services, again), generation,
+                                                          restore=saved),
             since)
 
     r = Resumption(width, progress=how.progress, restart=restart, hidden=True, pseudo=pseudo,

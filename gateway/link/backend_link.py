@@ -25,6 +25,7 @@ from typing import Awaitable, Callable
 
 import pyarrow as pa
 
+from executor import checkpoints
 from executor import plan as P
 from executor import wire
 
@@ -141,6 +142,10 @@ class BackendLink:
         # the archive, their tables read anew. Without it (or for one it did not start) a
         # kept query is planned again from live data
         self.relaunch: Callable[[set], Awaitable] | None = None
+        # where cursors that can go on after a crash save their operators' state, and how
+        # often (seconds; 0: never, a restart reads the archive as far back as it reaches)
+        self.checkpoint_root: str | None = None
+        self.checkpoint_every = 0.0
 
     # ------------------------------------------------------------------ process
     @property
@@ -345,9 +350,15 @@ class BackendLink:
     def new_qid(self) -> int:
         return next(self._ids)
 
+    def checkpoint_dir(self, qid: int) -> str | None:
+        """Where query ``qid``'s checkpoints are (None: checkpoints are off)."""
+        if self.checkpoint_root is None:
+            return None
+        return os.path.join(self.checkpoint_root, str(qid))
+
     async def _register(self, qid: int, plan: P.Plan, feeds: str | None,
                         seam: int | None = None, resume: bool = False,
-                        upto: dict | None = None) -> None:
+                        upto: dict | None = None, restore: str | None = None) -> None:
         merge = self.merges.get(qid)
         if merge is None:
             live = self._live.get(qid)
@@ -357,8 +368,12 @@ class BackendLink:
                 # is later)
                 live.resumption.started = {s: self.sent_upto[s] for s in
                                            P.streams_read(plan.root) if s in self.sent_upto}
+            saves = live is not None and live.resumption is not None and \
+                live.resumption.restart is not None and self.checkpoint_every > 0
             await self._ask(wire.PlanQuery, qid=qid, plan=P.to_dict(plan), feeds=feeds,
-                            seam=seam, resume=resume, upto=upto)
+                            seam=seam, resume=resume, upto=upto, restore=restore,
+                            checkpoint=self.checkpoint_dir(qid) if saves else None,
+                            every=self.checkpoint_every)
             return
         # every back end gets its copy before any other frame, so all see the same rows
         n = len(self.workers)
@@ -408,7 +423,8 @@ class BackendLink:
     async def _start_query(self, qid: int, plan: P.Plan, feeds: str | None,
                            tables: dict | None, history: dict | None = None,
                            seam: int | None = None, resume: bool = False,
-                           upto: dict | None = None, still=None) -> None:
+                           upto: dict | None = None, still=None,
+                           restore: str | None = None) -> None:
         """Send the tables its stream–table joins read and the archived tuples that prime it
         ({stream: table}; rows valid at ``seam`` and later go out; ``resume``: rows that
         begin at ``seam`` or later, the query going on from there), then the plan; count the
@@ -424,7 +440,7 @@ class BackendLink:
         await self._send_history(qid, history, out)
         _go_on_if(still)
         await self._register(qid, plan, feeds, seam if history is not None or resume else None,
-                             resume, upto)
+                             resume, upto, restore)
         arrivals = {s + P.ARRIVAL for s in P.arrival_streams(plan.root)} | \
             {s + P.PROCTIME for s in P.proctime_streams(plan.root)}
         if arrivals:
@@ -472,15 +488,19 @@ class BackendLink:
         return live
 
     async def reopen(self, live: LiveRows, plan: P.Plan, tables: dict | None, history: dict,
-                     since: int, upto: dict | None, generation: int) -> None:
+                     since: int, upto: dict | None, generation: int,
+                     restore: str | None = None) -> None:
         """Start ``live``'s query again (its back end died) so that it goes on from ``since``
         with the archived tuples ``history``; its rows come into the same queue. It stops
         before its plan goes if a crash newer than ``generation`` (the one it restarts
-        after) has come meanwhile: that one's restart runs instead."""
+        after) has come meanwhile: that one's restart runs instead. ``restore``: the
+        checkpoint its operators start from (``history`` then begins where it stands)."""
         self._live[live.qid] = live
-        self.labels[live.qid] = f"{live.label()} (restarted): {_one_line(live.sql)}"
+        self.labels[live.qid] = f"{live.label()} (restarted" + \
+            (" from a checkpoint" if restore else "") + f"): {_one_line(live.sql)}"
         await self._start_query(live.qid, plan, None, tables, history, since, True, upto,
-                                still=lambda: self.restarts == generation and not live.ended)
+                                still=lambda: self.restarts == generation and not live.ended,
+                                restore=restore)
         if live.ended:                  # closed while it started: it stops now
             self.end_query(live.qid, "stopped")
 
@@ -582,6 +602,8 @@ class BackendLink:
         failed) until its cursor closes."""
         self.persistent.pop(qid, None)
         self.arrivals.pop(qid, None)
+        if self.checkpoint_root is not None:     # (the back end that saved them may be gone)
+            checkpoints.remove(self.checkpoint_dir(qid))
         self._release_tables(qid)
         self._log_stop(qid, how)
         self._write_soon(wire.encode(wire.Drop(qid)))

@@ -60,6 +60,9 @@ class Replay:
     covered: dict
     upto: int                     # the latest start in the tail
     rows: int
+    # the restart gives back every piece: it replays from before the tail; one restored
+    # from a checkpoint gives only rows made after it, those before it having been sent
+    whole: bool = True
 
     @classmethod
     def of(cls, tail: list, width: int, pseudo: dict) -> "Replay":
@@ -105,6 +108,7 @@ class Replay:
             for key, pieces in older.covered.items():
                 self.covered.setdefault(key, []).extend(pieces)
             self.upto, self.rows = max(self.upto, older.upto), self.rows + older.rows
+            self.whole = self.whole and older.whole
         return self
 
 
@@ -209,7 +213,7 @@ class Resumption:
         self.tail_rows = sum(t.num_rows for t in self.tail)
         if self.replay is not None and ts > self.replay.upto:
             left = sum(len(p) for p in self.replay.covered.values())
-            if left:
+            if left and self.replay.whole:
                 log.warning("a restarted query did not give %d piece(s) of the rows sent "
                             "before its back end stopped", left)
             self.replay = None
@@ -226,6 +230,11 @@ class Resumption:
                 [pa.nulls(1, f.type) for f in list(schema)[1:]]
             out.append(pa.Table.from_arrays(cols, schema=schema))
         return out
+
+    def from_checkpoint(self) -> None:
+        """Its restart starts from a checkpoint (``lost`` came first)."""
+        if self.replay is not None:
+            self.replay.whole = False
 
     def lost(self) -> bool:
         """The back end died: whether the query can go on (then the rows since the last

@@ -45,6 +45,10 @@ def _serve(args) -> int:
         print(f"cqgate: --backend-workers must be at least 1, not {cfg.backend_workers}",
               file=sys.stderr)
         return 2
+    if not cfg.checkpoint_interval >= 0:
+        print(f"cqgate: --checkpoint-interval must be 0 (off) or more seconds, not "
+              f"{cfg.checkpoint_interval}", file=sys.stderr)
+        return 2
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines() if cfg.log_format == "json" else logging.Formatter(
         "%(asctime)s cqgate %(levelname)s %(message)s"))
@@ -165,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="back-end processes; a continuous keyed aggregate over one stream is "
                         "split across them by its key, everything else runs on the first "
                         f"(default {d.backend_workers}; env CQGATE_BACKEND_WORKERS)")
+    s.add_argument("--checkpoint-interval", type=float, default=d.checkpoint_interval,
+                   metavar="SECONDS",
+                   help="how often a cursor that can go on after a back-end crash saves its "
+                        "operators' state, so that its restart reads the archive only from "
+                        f"there (default {d.checkpoint_interval:g}: never; env "
+                        "CQGATE_CHECKPOINT_INTERVAL)")
     s.add_argument("--duckdb-memory", default=d.duckdb_memory,
                    help="memory DuckDB may use for SQL on tables (a size such as 4GB, or a "
                         "share of the machine's memory such as 50%%); larger queries spill to "

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
 
+from executor import checkpoints
 from executor import plan as P
 
 from gateway.archive.spark import Spark
@@ -48,6 +49,7 @@ from gateway.tables.statement_context import settle
 from gateway.tables.store import Store
 
 log = logging.getLogger("cqgate")
+CHECKPOINTS = "checkpoints"         # the data directory's folder of cursors' checkpoints
 COMPACT_EVERY_S = 5.0      # how often archived streams' small files are merged
 WORKERS_WAIT_S = 3.0       # how long a shutdown waits for worker threads' running calls
 SPARK_STOP_S = 10.0        # how long a shutdown waits for Spark's session to stop
@@ -87,6 +89,11 @@ class Server:
         P.load_user_aggregates(config.aggregates)          # fails at start, not at the first query
         store.functions.add_operators(P.load_python_functions(config.functions))
         backend = BackendLink(config.aggregates, clock, config.backend_workers)
+        # a cursor's checkpoints serve its restart within this server's life (query ids
+        # begin anew with the next): those of an earlier one go
+        backend.checkpoint_root = os.path.join(config.data_dir, CHECKPOINTS)
+        backend.checkpoint_every = config.checkpoint_interval
+        checkpoints.remove(backend.checkpoint_root)
         archive = Archive(config.data_dir)
         try:
             spark_conf = spark_settings(config.spark_conf)

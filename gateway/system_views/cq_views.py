@@ -58,7 +58,8 @@ async def gather(services, viewer: str, stats: dict | None = None) -> dict:
         rows.append((live.owner, live.name, "cursor", sql, state, _when(live.started),
                      c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
                      _when(c.get("last_emit")), live.failure, live.n_pending,
-                     live.memory_bytes, live.spilled_bytes, engine, *_progress(live)))
+                     live.memory_bytes, live.spilled_bytes, engine, *_progress(live),
+                     _micros(c.get("checkpoint"))))
     kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
     for qid, (plan, feeds) in list(link.persistent.items()):
         c = counters.get(qid, {})
@@ -66,11 +67,11 @@ async def gather(services, viewer: str, stats: dict | None = None) -> dict:
         rows.append((None, feeds, kinds.get(feeds.lower(), "window"), plan.sql, "running",
                      _when(c.get("started")), c.get("rows_in", 0), c.get("rows_out", 0),
                      c.get("state", 0), _when(c.get("last_emit")), None, 0, 0, 0, "backend", None,
-                     0))
+                     0, None))
     for name, sql, c, failure in spark.derived():
         listed.append(c)
         rows.append((None, name, "derived", sql, "failed" if failure else "running", None, 0,
-                     c["rows_out"], 0, None, failure, 0, 0, 0, "spark", None, 0))
+                     c["rows_out"], 0, None, failure, 0, 0, 0, "spark", None, 0, None))
     store = services.store
     joins = store.live_table("cq_joins", _join_rows(rows, listed))
     queries = store.live_table("cq_queries", rows)

@@ -172,7 +172,7 @@ LIVE_TABLES = {
                   "started TIMESTAMPTZ, rows_in BIGINT, rows_out BIGINT, state_size BIGINT, "
                   "last_emit TIMESTAMPTZ, error VARCHAR, unread_rows BIGINT, "
                   "memory_bytes BIGINT, spill_bytes BIGINT, engine VARCHAR, "
-                  "progress TIMESTAMP, recoveries BIGINT",
+                  "progress TIMESTAMP, recoveries BIGINT, checkpoint TIMESTAMP",
     "cq_joins": "pid INTEGER, name VARCHAR, query VARCHAR, recall_target DOUBLE, "
                 "recall_estimate DOUBLE, delay_left INTERVAL, delay_right INTERVAL, "
                 "buffered_left BIGINT, buffered_right BIGINT, results BIGINT, "

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ... import duck, udf
+from ... import checkpoints, duck, udf
 from ... import plan as P
 from ...batches import INF, TE, TS, Watermark
 from ...udf import user_aggregate
@@ -87,6 +87,11 @@ _MERGED = {
     "count": ("count", PartialFn(lambda: 0, lambda s, n: s + n, lambda s: s)),
     "count_star": ("count_all", PartialFn(lambda: 0, lambda s, n: s + n, lambda s: s)),
 }
+
+
+# a checkpoint refers to them by name
+for _name, _fn in [*PARTIALS.items(), *((f"merged_{k}", f) for k, (_, f) in _MERGED.items())]:
+    checkpoints.constant(f"partial:{_name}", _fn)
 
 
 # merged partials a sweep may sum over a batch's overlapping rows (they undo by subtracting)
@@ -207,6 +212,8 @@ class Aggregate(Operator):
     group keys hold the end of a window whose tuples all come at once (a window table's, a
     session's), so a group's row is final as soon as the input's time passes its start and
     leaves whole rather than in pieces."""
+
+    checkpointed = ("groups", "ready", "filled_until", "types", "merged", "swept", "fns")
 
     def __init__(self, node, *, slide_us: int | None = None, slide_start_us: int = 0,
                  whole: bool = False):

@@ -56,6 +56,8 @@ def supports(node: P.Aggregate) -> bool:
 
 
 class RangeAggregate(Aggregate):
+    checkpointed = Aggregate.checkpointed + ("tuples", "current", "last_now")
+
     def __init__(self, node: P.Aggregate, window: P.RangeWindow):
         super().__init__(node)
         self.size = window.size_us

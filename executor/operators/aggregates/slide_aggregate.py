@@ -48,6 +48,9 @@ supports = groupable
 
 
 class SlideAggregate(Operator):
+    checkpointed = ("slides", "empty", "started", "emitted_until", "marked", "promised",
+                    "pending", "pending_bytes", "pending_first")
+
     def __init__(self, node: P.Aggregate, window: P.SlideWindow):
         self.node = node
         self.size, self.slide = window.size_us, window.slide_us

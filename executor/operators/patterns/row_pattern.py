@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ... import duck, kernels
+from ... import duck
+from ...expressions import kernels
 from ... import plan as P
 from ...batches import INF, TE, TS, Watermark, distinct_keys
 from ..base import QueryError

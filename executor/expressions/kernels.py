@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import duck
+from .. import duck
 
 
 class Fallback(Exception):
