@@ -427,25 +427,37 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
 
 def test_a_crash_during_a_restart_and_a_close_during_one(server, tmp_path):
     """Races of a restart: the back end is killed again as soon as its successor has started
-    (the cursors' restarts then run, or are about to), twice; and a cursor is closed right
-    after a kill, while its restart may run. The cursors left go on and equal a second
-    server's, each counts every crash it lived through, and the closed one's query is gone."""
+    (the cursors' and the named windows' restarts then run, or are about to), twice; and a
+    cursor is closed right after a kill, while its restart may run. The cursors left go on
+    and equal a second server's, each counts every crash it lived through, and the closed
+    one's query is gone; the kept windows, once the newest restart has started them, hold
+    what the second server's hold, each started once and none from live data."""
     r, q = unique("rr"), unique("rq")
+    names = {"r": r, "q": q, "w": unique("rw"), "d": unique("rd"), "l": unique("rl")}
     reference_server = ServerProcess(str(tmp_path / "reference"))
     try:
         for s in (server, reference_server):
             make_streams(s.dsn, r, q)
+            windows = _make_kept(s.dsn, names)
         logged = len(server.lines)
         shapes = _shapes(("keyed_range", "join", "pattern", "hopping"), r, q)
         crashing, reference = Reader(server.dsn, shapes), Reader(reference_server.dsn, shapes)
-        kills = []
+        kills, kept = [], []
+
+        def restarted(since: int) -> set:
+            return {w for w in windows for ln in server.lines[since:]
+                    if f"query restarted: window {w}" in ln}
 
         def between(i):
             crashing.poll()
             reference.poll()
             if len(kills) < 4 and i >= (60, 140)[len(kills) // 2]:
                 kills.append(_kill_backend(server))
+                at = len(server.lines)
                 kills.append(_kill_backend(server))     # at once: mid-restart
+                wait_for(lambda: restarted(at) == set(windows), 60, "the windows' restart")
+                kept.append((_read_kept(server.dsn, windows),
+                             _read_kept(reference_server.dsn, windows)))
             elif len(kills) == 4 and i >= 200:
                 kills.append(_kill_backend(server))
                 crashing.conn.execute("CLOSE hopping")
@@ -453,15 +465,25 @@ def test_a_crash_during_a_restart_and_a_close_during_one(server, tmp_path):
                 del crashing.rows["hopping"], reference.rows["hopping"]
         _fed_alike(server, reference_server, crashing, reference, r, q, range(0, 260), 7,
                    between, logged)
-        assert not [ln for ln in server.lines[logged:] if "Traceback" in ln]
+        lines = server.lines[logged:]
+        assert not [ln for ln in lines if "Traceback" in ln or "from live data" in ln
+                    or "cannot start" in ln]
         with psycopg.connect(server.dsn, autocommit=True) as c:
             recoveries = dict(c.execute(
                 "SELECT name, recoveries FROM cq_queries WHERE pid = %s",
                 [crashing.conn.info.backend_pid]).fetchall())
+            running = c.execute("SELECT name FROM cq_queries WHERE kind = 'window' "
+                                "ORDER BY 1").fetchall()
         # (each crash a cursor was past a watermark at counts, restarted or overtaken)
         assert set(recoveries) == {"keyed_range", "join", "pattern"}, recoveries
         assert all(n == len(kills) for n in recoveries.values()), (recoveries, len(kills))
+        assert [n for n, in running] == sorted(windows)       # each once
+        assert len(kept) == 2
+        for got, want in kept:
+            assert got == want
+            assert all(want.values()), want
     finally:
+        _drop_kept(server.dsn, names)
         reference_server.stop()
 
 

@@ -12,6 +12,7 @@ windows, derived streams) start again as at the server's start (``relaunch``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 import functools
 import itertools
@@ -105,10 +106,23 @@ class _Worker:
         return True
 
 
+class Overtaken(E.PgError):
+    """A restart that a newer crash (or the cursor's close) overtook: the newer one's restart
+    starts the query instead."""
+
+    def __init__(self):
+        super().__init__("the query's restart was overtaken", sqlstate="57P02")
+
+
 def _go_on_if(still) -> None:
     """A restart that a newer crash or its cursor's close overtook stops here."""
     if still is not None and not still():
-        raise E.PgError("the query's restart was overtaken", sqlstate="57P02")
+        raise Overtaken()
+
+
+# the crash whose restart the running task is (its number, ``BackendLink.restarts``): the
+# named windows and derived streams that restart starts, through the server's DDL, carry it
+_RESTART: contextvars.ContextVar = contextvars.ContextVar("cqgate_restart", default=None)
 
 
 class BackendLink:
@@ -122,6 +136,9 @@ class BackendLink:
         self.marks = 0                      # MARKs sent so far
         self._live: dict = {}              # qid -> LiveRows
         self.persistent: dict = {}        # qid -> (plan, feeds): re-sent after a restart
+        # those a restart is starting again and has not yet: a newer crash meanwhile takes
+        # them over, with those it did start (on the back end that died)
+        self._relaunching: dict = {}
         # qid -> the feeds it reads in arrival order (stream@arrival) or by arrival time
         # (stream@proctime)
         self.arrivals: dict = {}
@@ -162,24 +179,28 @@ class BackendLink:
         return {f"backend_{w.index}" if w.index else "backend": w.proc.pid
                 for w in self.workers if w.proc is not None and w.proc.poll() is None}
 
-    async def start(self) -> None:
+    async def start(self, generation: int | None = None) -> None:
         """Start the back ends not running yet, then plan again the queries the server
-        keeps."""
+        keeps (after crash number ``generation``: a newer crash meanwhile takes over)."""
         self.loop = asyncio.get_running_loop()
         for w in self.workers:
             if w.proc is None or w.proc.poll() is not None:
                 await self._start_worker(w)
-        kept, self.persistent = self.persistent, {}
+        kept = {**self._relaunching, **self.persistent}
+        self._relaunching, self.persistent = dict(kept), {}
+        still = None if generation is None else (lambda: self.restarts == generation)
         if kept and self.relaunch is not None:
             for qid in kept:            # the new back end holds none of their tables
                 self._release_tables(qid)
             await self.relaunch(set(kept))
         for qid, (plan, feeds) in kept.items():
+            if still is not None and not still():
+                return
             if qid in self.persistent:
                 log.info("query restarted: %s", self.labels.get(qid, f"#{qid}"))
                 continue
             await self._register(qid, plan, feeds)
-            self.persistent[qid] = (plan, feeds)
+            self._kept(qid, plan, feeds)
             log.info("query restarted: %s (from live data)", self.labels.get(qid, f"#{qid}"))
 
     async def _start_worker(self, w: _Worker) -> None:
@@ -231,7 +252,8 @@ class BackendLink:
                 if not fut.done():
                     fut.set_exception(err)
         if w.index == 0:
-            await self.start()
+            _RESTART.set(generation)        # (this task's own: the kept relations' DDL reads it)
+            await self.start(generation)
         else:
             await self._start_worker(w)
         for live in again:
@@ -510,8 +532,19 @@ class BackendLink:
         """Run a named window's or derived stream's query for as long as the server keeps it
         (``history``/``seam`` as for ``open``; ``kind`` names it in the log)."""
         self.labels[qid] = f"{kind} {feeds}"
-        await self._start_query(qid, plan, feeds, tables, history, seam)
+        generation = _RESTART.get()
+        still = None if generation is None else (lambda: self.restarts == generation)
+        try:
+            await self._start_query(qid, plan, feeds, tables, history, seam, still=still)
+        except E.PgError:
+            if still is not None and not still():
+                raise Overtaken() from None     # (its back end died while it started)
+            raise
+        self._kept(qid, plan, feeds)
+
+    def _kept(self, qid: int, plan: P.Plan, feeds: str) -> None:
         self.persistent[qid] = (plan, feeds)
+        self._relaunching.pop(qid, None)
 
     def _release_tables(self, qid: int) -> None:
         for t in self._tables_of.pop(qid, []):

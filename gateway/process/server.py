@@ -28,7 +28,7 @@ from gateway.sources.source_stream import SourceStream
 from gateway.clearinghouse import spool
 from gateway.clock import SYSTEM, Clock
 from gateway.link import spill
-from gateway.link.backend_link import BackendLink
+from gateway.link.backend_link import BackendLink, Overtaken
 from gateway.pgwire.auth import METHODS
 from gateway.pgwire.errors import PgError
 from gateway.config import Config, spark_settings
@@ -177,6 +177,10 @@ class Server:
                 try:
                     await settle(await session.in_thread(_KEEP[obj.kind], session.ctx, obj),
                                  session.in_thread)
+                except Overtaken:           # a newer crash's restart starts it
+                    log.info("%s %s: its restart was overtaken by a newer one", obj.kind,
+                             obj.name)
+                    return
                 except Exception as e:  # noqa: BLE001 - one bad definition must not stop the rest
                     log.error("cannot start %s %s: %s", obj.kind, obj.name, e)
         finally:
