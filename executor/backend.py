@@ -144,7 +144,8 @@ class Backend:
             tables = {name: pa.concat_tables(parts) for name, parts in (history or {}).items()}
             try:
                 self._emit(self.graph.resume(msg.qid, tables, msg.seam, msg.upto, msg.restore)
-                           if msg.resume else self.graph.prime(msg.qid, tables, msg.seam))
+                           if msg.resume else self.graph.prime(msg.qid, tables, msg.seam,
+                                                               msg.upto))
             except (OSError, ValueError, EOFError, pickle.UnpicklingError) as e:
                 # a checkpoint that cannot be read ends its query, not the back end
                 log.warning("query %s: checkpoint %s unreadable: %s", msg.qid, msg.restore, e)

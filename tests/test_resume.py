@@ -487,6 +487,43 @@ def test_a_crash_during_a_restart_and_a_close_during_one(server, tmp_path):
         reference_server.stop()
 
 
+def test_cursors_whose_rows_passed_no_watermark_yet_go_on_after_a_crash(server, tmp_path):
+    """Cursors declared once their streams stand still (the archives hold tuples, and no
+    BOUNDARY comes after the cursors start): the back end is killed before any of their rows
+    has passed a watermark. Each starts again as it first did (primed at the same seam, or
+    from the first tuples it saw), the rows it had sent taken away from what it gives again,
+    and, once tuples come again, equals the same cursor on a second server that saw no
+    crash."""
+    r, q = unique("wr"), unique("wq")
+    reference_server = ServerProcess(str(tmp_path / "reference"))
+    try:
+        dsns = [server.dsn, reference_server.dsn]
+        for s in (server, reference_server):
+            make_streams(s.dsn, r, q)
+        feed(dsns, r, q, range(0, 40), 13)
+        advance(dsns, (r, q), 50)
+        logged = len(server.lines)
+        shapes = _shapes(("keyed_range", "hopping", "join", "global", "filter", "unbounded",
+                          "pattern"), r, q)
+        crashing, reference = Reader(server.dsn, shapes), Reader(reference_server.dsn, shapes)
+        crashing.poll()
+        assert set(crashing.progress().values()) == {None}     # no watermark passed yet
+        _kill_backend(server)
+
+        def between(i):
+            crashing.poll()
+            reference.poll()
+        _fed_alike(server, reference_server, crashing, reference, r, q, range(60, 160), 13,
+                   between, logged)
+        with psycopg.connect(server.dsn, autocommit=True) as c:
+            recoveries = dict(c.execute(
+                "SELECT name, recoveries FROM cq_queries WHERE pid = %s",
+                [crashing.conn.info.backend_pid]).fetchall())
+        assert recoveries == {n: 1 for n in shapes}, recoveries
+    finally:
+        reference_server.stop()
+
+
 def test_cursors_restarted_from_checkpoints_equal_those_that_saw_no_crash(server, tmp_path):
     """With ``--checkpoint-interval``, a cursor whose operators save their state (aggregates
     over RANGE and hopping windows, a join, a union, a filter) restarts from its latest

@@ -16,8 +16,8 @@ from .running_graph import RunningGraph
 class Graph(RunningGraph):
     """The running graph with its one-time modes (``one_time`` says what each does)."""
 
-    def prime(self, qid, history: dict, seam: int) -> dict:
-        return one_time.prime(self, qid, history, seam)
+    def prime(self, qid, history: dict, seam: int | None, upto: dict | None = None) -> dict:
+        return one_time.prime(self, qid, history, seam, upto)
 
     def resume(self, qid, history: dict, since: int, upto: dict | None = None,
                restore: str | None = None) -> dict:

@@ -16,25 +16,32 @@ from .results import client_batch, timestamps
 from .running_graph import RunningGraph, below
 
 
-def prime(graph: RunningGraph, qid, history: dict, seam: int) -> dict:
+def prime(graph: RunningGraph, qid, history: dict, seam: int | None,
+          upto: dict | None = None) -> dict:
     """Feed privately built query ``qid`` the archived tuples its windows reach back to
     ({stream: table in event-time order}), as though it had run all along; of what that
-    gives, only rows still valid at ``seam`` (the instant live data takes over) go out,
-    except in a loop, which starts at the seam (ST) and answers for every iteration."""
+    gives, only rows still valid at ``seam`` (the instant live data takes over; None: all)
+    go out, except in a loop, which starts at the seam (ST) and answers for every
+    iteration. ``upto``: each stream's BOUNDARY when its history was read, given after it
+    (a query started again after a crash, whose history may reach past its seam)."""
     out: dict = {}
     graph.open_query(qid, seam)          # ST is when the query started, not its first tuple
     vertices = [v for v in below(graph.queries[qid].sink) if v.op is not None]
     loops = any(v.op.iterates for v in vertices)
+    # a loop says which stretch of time it answers for; other windows answer from now on,
+    # the rows that priming gives and those the first BOUNDARY closes alike
+    if not loops:
+        graph.queries[qid].floor = seam
     for v in vertices:
         if v.op.source is not None and P.stream_of(v.op.source) in history:
             for batch in history[P.stream_of(v.op.source)].to_batches():
                 for first in v.counted(perf_counter_ns(), (batch,), v.op.on_batch(batch)):
                     graph.announce_start(v, pc.min(first.column(TS)).as_py())
                     graph.deliver(v, [first], out)
-    # a loop says which stretch of time it answers for; other windows answer from now on,
-    # the rows that priming gave and those the first BOUNDARY closes alike
-    if not loops:
-        graph.queries[qid].floor = seam
+    for v in vertices:
+        at = (upto or {}).get(P.stream_of(v.op.source)) if v.op.source is not None else None
+        if at is not None and (seam is None or at > seam):
+            graph.deliver(v, v.counted(perf_counter_ns(), (), v.op.on_watermark(at)), out)
     rows = out.get(qid, [])
     return graph.client({qid: rows} if rows else {})
 

@@ -345,11 +345,14 @@ class RunningGraph:
     def _reach(self, qid, messages: list) -> None:
         """A BOUNDARY among the messages reaching query ``qid``'s sink: every row of it that
         begins before that instant has now been given (operators emit in valid_from order and
-        a watermark after the rows it releases)."""
+        a watermark after the rows it releases). A primed query's answer begins at its seam
+        (its floor): a BOUNDARY before it, given while it was primed, says nothing of it (a
+        restart from there would give rows that ended before the answer began)."""
         q = self.queries.get(qid)
         for m in messages:
             if isinstance(m, Watermark) and q is not None and (q.reached is None
-                                                               or m.ts > q.reached):
+                                                               or m.ts > q.reached) and \
+                    (q.floor is None or m.ts >= q.floor):
                 q.reached = self.advanced[qid] = m.ts
 
     def take_advanced(self) -> dict:

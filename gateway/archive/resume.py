@@ -43,13 +43,18 @@ class Need:
     window: object = None
     before_us: int = 0
 
-    def since(self, at: int, started: dict | None) -> int:
-        """The earliest event time needed to go on from ``at``; ``started``: {stream: the
-        instant up to which the query being resumed saw none of its tuples} for tuples read
-        as they come (a restart after a crash knows it; a client's resume does not need it,
-        since progress is only reported past it). A window that reaches back was filled from
-        the archive when the query started, so it is filled so again."""
+    def since(self, at: int | None, started: dict | None) -> int | None:
+        """The earliest event time needed to go on from ``at`` (None: to start again as the
+        query first did, unprimed: every tuple it saw); ``started``: {stream: the instant up
+        to which the query being resumed saw none of its tuples} for tuples read as they
+        come (a restart after a crash knows it; a client's resume does not need it, since
+        progress is only reported past it). A window that reaches back was filled from the
+        archive when the query started, so it is filled so again."""
         started = None if started is None else started.get(self.scan.stream.lower())
+        if at is None:      # (a window that reaches back saw every tuple: none came before)
+            reads_all = started is None or (self.window is not None and
+                                            self.window.reaches_back)
+            return None if reads_all else started + 1
         at -= self.before_us
         if self.window is not None and self.window.reaches_back:
             reach = self.window.reach(at)
@@ -66,7 +71,7 @@ class Resumable:
         """The longest look back of an operator above the windows (a pattern's WITHIN)."""
         return max((n.before_us for n in self.needs), default=0)
 
-    def histories(self, streams, at: int, started: dict | None = None) -> list:
+    def histories(self, streams, at: int | None, started: dict | None = None) -> list:
         """The archive reads (``History``) that resume the plan at ``at``."""
         out = []
         for need in self.needs:
@@ -209,7 +214,16 @@ def resumed(services, planned) -> tuple:
     if again is None:           # progress rows, but no restart: it cannot go on
         return hidden, Resumption(width, progress=True, hidden=True, pseudo=pseudo)
 
-    async def restart(live, since: int, started: dict | None, generation: int):
+    async def restart(live, since: int | None, started: dict | None, generation: int):
+        if since is None and how.resume_from is not None:
+            since = how.resume_from         # (the rows before it were sent before)
+        if since is None:               # its rows passed no watermark: it starts as it did
+            at = live.resumption.seam
+            return await start_primed(
+                services, again.histories(services.streams, at, started),
+                lambda history, seam: services.backend.reopen(
+                    live, hidden, {}, history, at, seams(services, again), generation,
+                    primed=True), at)
         histories = again.histories(services.streams, since, started)
         saved, histories = from_checkpoint(services.backend.checkpoint_dir(live.qid),
                                            histories)

@@ -492,6 +492,8 @@ class BackendLink:
         live = LiveRows(fields, schema, qid, sql, owner, name, self, self.clock, bounds)
         live.streams = P.streams_read(plan.root)
         live.resumption = resumption
+        if resumption is not None:
+            resumption.seam = seam if history is not None else None
         self._live[qid] = live
         self.labels[qid] = f"{label} of pid {owner}: {_one_line(sql)}"
         # a split query's rows are merged from several back ends, which report no progress:
@@ -510,17 +512,19 @@ class BackendLink:
         return live
 
     async def reopen(self, live: LiveRows, plan: P.Plan, tables: dict | None, history: dict,
-                     since: int, upto: dict | None, generation: int,
-                     restore: str | None = None) -> None:
+                     since: int | None, upto: dict | None, generation: int,
+                     restore: str | None = None, primed: bool = False) -> None:
         """Start ``live``'s query again (its back end died) so that it goes on from ``since``
         with the archived tuples ``history``; its rows come into the same queue. It stops
         before its plan goes if a crash newer than ``generation`` (the one it restarts
         after) has come meanwhile: that one's restart runs instead. ``restore``: the
-        checkpoint its operators start from (``history`` then begins where it stands)."""
+        checkpoint its operators start from (``history`` then begins where it stands).
+        ``primed``: it starts as it first did, primed at ``since`` (None: from the tuples
+        in ``history``), rather than going on from there."""
         self._live[live.qid] = live
         self.labels[live.qid] = f"{live.label()} (restarted" + \
             (" from a checkpoint" if restore else "") + f"): {_one_line(live.sql)}"
-        await self._start_query(live.qid, plan, None, tables, history, since, True, upto,
+        await self._start_query(live.qid, plan, None, tables, history, since, not primed, upto,
                                 still=lambda: self.restarts == generation and not live.ended,
                                 restore=restore)
         if live.ended:                  # closed while it started: it stops now

@@ -166,6 +166,9 @@ class Resumption:
     # stream -> µs: it saw none of the stream's tuples up to there, every one after (the link)
     started: dict | None = None
     reached: int | None = None        # the latest watermark its rows passed
+    # where it started: the seam it was primed at (None: from the first tuples it saw), from
+    # where it starts again when its back end dies before its rows passed a watermark
+    seam: int | None = None
     recoveries: int = 0
     tail: list = field(default_factory=list)
     tail_rows: int = 0
@@ -239,7 +242,7 @@ class Resumption:
     def lost(self) -> bool:
         """The back end died: whether the query can go on (then the rows since the last
         watermark are what its restart must not send again)."""
-        if self.restart is None or self.reached is None:
+        if self.restart is None:
             return False
         self.replay = Replay.of(self.tail, self.width, self.pseudo).merged(self.replay)
         self.tail, self.tail_rows, self.held = [], 0, []
