@@ -638,6 +638,7 @@ class BackendLink:
         """End a query in the back end; its queue stays listed (cq_queries shows why it
         failed) until its cursor closes."""
         self.persistent.pop(qid, None)
+        self._relaunching.pop(qid, None)        # (dropped while a restart starts it)
         self.arrivals.pop(qid, None)
         if self.checkpoint_root is not None:     # (the back end that saved them may be gone)
             checkpoints.remove(self.checkpoint_dir(qid))
