@@ -137,6 +137,35 @@ def test_acknowledged_copy_rows_survive_kill_9(tmp_path):
         srv.stop()
 
 
+@pytest.mark.parametrize("query, first", [
+    ("SELECT count(*), valid_from, valid_to FROM {s} [RANGE '2 seconds']", (0,)),
+    ("SELECT median(v), valid_from, valid_to FROM {s} [RANGE '5 seconds']", (None,)),
+    ("SELECT {t}.z, valid_from, valid_to FROM {s} [RANGE '3 seconds'] FULL JOIN {t} USING (k)",
+     (-1,)),
+    ("SELECT *, valid_from, valid_to FROM (SELECT MIN(v) AS lo, AVG(v) AS mean FROM {s} "
+     "[RANGE '2 seconds'] ORDER BY 1, 2 LIMIT 1) AS top", (None, None)),
+])
+def test_a_query_primed_where_its_archive_holds_nothing_answers_from_its_start(
+        server, query, first):
+    """Its windows reach into an archive that holds no tuple before the query starts: its
+    answer over the empty windows (an aggregate without GROUP BY, a table's rows padded, a
+    query on each instant's snapshot) holds from the instant it started, as SQL on the
+    snapshot then says, not from the stream's next BOUNDARY."""
+    s, t = unique("empty"), unique("pads")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "TYPE ARCHIVED")
+        admin.execute(f"CREATE TABLE {t} (k INT, z INT)")
+        admin.execute(f"INSERT INTO {t} VALUES (1, -1)")
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(5)}")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR {query.format(s=s, t=t)}")
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(8)}")
+        cur.execute("FETCH ALL FROM c WITH (timeout = '5s')")
+        assert cur.fetchall() == [(*first, at(5), at(8))]
+
+
 @pytest.mark.parametrize("where", ["", "WHERE v % 2 = 0"])
 def test_a_window_reaching_into_the_past_starts_from_the_archive(server, where):
     """The seam: tuples before and after the query starts, each counted exactly once in the

@@ -57,6 +57,10 @@ class SnapshotQuery(Merging):
 
     def open(self, context):
         self.con = context.cursor()
+        # a query started at a known instant (primed at a seam) answers from there, over
+        # empty windows too (COUNT(*) = 0, a table's rows padded), not from the first
+        # BOUNDARY; archived tuples before it still move its start back to theirs
+        self.start = context.st
         interval = f"0::BIGINT AS {TS}, 0::BIGINT AS {TE}"
         self.empty = [duck.typed_empty(self.con, i.schema, interval) for i in self.node.inputs]
         self.no_rows = [duck.typed_empty(self.con, cols) for cols in self.node.table_columns]
@@ -79,7 +83,7 @@ class SnapshotQuery(Merging):
                     [by_name[c.split(".", 1)[1].lower()] for c in cols]).rename_columns(cols)
 
     def on_start(self, ts: int) -> None:
-        if self.start is None:
+        if self.start is None or ts < self.start:
             self.start = ts
 
     def advance(self, limit: int, parts: list, everything: bool) -> list:
