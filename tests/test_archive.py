@@ -137,6 +137,23 @@ def test_acknowledged_copy_rows_survive_kill_9(tmp_path):
         srv.stop()
 
 
+def test_a_snapshot_reading_a_stream_through_a_range_and_a_rows_window_reads_its_archive(
+        server):
+    """A snapshot reads an archived stream's history as far back as its RANGE window
+    reaches; a ROWS window over the same stream needs more (the last tuple of each key, the
+    oldest 4 seconds before the RANGE's reach): it gets the whole archive, as SQL over every
+    tuple says. Before, it got only the RANGE's reach."""
+    s = unique("both")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) TYPE ARCHIVED")
+        c.execute(f"INSERT INTO {s} VALUES (2, 3, {lit(10)}), (0, 2, {lit(14)})")
+        c.execute(f"ALTER STREAM {s} ADVANCE TO {lit(14.5)}")
+        c.execute("SET cq.mode = snapshot")
+        both = c.execute(f"SELECT k, 'range' FROM {s} [RANGE '2 seconds'] UNION ALL "
+                         f"SELECT k, 'rows' FROM {s} [PARTITION BY k ROWS 1]").fetchall()
+        assert sorted(both) == [(0, "range"), (0, "rows"), (2, "rows")]
+
+
 @pytest.mark.parametrize("query, first", [
     ("SELECT count(*), valid_from, valid_to FROM {s} [RANGE '2 seconds']", (0,)),
     ("SELECT median(v), valid_from, valid_to FROM {s} [RANGE '5 seconds']", (None,)),

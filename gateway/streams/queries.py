@@ -305,6 +305,35 @@ def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = No
     return tuple(out)
 
 
+def whole_archive(ctx: StatementContext, p: P.Plan, read: set) -> list:
+    """For a snapshot: the archived streams of ``read`` (those whose history it reads for a
+    window that reaches back) that the plan also reads another way (a ROWS or session
+    window, [UNBOUNDED], a pattern), read whole. Every reader of a stream sees the same
+    tuples, and those readers need all of them, not only the other window's reach (alone,
+    they read the back end's recent tuples)."""
+    reaching, others, reg = set(), [], ctx.services.streams
+
+    def visit(node):
+        if isinstance(node, P.Window) and (node.window.reaches_back or
+                                           isinstance(node.window, P.NowWindow)):
+            scan = P.scan_under(node.input)     # ([NOW] needs only the instant's tuples)
+            if scan is not None:
+                reaching.add(id(scan))
+        if isinstance(node, P.StreamScan):
+            others.append(node)
+        for c in P.children(node):
+            visit(c)
+
+    visit(p.root)
+    out = []
+    for scan in others:
+        obj = reg.by_relation(scan.stream, kinds=("stream",))
+        if id(scan) not in reaching and scan.stream.lower() in read and obj is not None:
+            out.append(History(scan.stream, obj.key, obj.timestamp_column,
+                               obj.options.get("fragment")))
+    return out
+
+
 def _relations(ctx: StatementContext, p: P.Plan) -> list:
     """(name, plan) of the named windows and derived streams ``p`` reads, dependencies first."""
     out, reg = [], ctx.services.streams
@@ -333,7 +362,10 @@ def snapshot_query(ctx: StatementContext, tree) -> AwaitOnLoop:
     link = ctx.services.backend
     fields, schema = typed_fields(ctx, p)
     relations = _relations(ctx, p)
-    history = [h for q in [p, *(r for _, r in relations)] for h in archive_reach(ctx, q)]
+    plans = [p, *(r for _, r in relations)]
+    history = [h for q in plans for h in archive_reach(ctx, q)]
+    read = {h.stream.lower() for h in history}
+    history += [h for q in plans for h in whole_archive(ctx, q, read)]
 
     # the tables its stream–table joins read, as this session sees them; a table running
     # queries read already has its committed contents there, kept current at each commit
