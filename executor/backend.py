@@ -122,7 +122,11 @@ class Backend:
             self.graph.add(msg.qid, plan, feeds=msg.feeds,
                            private=primed or msg.checkpoint is not None)
             if not primed and msg.checkpoint is not None:
-                self.graph.open_query(msg.qid, None)
+                try:
+                    self.graph.open_query(msg.qid, None)
+                except Exception:       # (as ``add`` does when a shared query's open fails)
+                    self.graph.remove(msg.qid)
+                    raise
         except NotRunnable as e:
             self._answer(msg.req, ok=False, error=str(e), sqlstate="0A000")
             return

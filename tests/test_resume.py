@@ -350,6 +350,21 @@ def _drop_kept(dsn: str, names: dict) -> None:
         c.execute(f"DROP TABLE IF EXISTS {names['l']}")
 
 
+def _two_servers_kept(server, tmp_path, prefix: str) -> tuple:
+    """(the second server, the names, the kept windows to read): both servers with the two
+    streams and the named windows and derived stream of ``KEPT``."""
+    names = {k: unique(prefix + k) for k in ("r", "q", "w", "d", "l")}
+    reference_server = ServerProcess(str(tmp_path / "reference"))
+    try:
+        for s in (server, reference_server):
+            make_streams(s.dsn, names["r"], names["q"])
+            windows = _make_kept(s.dsn, names)
+    except BaseException:
+        reference_server.stop()
+        raise
+    return reference_server, names, windows
+
+
 def _fed_alike(server, reference_server, crashing, reference, r, q, steps: range, seed: int,
                between, logged: int) -> None:
     """Both servers fed ``steps`` of the same tuples (``between(i)`` after each INSERT), then
@@ -379,13 +394,9 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
     second server fed the same tuples, which saw no crash. The named windows and derived
     stream the server keeps hold, once their restart has ended, what the second server's
     hold: their past read again from the archive, their tables sent again."""
-    r, q = unique("kr"), unique("kq")
-    names = {"r": r, "q": q, "w": unique("kw"), "d": unique("kd"), "l": unique("kl")}
-    reference_server = ServerProcess(str(tmp_path / "reference"))
+    reference_server, names, windows = _two_servers_kept(server, tmp_path, "k")
+    r, q = names["r"], names["q"]
     try:
-        for s in (server, reference_server):
-            make_streams(s.dsn, r, q)
-            windows = _make_kept(s.dsn, names)
         logged = len(server.lines)
         shapes = _shapes(SHAPES, r, q)
         # plain cursors: rows go out as they come, so a crash finds some sent since the last
@@ -432,13 +443,9 @@ def test_a_crash_during_a_restart_and_a_close_during_one(server, tmp_path):
     and equal a second server's, each counts every crash it lived through, and the closed
     one's query is gone; the kept windows, once the newest restart has started them, hold
     what the second server's hold, each started once and none from live data."""
-    r, q = unique("rr"), unique("rq")
-    names = {"r": r, "q": q, "w": unique("rw"), "d": unique("rd"), "l": unique("rl")}
-    reference_server = ServerProcess(str(tmp_path / "reference"))
+    reference_server, names, windows = _two_servers_kept(server, tmp_path, "r")
+    r, q = names["r"], names["q"]
     try:
-        for s in (server, reference_server):
-            make_streams(s.dsn, r, q)
-            windows = _make_kept(s.dsn, names)
         logged = len(server.lines)
         shapes = _shapes(("keyed_range", "join", "pattern", "hopping"), r, q)
         crashing, reference = Reader(server.dsn, shapes), Reader(reference_server.dsn, shapes)

@@ -183,6 +183,8 @@ class BackendLink:
         """Start the back ends not running yet, then plan again the queries the server
         keeps (after crash number ``generation``: a newer crash meanwhile takes over)."""
         self.loop = asyncio.get_running_loop()
+        if generation is not None:
+            _RESTART.set(generation)    # (the task's own: the kept relations' DDL reads it)
         for w in self.workers:
             if w.proc is None or w.proc.poll() is not None:
                 await self._start_worker(w)
@@ -252,7 +254,6 @@ class BackendLink:
                 if not fut.done():
                     fut.set_exception(err)
         if w.index == 0:
-            _RESTART.set(generation)        # (this task's own: the kept relations' DDL reads it)
             await self.start(generation)
         else:
             await self._start_worker(w)

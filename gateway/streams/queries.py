@@ -327,10 +327,11 @@ def whole_archive(ctx: StatementContext, p: P.Plan, read: set) -> list:
     visit(p.root)
     out = []
     for scan in others:
+        if id(scan) in reaching or scan.stream.lower() not in read:
+            continue
         obj = reg.by_relation(scan.stream, kinds=("stream",))
-        if id(scan) not in reaching and scan.stream.lower() in read and obj is not None:
-            out.append(History(scan.stream, obj.key, obj.timestamp_column,
-                               obj.options.get("fragment")))
+        out.append(History(scan.stream, obj.key, obj.timestamp_column,
+                           obj.options.get("fragment")))
     return out
 
 
