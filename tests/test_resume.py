@@ -326,6 +326,15 @@ KEPT = {
 }
 
 
+# cursors over the derived stream of KEPT: its rows are a function of the archive, so they read
+# its query in its place and go on as cursors over the stream itself do
+OVER_DERIVED = {
+    "derived": "SELECT node, temp, valid_from, valid_to FROM {d}",
+    "over_derived": "SELECT node, COUNT(*) AS n, MIN(temp) AS m, valid_from, valid_to "
+                    "FROM {d} GROUP BY node",
+}
+
+
 def _make_kept(dsn: str, names: dict) -> list:
     """The kept relations of ``KEPT`` on the server at ``dsn``: the windows to read."""
     with psycopg.connect(dsn, autocommit=True) as c:
@@ -389,7 +398,8 @@ def _kill_backend(s: ServerProcess) -> int:
 
 def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
         server, tmp_path):
-    """Ten cursors of different shapes read two streams while the back end is killed
+    """Ten cursors of different shapes read two streams, and two a derived stream of them,
+    while the back end is killed
     (SIGKILL) three times; each goes on, and its rows equal those of the same cursor on a
     second server fed the same tuples, which saw no crash. The named windows and derived
     stream the server keeps hold, once their restart has ended, what the second server's
@@ -398,7 +408,8 @@ def test_cursors_go_on_without_a_seam_when_the_back_end_is_killed_three_times(
     r, q = names["r"], names["q"]
     try:
         logged = len(server.lines)
-        shapes = _shapes(SHAPES, r, q)
+        shapes = _shapes(SHAPES, r, q) | {n: sql.format(**names)
+                                          for n, sql in OVER_DERIVED.items()}
         # plain cursors: rows go out as they come, so a crash finds some sent since the last
         # watermark, which the restarted query must not send again
         crashing, reference = Reader(server.dsn, shapes), Reader(reference_server.dsn, shapes)
@@ -642,6 +653,48 @@ def test_what_cannot_be_resumed_is_refused_at_plan_time(server, query, sqlstate,
         c.execute("ROLLBACK")
 
 
+def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(server):
+    """A cursor over a derived stream whose rows are a function of the archive (a window that
+    reaches back, and a derived stream over that one) runs its query in its place: EXPLAIN
+    shows it, its rows are those of the same query over the stream, and it resumes from a
+    progress row. One whose rows hold from when its own query started, or whose window does
+    not reach back, is refused resume_from with the reason (0A000, a hint), the session
+    going on, and is still read as it was. A derived stream read through its query has that
+    cursor among its readers (DROP: 2BP01)."""
+    r, q = unique("ir"), unique("iq")
+    make_streams(server.dsn, r, q)
+    d, dd, held, rows3 = (unique(p) for p in ("id", "idd", "iu", "iw"))
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.execute(f"CREATE STREAM {d} AS SELECT node, temp FROM {r} [RANGE '1 second'] "
+                  "WHERE temp > 22")
+        c.execute(f"CREATE STREAM {dd} AS SELECT node, COUNT(*) AS n FROM {d} GROUP BY node")
+        c.execute(f"CREATE STREAM {held} AS SELECT node, temp FROM {r} WHERE temp > 22")
+        c.execute(f"CREATE STREAM {rows3} AS SELECT node, temp FROM {r} [ROWS 3]")
+        lines = [x for (x,) in c.execute(f"EXPLAIN SELECT * FROM {dd}")]
+        assert any(f"stream {r}" in x for x in lines), lines
+        assert not any(f"derived {d}" in x or f"derived {dd}" in x for x in lines), lines
+        assert any(f"derived {held}" in x for x in c.execute(f"EXPLAIN SELECT * FROM {held}")
+                   .fetchall()[-1])
+        for rel, words in ((held, "from when its own query started"), (rows3, "RowsWindow")):
+            with pytest.raises(psycopg.Error) as e:
+                c.execute(f"SELECT * FROM {rel} WITH (progress = true, resume_from = '{T0}')")
+            assert e.value.sqlstate == "0A000" and f'derived stream "{rel}"' in str(e.value) \
+                and words in str(e.value), str(e.value)
+            assert e.value.diag.message_hint
+            assert c.execute("SELECT 1").fetchone() == (1,)
+    over = f"SELECT node, n, valid_from, valid_to FROM {dd}"
+    direct = (f"SELECT node, COUNT(*) AS n, valid_from, valid_to FROM {r} [RANGE '1 second'] "
+              "WHERE temp > 22 GROUP BY node")
+    first = Resumer(server.dsn, {"over": over, "direct": direct})
+    _fed_quietly(server, first, r, q, 13)
+    assert coalesced(first.committed["over"]) == coalesced(first.committed["direct"])
+    _resumed_midway(server, first, "over")
+    with psycopg.connect(server.dsn, autocommit=True) as c:    # still a reader of dd
+        with pytest.raises(psycopg.Error) as e:
+            c.execute(f"DROP STREAM {dd}")
+        assert e.value.sqlstate == "2BP01" and "running queries read it" in str(e.value)
+
+
 def test_progress_rows_need_room_for_the_intervals(server):
     """A column of the answer named valid_from that is not the interval leaves no room for
     the rows' intervals, which progress rows need: 0A000 with a hint, the session goes on."""
@@ -678,23 +731,34 @@ def test_a_resumed_cursor_over_a_quiet_stream_answers_up_to_its_watermark_at_onc
     r, q = unique("qr"), unique("qq")
     make_streams(server.dsn, r, q)
     first = Resumer(server.dsn, _shapes(("keyed_range", "pattern"), r, q))
+    _fed_quietly(server, first, r, q, 9)
+    for name in first.cursors:
+        _resumed_midway(server, first, name)
 
+
+def _fed_quietly(server, first: "Resumer", r: str, q: str, seed: int) -> None:
+    """80 steps of tuples, punctuation where the data stands at step 43 (a progress row
+    there), then quiet past them; ``first`` has read every row."""
     def between(i):
         first.poll()
-        if i == 43:             # punctuation where the data stands: a progress row there
+        if i == 43:
             advance([server.dsn], (r, q), i)
-    feed([server.dsn], r, q, range(0, 80), 9, between=between)
+    feed([server.dsn], r, q, range(0, 80), seed, between=between)
     advance([server.dsn], (r, q), 90)
     first.until(instant(90))
-    for name, sql in first.cursors.items():
-        marks = [m for m in first.marks[name] if instant(30) < m < instant(60)]
-        assert marks, first.marks[name]
-        middle = marks[len(marks) // 2]
-        again = Resumer(server.dsn, {name: sql}, since={name: middle})
-        again.until(instant(90), timeout=30)
-        want = coalesced([r_ for r_ in first.committed[name] if middle <= r_[-2] < instant(90)])
-        assert want, name
-        assert coalesced([r_ for r_ in again.committed[name] if r_[-2] < instant(90)]) == want
+
+
+def _resumed_midway(server, first: "Resumer", name: str) -> None:
+    """``first``'s cursor ``name`` resumed from a progress row in the middle of the data
+    gives exactly ``first``'s rows after it."""
+    marks = [m for m in first.marks[name] if instant(30) < m < instant(60)]
+    assert marks, first.marks[name]
+    middle = marks[len(marks) // 2]
+    again = Resumer(server.dsn, {name: first.cursors[name]}, since={name: middle})
+    again.until(instant(90), timeout=30)
+    want = coalesced([x for x in first.committed[name] if middle <= x[-2] < instant(90)])
+    assert want, name
+    assert coalesced([x for x in again.committed[name] if x[-2] < instant(90)]) == want
 
 
 # ------------------------------------------------------------------ cutting what was sent

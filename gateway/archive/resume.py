@@ -6,8 +6,9 @@ A plan resumes when every stream it reads is archived and every piece of state i
 bounded in time: windows that reach back (RANGE, SLIDE, fixed, Flink's tables) are filled from
 the archive as a new query's are; a pattern reads back its WITHIN; [NOW] and [UNBOUNDED] tuples
 go on as they come, under operators that keep nothing (σ, μ, ∪). Everything else (a count,
-session or loop window, a LIMIT, a table's contents, arrival order, a named window or derived
-stream) is refused with the reason, at plan time.
+session or loop window, a LIMIT, a table's contents, arrival order, a named window, a derived
+stream whose rows are not a function of the archive) is refused with the reason, at plan time
+(a derived stream whose rows are is read through its query: ``streams.inlining``).
 """
 from __future__ import annotations
 
@@ -82,8 +83,11 @@ class Resumable:
         return out
 
 
+CANNOT = "this query cannot be resumed: "
+
+
 def refused(why: str, hint: str) -> E.PgError:
-    return E.FeatureNotSupported(f"this query cannot be resumed: {why}", hint=hint)
+    return E.FeatureNotSupported(CANNOT + why, hint=hint)
 
 
 _WINDOW_HINT = "Give the stream a RANGE window (its state is then rebuilt from the archive)."
@@ -130,20 +134,33 @@ def resumable(streams, p: P.Plan) -> Resumable:
             return _stateful(node, [walk(c, before + node.within_us) for c in node.inputs])
         if isinstance(node, _PASS):
             return any([walk(c, before) for c in P.children(node)])
+        if isinstance(node, P.WindowRelationScan):
+            raise refused(*_RELATION_REFUSALS[node.kind](node.name))
         if isinstance(node, P.SnapshotQuery) and node.tables:
             raise refused(f"a table's past contents are not kept ({P.explain_label(node)})",
                           "Resume a query over archived streams only.")
         if isinstance(node, _STATEFUL):
             return _stateful(node, [walk(c, before) for c in P.children(node)])
         raise refused(f"it reads {P.explain_label(node)}",
-                      "Resume a query over archived streams; named windows, derived streams, "
-                      "tables, LIMIT and StreaQueL loops cannot go on from a watermark yet.")
+                      "Resume a query over archived streams; tables, LIMIT and StreaQueL "
+                      "loops cannot go on from a watermark yet.")
 
     walk(p.root, 0)
     if p.reads_now:
         raise refused("it reads now(), the instant it is planned",
                       "Write the instant as a literal.")
     return Resumable(tuple(needs))
+
+
+# (a cursor reads a derived stream whose rows are a function of the archive through its
+# query, streams.inlining, which says why another is not)
+_RELATION_REFUSALS = {
+    "derived": lambda name: (
+        f'it reads derived stream "{name}"', "Resume a query over archived streams."),
+    "window": lambda name: (
+        f'it reads named window "{name}"', "Resume the named window's query itself, or "
+        "make it a derived stream (CREATE STREAM … AS)."),
+}
 
 
 def _stateful(node, forever: list) -> bool:

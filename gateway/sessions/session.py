@@ -436,14 +436,15 @@ class Session:
         if res.resumable is not None or res.delivery.progress:
             plan, resumption = resumed(self.services, res)
 
-        def start(history=None, seam=None):
-            return link.open(plan, res.fields, res.schema, p.stmt.text, self.pid,
-                             p.cursor or p.name, res.tables, history, seam,
-                             label=f"cursor {p.cursor}" if p.cursor else "query",
-                             bounds=self.ctx.result_bounds(), resumption=resumption,
-                             resume=resume_from is not None,
-                             upto=seams(self.services, res.resumable) if resume_from is not None
-                             else None)
+        async def start(history=None, seam=None):
+            live = await link.open(
+                plan, res.fields, res.schema, p.stmt.text, self.pid, p.cursor or p.name,
+                res.tables, history, seam, label=f"cursor {p.cursor}" if p.cursor else "query",
+                bounds=self.ctx.result_bounds(), resumption=resumption,
+                resume=resume_from is not None,
+                upto=seams(self.services, res.resumable) if resume_from is not None else None)
+            live.streams |= res.reads   # the derived streams it reads through their query
+            return live
         if res.history:        # windows reaching into an archive start primed
             return await start_primed(self.services, list(res.history), start, resume_from)
         return await start()

@@ -26,6 +26,7 @@ from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows
 from gateway.security import access
 from gateway.spark_engine import translate as spark_plans
+from gateway.streams import inlining
 from gateway.streams.explain_analyze import explain_running
 from gateway.streams.registry import SessionCatalog
 from gateway.tables import translate as TR
@@ -73,20 +74,21 @@ def session_quality(ctx: StatementContext) -> dict | None:
                            ctx.settings.get("cq.join_recall_period", "1 minute"))
 
 
-def plan_query(ctx: StatementContext, tree) -> P.Plan:
+def plan_query(ctx: StatementContext, tree, inline: frozenset = frozenset()) -> P.Plan:
     """The statement's plan, made once: a statement described and then executed (or a
     prepared one run again) reuses it while the catalog and the session's settings stay as
     they were. A plan with a fixed window is made anew each time, since whether that window
     lies wholly in the past (archive) depends on the instant it is planned; so is one that
-    reads now() (or calls a SQL function that does), which is that instant."""
+    reads now() (or calls a SQL function that does), which is that instant. ``inline``: the
+    derived streams planned in their query's place (``inlining``)."""
     access.check_reads(ctx, tree)       # again each time: a REVOKE holds at once
     key = (tree.sql("cql"), ctx.services.store.catalog_version,
-           tuple(sorted(ctx.settings.items())))
+           tuple(sorted(ctx.settings.items())), inline)
     plans = _kept(ctx).plans
     kept = plans.get(key)
     if kept is not None:
         return kept
-    catalog = SessionCatalog(ctx.services.streams, ctx.columns)
+    catalog = SessionCatalog(ctx.services.streams, ctx.columns, inline)
     snapshot = ctx.settings.get("cq.mode", "continuous").lower() == "snapshot"
     try:
         quality = None if snapshot else session_quality(ctx)
@@ -133,8 +135,10 @@ def explain_statement(ctx: StatementContext, tree: X.Explain,
                 hint="Declare a cursor for it (DECLARE c CURSOR FOR …), then EXPLAIN ANALYZE "
                      "c; or EXPLAIN ANALYZE a named window or derived stream.")
         p = plan_query(ctx, inner)
-        lines = explain(p)
         shape = spark_shape_for(ctx, inner, p) if p.mode == "continuous" else None
+        if p.mode == "continuous" and shape is None:
+            p = _as_it_runs(ctx, inner, p)
+        lines = explain(p)
         split = ctx.services.backend.split_by(p) if shape is None else None
         if split is not None:
             lines.append(f"Split {split} (unless its windows are primed from the archive)")
@@ -177,6 +181,7 @@ class Planned:
     spark: spark_plans.Shape | None = None
     delivery: Delivery = Delivery()
     resumable: resume.Resumable | None = None   # how it goes on after a crash (None: it cannot)
+    reads: frozenset = frozenset()  # derived streams it reads through their query (inlining)
 
 
 def spark_shape_for(ctx: StatementContext, tree, p: P.Plan) -> spark_plans.Shape | None:
@@ -236,6 +241,29 @@ def without_order(tree):
     return tree, tail
 
 
+def resumable(ctx: StatementContext, tree, p: P.Plan) -> tuple:
+    """(the plan to run, how it goes on from a watermark) for continuous query ``tree``
+    planned as ``p`` on the back end: ``p`` itself, or, where it reads derived streams whose
+    rows are a function of the archive and cannot go on as it is, ``p`` with their queries
+    in their place (``inlining``). The reason it cannot go on (0A000, 55000) otherwise."""
+    try:
+        return p, resume.resumable(ctx.services.streams, p)
+    except E.PgError:
+        found = inlining.inlined(ctx, p, lambda keys: plan_query(ctx, tree, keys))
+        if found is None:
+            raise
+        return found
+
+
+def _as_it_runs(ctx: StatementContext, tree, p: P.Plan) -> P.Plan:
+    """The plan a continuous query runs on the back end (its derived streams' queries in their
+    place where that lets it go on from a watermark)."""
+    try:
+        return resumable(ctx, tree, p)[0]
+    except E.PgError:
+        return p
+
+
 def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | AwaitOnLoop:
     """A query over streams: continuous (planned, for the session to start in the back end),
     or finite: evaluated at now (snapshot) or over the archive (on Spark), where ORDER BY and
@@ -263,8 +291,9 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
                                         position=how.at, hint="Run the query on the back end "
                                         "(WITH (engine = backend)).")
         return Planned(p, fields, schema, {}, spark=shape)
+    written = p
     try:
-        again = resume.resumable(ctx.services.streams, p)
+        p, again = resumable(ctx, tree, p)
     except E.PgError as e:
         if how.resume_from is not None:
             raise E.PgError(e.message, sqlstate=e.sqlstate, hint=e.hint,
@@ -272,11 +301,15 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
         again = None
     if how.progress:
         fields, schema = with_progress(fields, schema)
+    # (a DROP of a derived stream read through its query still finds this query reading it)
+    reads = frozenset(n.lower() for n in inlining.derived_read(written.root)) \
+        if p is not written else frozenset()
     if how.resume_from is not None:
         return Planned(p, fields, schema, {}, tuple(again.histories(
-            ctx.services.streams, how.resume_from)), delivery=how, resumable=again)
+            ctx.services.streams, how.resume_from)), delivery=how, resumable=again,
+            reads=reads)
     return Planned(p, fields, schema, tables_of(ctx, p), archive_reach(ctx, p), delivery=how,
-                   resumable=again)
+                   resumable=again, reads=reads)
 
 
 def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = None) -> tuple:

@@ -209,12 +209,16 @@ class SessionCatalog:
     tables (as the session sees them, inside its transaction: ``columns`` is the session's
     ``gateway.sessions.columns.ColumnInfo``)."""
 
-    def __init__(self, registry: StreamRegistry, columns):
+    def __init__(self, registry: StreamRegistry, columns, inline: frozenset = frozenset()):
         self.registry = registry
         self.columns = columns
+        self.inline = inline      # keys of derived streams read through their query, as views
 
     def relation(self, schema: str | None, name: str) -> Relation | None:
         obj = self.registry.get(schema, name, kinds=("stream", "window", "derived", "view"))
+        if obj is not None and obj.key in self.inline:
+            return dataclasses.replace(obj.relation(), kind="view",
+                                       query=obj.query().sql("cql"))
         if obj is not None:
             return obj.relation()
         cols = self.columns.of(schema, name)

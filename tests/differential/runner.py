@@ -36,11 +36,12 @@ class Outcome:
     message: str = ""
     detail: str = ""
     rows: int = 0
-    how: str = "cursor"          # cursor, derived (a derived stream read), window (Stream(w)
-                                 # of a named window), snapshot (cq.mode = snapshot), progress
-                                 # (WITH (progress = true)), resumed (its resume_from a
-                                 # progress row of that one), primed (declared with the
-                                 # data in, its windows filled from the archive)
+    how: str = "cursor"          # cursor, derived (a derived stream read, with progress
+                                 # rows), window (Stream(w) of a named window), snapshot
+                                 # (cq.mode = snapshot), progress (WITH (progress = true)),
+                                 # resumed / derived resumed (its resume_from a progress row
+                                 # of that one), primed (declared with the data in, its
+                                 # windows filled from the archive)
 
     @property
     def failed(self) -> bool:
@@ -48,8 +49,11 @@ class Outcome:
 
 
 # every fourth case is also run as a derived stream, every fourth as a named window, every
-# fourth with progress rows and resumed from one of them
+# fourth with progress rows and resumed from one of them; a derived stream is read with
+# progress rows and resumed from one too
 VARIANTS = ("derived", "progress", "window", None)
+# a resumed reading -> the reading it resumes
+MADE_OF = {"resumed": "progress", "derived resumed": "derived"}
 # every second accepted case whose windows all reach back is declared again once the data is
 # in (at the snapshots' instant): started there, primed from the archive, its answer from
 # then on must be the oracle's. A window that starts with its query ([UNBOUNDED], a stream
@@ -86,9 +90,9 @@ class Round:
     def _variant(self, i: int) -> str | None:
         if self.variants is None:
             return VARIANTS[i % len(VARIANTS)]
-        # (a resumed reading is made of a progress one)
-        return next(("progress" if h == "resumed" else h for h in self.variants
-                     if h in ("derived", "window", "progress", "resumed")), None)
+        # (a resumed reading is made of a progress one, or of a derived stream's)
+        return next((MADE_OF.get(h, h) for h in self.variants
+                     if h in ("derived", "window", "progress", *MADE_OF)), None)
 
     def _snapshots(self) -> bool:
         return self.variants is None or bool({"snapshot", "primed"} & set(self.variants))
@@ -161,11 +165,11 @@ class Round:
                                  f"{timestamp(self.data.end)}")
                 reader.execute("SELECT count(*) FROM cq_queries").fetchall()     # the barrier
                 for name, (case, how) in list(cursors.items()):
-                    if how != "progress":
+                    if how not in MADE_OF.values():
                         outcomes.append(self._read(reader, name, case, how))
                         continue
                     progress, resumed, declared = self._read_progress(reader, name, case,
-                                                                      names)
+                                                                      names, how)
                     outcomes += [o for o in (progress, resumed) if o is not None]
                     if declared:
                         cursors[f"dr{name[2:]}"] = (case, "resumed")
@@ -214,9 +218,9 @@ class Round:
                                 case, how)
         if refused is not None:
             return refused
-        source = rel if how == "derived" else f"Stream({rel})"
-        return self._declare(reader, f"d{how[0]}{i}",
-                             f"SELECT valid_from, valid_to, * FROM {source}", case, how)
+        if how == "derived":        # read with progress rows, then resumed from one
+            return self._declare(reader, f"dd{i}", with_progress(_over(rel)), case, how)
+        return self._declare(reader, f"dw{i}", _over(f"Stream({rel})"), case, how)
 
     def _snapshot(self, case: Case, names: dict, at: int) -> Outcome:
         """The case in snapshot mode, every stream's watermark at ``at``: the snapshot's
@@ -273,14 +277,17 @@ class Round:
             return rows, oids, Outcome(case, "fetch", state, message, rows=len(rows), how=how)
         return rows, oids, None
 
-    def _read_progress(self, reader, name: str, case: Case, names: dict) -> tuple:
-        """The case read WITH (progress = true): its data rows must be the answer, and no
-        row after a progress row may begin before it; then the case resumed from its latest
-        progress row inside the data (a cursor declared now, the data all in): the rows
-        before that row and the resumed cursor's must together be the answer. (outcome of
-        the progress cursor, outcome of the resumed one or None when there was no progress
-        row inside the data to resume from, whether the resumed cursor was declared)."""
-        rows, oids, failed = self._fetch(reader, name, case, "progress")
+    def _read_progress(self, reader, name: str, case: Case, names: dict,
+                       how: str = "progress") -> tuple:
+        """The case read WITH (progress = true) (``how``: itself, or a cursor over its
+        derived stream): its data rows must be the answer, and no row after a progress row
+        may begin before it; then the same resumed from its latest progress row inside the
+        data (a cursor declared now, the data all in): the rows before that row and the
+        resumed cursor's must together be the answer. (outcome of the progress cursor,
+        outcome of the resumed one or None when there was no progress row inside the data
+        to resume from, whether the resumed cursor was declared)."""
+        again_how = next(k for k, v in MADE_OF.items() if v == how)
+        rows, oids, failed = self._fetch(reader, name, case, how)
         if failed is not None:
             return failed, None, False
         data, marks, last = [], [], None
@@ -289,32 +296,38 @@ class Round:
                 marks.append(last := r[0])
             elif last is not None and r[1] < last:
                 return Outcome(case, "wrong", message=f"a row beginning at {r[1]} came after "
-                               f"the progress row of {last}", how="progress"), None, False
+                               f"the progress row of {last}", how=how), None, False
             else:
                 data.append(r[1:])
         outcome = judge(case, self.data, data, oids[1:], self._oracle(case))
-        outcome.how = "progress"
+        outcome.how = how
         inside = [m for m in marks if T0 < _us(m) < self.data.end]
         if outcome.failed or not inside:
             return outcome, None, False
         at = inside[-1]
         resumed = f"dr{name[2:]}"
+        sql = case.cql(names) if how == "progress" else _over(f"dd{name[2:]}_{self.tag}")
         refused = self._declare(reader, resumed, with_progress(
-            case.cql(names), f", resume_from = '{at.isoformat(sep=' ')}'"), case, "resumed")
+            sql, f", resume_from = '{at.isoformat(sep=' ')}'"), case, again_how)
         if refused is not None:
             return outcome, self._refusal(refused), False
         reader.execute("SELECT count(*) FROM cq_queries").fetchall()     # the barrier
-        again, _, failed = self._fetch(reader, resumed, case, "resumed")
+        again, _, failed = self._fetch(reader, resumed, case, again_how)
         if failed is not None:
             return outcome, failed, True
         before = [r for r in data if r[0] < at]
         after = [r[1:] for r in again if r[0] is None]
         whole = judge(case, self.data, before + after, oids[1:], self._oracle(case))
-        whole.how = "resumed"
+        whole.how = again_how
         if not whole.failed and any(r[0] < at for r in after):
             whole = Outcome(case, "wrong", message=f"a resumed row begins before {at}",
-                            how="resumed")
+                            how=again_how)
         return outcome, whole, True
+
+
+def _over(relation: str) -> str:
+    """A cursor's query over a derived stream's or named window's rows."""
+    return f"SELECT valid_from, valid_to, * FROM {relation}"
 
 
 def with_progress(sql: str, more: str = "") -> str:
@@ -495,8 +508,8 @@ def summary(outcomes: list) -> str:
     lines = [f"{len(cursors)} queries as cursors: {sum(o.status in ACCEPTED for o in cursors)} "
              f"accepted, {sum(o.status == 'refused' for o in cursors)} refused; "
              + ", ".join(f"{sum(o.how == h for o in outcomes)} {h} readings"
-                         for h in ("derived", "window", "snapshot", "progress", "resumed",
-                                   "primed")),
+                         for h in ("derived", "derived resumed", "window", "snapshot",
+                                   "progress", "resumed", "primed")),
              f"{len(outcomes)} readings: {sum(count[k] for k in ACCEPTED)} accepted "
              f"({count['ok']} right at every instant, {count['errored']} ending with the "
              f"error SQL gives), {count['refused']} refused, "

@@ -1,0 +1,85 @@
+"""Derived streams read through their own query: a continuous query over derived streams whose
+rows are a function of their streams' archive plans their queries in their place, as PostgreSQL
+reads a view, when that makes it a query that can go on from a watermark (``resume``). It is
+then primed from the archive, goes on after a crash and resumes from a progress row as a query
+over those streams does; its answer at each instant is the same, since a derived stream's rows
+valid then are its query's answer then."""
+from __future__ import annotations
+
+from dialect.errors import PlanError
+from dialect.planner import plan, query_engine
+from executor import plan as P
+
+from gateway.archive import resume
+from gateway.pgwire import errors as E
+from gateway.streams.registry import SessionCatalog
+
+# windows whose tuples hold from when the derived stream's query started: its rows then depend
+# on that instant, not on the archive alone
+_FROM_ITS_START = (P.UnboundedWindow, P.IntervalWindow)
+
+
+def derived_read(node) -> set:
+    """The derived streams a plan reads as streams of their rows."""
+    out = {node.name} if isinstance(node, P.WindowRelationScan) and node.kind == "derived" \
+        else set()
+    for c in P.children(node):
+        out |= derived_read(c)
+    return out
+
+
+def inlined(ctx, p: P.Plan, replan) -> tuple | None:
+    """(the plan ``replan(keys)`` makes with the derived streams ``p`` reads planned in their
+    place, how it resumes), or None when ``p`` reads none; the reason (0A000, 55000) when one
+    of them is not a function of the archive or that plan still cannot go on."""
+    keys: set = set()
+    for name in sorted(derived_read(p.root)):
+        keys |= _inlineable(ctx, name)
+    if not keys:
+        return None
+    q = replan(frozenset(keys))
+    return q, resume.resumable(ctx.services.streams, q)
+
+
+def _inlineable(ctx, name: str) -> set:
+    """The keys of derived stream ``name`` and of those its query reads, when its rows from
+    any instant on are a function of its streams' archive: its query can go on from a
+    watermark, looks back no further than its windows, keeps no tuple from when it started
+    and reads neither now() nor the rows' intervals as columns. Else why not (0A000, 55000)."""
+    reg = ctx.services.streams
+    obj = reg.by_relation(name, kinds=("derived",))
+    tree = obj.query()
+    try:
+        if query_engine(tree) == "spark":
+            raise _not(name, "it runs on Spark, whose rows are not kept",
+                       "Resume a query over a derived stream the back end runs.")
+        inner = plan(tree, SessionCatalog(reg, ctx.columns), joins_in_order=True)
+        keys: set = set()
+        for below in sorted(derived_read(inner.root)):
+            keys |= _inlineable(ctx, below)
+        if keys:
+            inner = plan(tree, SessionCatalog(reg, ctx.columns, frozenset(keys)),
+                         joins_in_order=True)
+    except PlanError as e:          # (what it reads changed since it was made)
+        raise _not(name, e.message, e.hint or "") from None
+    if P.contains(inner.root, lambda n: isinstance(n, P.Window) and isinstance(
+            n.window, _FROM_ITS_START)):
+        raise _not(name, "it holds tuples from when its own query started ([UNBOUNDED], or a "
+                   "stream read without a window)", "Give the stream a window that reaches "
+                   "back (RANGE, SLIDE) or [NOW] in the derived stream's query.")
+    if inner.pseudo:
+        raise _not(name, "its rows' intervals are columns of it",
+                   "Read valid_from and valid_to of the cursor's own rows instead.")
+    try:
+        again = resume.resumable(reg, inner)
+    except E.PgError as e:
+        raise _not(name, e.message.removeprefix(resume.CANNOT), e.hint, e.sqlstate) from None
+    if again.horizon_us:
+        raise _not(name, "its pattern's matches began when its own query started",
+                   "Resume a query with the pattern over the streams themselves.")
+    return keys | {obj.key}
+
+
+def _not(name: str, why: str, hint: str, sqlstate: str = "0A000") -> E.PgError:
+    return E.PgError(f'{resume.CANNOT}it reads derived stream "{name}", whose rows are not '
+                     f"a function of the archive: {why}", sqlstate=sqlstate, hint=hint)
