@@ -12,6 +12,16 @@ it. The size of that checkpoint on disk is reported too.
     python bench/recovery.py [--windows 10,60,300] [--rates 1000,10000] [--keys 100]
                              [--checkpoints off,1]
 
+What checkpoints cost: with ``--throughput SECONDS``, the same cursor reads each rate for that
+many seconds of wall time (event time keeps pace, ten COPYs a second), with no crash: the back
+end's and the gateway's CPU per tuple, the checkpoints written and the cursor's lag after the
+last COPY, for each checkpoint interval in the same run. (At full speed the back end is
+behind, and the clearinghouse holds BOUNDARYs back until it catches up, so no checkpoint
+would be taken: a checkpoint stands at a BOUNDARY.)
+
+    python bench/recovery.py --throughput 30 --windows 10,60 --rates 20000
+                             [--checkpoints off,1,0.2]
+
 Prints one JSON record per run and a table; asserts nothing (benchmarks are not tests).
 """
 from __future__ import annotations
@@ -161,6 +171,66 @@ def run(window_s: int, rate: int, keys: int, interval: float | None = None) -> d
             srv.stop()
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(window_s: int, rate: int, keys: int, seconds: int,
+               interval: float | None = None) -> dict:
+    """The cursor reading ``rate`` tuples a second for ``seconds`` of wall time (event time
+    keeps pace: 10 COPYs a second), with checkpoints every ``interval`` seconds (None: off):
+    the back end's CPU per tuple, the checkpoints written and how long after the last COPY
+    the cursor's answer passed the end (its lag)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data")
+        srv = ServerProcess(data, *(("--checkpoint-interval", str(interval))
+                                    if interval else ()))
+        try:
+            lines = _csv(rate, keys, 0, seconds, 1).splitlines(keepends=True)
+            steps = seconds * 10
+            chunks = [b"".join(lines[i * len(lines) // steps:(i + 1) * len(lines) // steps])
+                      for i in range(steps)]
+            with psycopg.connect(srv.dsn, autocommit=True) as admin:
+                admin.execute("CREATE STREAM m (k INT, v DOUBLE, t TIMESTAMP TIMESTAMPCOLUMN) "
+                              "TYPE ARCHIVED")
+                drain = Drain(srv.dsn, f"SELECT k, COUNT(*) AS n, SUM(v) AS s FROM m "
+                                       f"[RANGE '{window_s} seconds'] GROUP BY k")
+                backend = _backend_pid(srv)
+                cpu, gateway = _cpu_s(backend), _cpu_s(srv.proc.pid)
+                started = time.perf_counter()
+                for i, chunk in enumerate(chunks):
+                    time.sleep(max(0.0, started + i / 10 - time.perf_counter()))
+                    with admin.cursor().copy("COPY m FROM STDIN") as cp:
+                        cp.write(chunk)
+                fed = time.perf_counter()
+                end = T0 + dt.timedelta(seconds=seconds)
+                admin.execute(f"ALTER STREAM m ADVANCE TO '{end}'")
+                _caught_up(admin, end)
+                lag = time.perf_counter() - fed
+                cpu, gateway = _cpu_s(backend) - cpu, _cpu_s(srv.proc.pid) - gateway
+                drain.seen.set()
+                folder = os.path.join(data, "checkpoints")
+                saved = [p for q in (os.listdir(folder) if os.path.isdir(folder) else ())
+                         if (p := checkpoints.latest(os.path.join(folder, q)))]
+                # (a checkpoint's name is its number, in the order written)
+                written = sum(int(os.path.basename(p)) for p in saved)
+                size = sum(os.path.getsize(os.path.join(p, f)) for p in saved
+                           for f in os.listdir(p))
+            n = len(lines)
+            return {"measurement": "checkpoint_cost", "window_s": window_s, "rate": rate,
+                    "keys": keys, "tuples": n, "seconds": seconds,
+                    "backend_cpu_us_per_tuple": round(cpu / n * 1e6, 2),
+                    "gateway_cpu_us_per_tuple": round(gateway / n * 1e6, 2),
+                    "lag_s": round(lag, 2), "checkpoint_interval_s": interval,
+                    "checkpoints_written": written, "checkpoint_bytes": size or None,
+                    "machine": platform.machine(), "cores": os.cpu_count()}
+        finally:
+            srv.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,7 +239,13 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--checkpoints", default="off,1",
                     help="checkpoint intervals to compare, seconds (off: none)")
+    ap.add_argument("--throughput", type=int, default=0, metavar="SECONDS",
+                    help="measure what checkpoints cost instead: each rate for that many "
+                         "seconds, no crash")
     args = ap.parse_args()
+    if args.throughput:
+        _costs(args)
+        return
     records = []
     for w in (int(x) for x in args.windows.split(",")):
         for r in (int(x) for x in args.rates.split(",")):
@@ -185,6 +261,27 @@ def main() -> None:
         print(f"{rec['window_s']:>7}s {rec['rate']:>8} {rec['archived_tuples_in_window']:>17,} "
               f"{rec['state_rows']:>11,} {f'every {every:g} s' if every else 'off':>12} "
               f"{f'{size / 1e6:.1f}' if size else '-':>14} {rec['recovery_s']:>11}")
+
+
+def _costs(args) -> None:
+    records = []
+    for w in (int(x) for x in args.windows.split(",")):
+        for r in (int(x) for x in args.rates.split(",")):
+            for c in args.checkpoints.split(","):
+                rec = throughput(w, r, args.keys, args.throughput,
+                                 None if c == "off" else float(c))
+                print(json.dumps(rec), flush=True)
+                records.append(rec)
+    print(f"\n{'window':>8} {'rate':>8} {'tuples':>11} {'checkpoints':>12} "
+          f"{'back end µs/tuple':>18} {'gateway µs/tuple':>17} {'lag s':>6} {'written':>8} "
+          f"{'checkpoint MB':>14}")
+    for rec in records:
+        every, size = rec["checkpoint_interval_s"], rec["checkpoint_bytes"]
+        print(f"{rec['window_s']:>7}s {rec['rate']:>8} {rec['tuples']:>11,} "
+              f"{f'every {every:g} s' if every else 'off':>12} "
+              f"{rec['backend_cpu_us_per_tuple']:>18} {rec['gateway_cpu_us_per_tuple']:>17} "
+              f"{rec['lag_s']:>6} {rec['checkpoints_written']:>8} "
+              f"{f'{size / 1e6:.1f}' if size else '-':>14}")
 
 
 if __name__ == "__main__":
