@@ -156,6 +156,7 @@ def test_a_snapshot_reading_a_stream_through_a_range_and_a_rows_window_reads_its
 
 @pytest.mark.parametrize("query, first", [
     ("SELECT count(*), valid_from, valid_to FROM {s} [RANGE '2 seconds']", (0,)),
+    ("SELECT count(*), valid_from, valid_to FROM {s} [NOW]", (0,)),
     ("SELECT median(v), valid_from, valid_to FROM {s} [RANGE '5 seconds']", (None,)),
     ("SELECT {t}.z, valid_from, valid_to FROM {s} [RANGE '3 seconds'] FULL JOIN {t} USING (k)",
      (-1,)),
@@ -181,6 +182,46 @@ def test_a_query_primed_where_its_archive_holds_nothing_answers_from_its_start(
         admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(8)}")
         cur.execute("FETCH ALL FROM c WITH (timeout = '5s')")
         assert cur.fetchall() == [(*first, at(5), at(8))]
+
+
+def _joined(rows: list) -> list:
+    """(value, valid_from, valid_to) rows in order, a row split at a BOUNDARY made one."""
+    out: list = []
+    for v, start, end in rows:
+        if out and out[-1][0] == v and out[-1][2] == start:
+            out[-1] = (v, out[-1][1], end)
+        else:
+            out.append((v, start, end))
+    return out
+
+
+def test_a_now_window_declared_while_its_stream_stands_still_answers_from_its_start(server):
+    """[NOW] reaches back to its start's own instant: declared while the stream stands still
+    at a tuple's instant, the cursor counts that tuple there and then answers COUNT(*) = 0
+    until the next tuple, as SQL on each snapshot does, rather than from the stream's next
+    BOUNDARY (found by the differential tester's primed readings)."""
+    s = unique("still")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "TYPE ARCHIVED")
+        admin.execute(f"INSERT INTO {s} VALUES (0, 1, {lit(3)}), (0, 2, {lit(5)})")
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(5)}")
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT count(*), valid_from, valid_to FROM {s} "
+                    "[NOW]")
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(8)}")
+        admin.execute(f"INSERT INTO {s} VALUES (0, 3, {lit(9)})")
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")
+        rows: list = []
+        while not rows or rows[-1][2] < at(10):
+            cur.execute("FETCH ALL FROM c WITH (timeout = '5s')")
+            more = cur.fetchall()
+            assert more, rows
+            rows += more
+        µs = dt.timedelta(microseconds=1)
+        assert _joined(rows) == [(1, at(5), at(5) + µs), (0, at(5) + µs, at(9)),
+                                 (1, at(9), at(9) + µs), (0, at(9) + µs, at(10))]
 
 
 @pytest.mark.parametrize("where", ["", "WHERE v % 2 = 0"])

@@ -48,6 +48,8 @@ def _inlineable(ctx, name: str) -> set:
     and reads neither now() nor the rows' intervals as columns. Else why not (0A000, 55000)."""
     reg = ctx.services.streams
     obj = reg.by_relation(name, kinds=("derived",))
+    if obj is None:                 # (dropped while the query was planned)
+        raise _not(name, "it no longer exists", "Declare the query again.", "42P01")
     tree = obj.query()
     try:
         if query_engine(tree) == "spark":
