@@ -288,10 +288,14 @@ def test_reach_of_a_fixed_window_is_its_low_end_whatever_the_start():
     assert _kept(w, 50 * S) is not None and _kept(w, 50 * S - 1) is None
 
 
-@pytest.mark.parametrize("w", [P.UnboundedWindow(), P.NowWindow(), P.RowsWindow(3),
-                               P.IntervalWindow()])
+@pytest.mark.parametrize("w", [P.UnboundedWindow(), P.RowsWindow(3), P.IntervalWindow()])
 def test_windows_that_start_with_the_query_reach_nothing(w):
     assert not w.reaches_back and w.reach(100 * S) is None
+
+
+def test_a_now_window_reaches_back_to_its_starts_own_instant():
+    w = P.NowWindow()
+    assert w.reaches_back and w.reach(100 * S) == 100 * S and w.reach(None) is None
 
 
 @pytest.mark.parametrize("loop, st, edge", [(FORWARD, 100 * S, 96 * S),

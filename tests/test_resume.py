@@ -659,8 +659,9 @@ def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(
     shows it, its rows are those of the same query over the stream, and it resumes from a
     progress row. One whose rows hold from when its own query started, or whose window does
     not reach back, is refused resume_from with the reason (0A000, a hint), the session
-    going on, and is still read as it was. A derived stream read through its query has that
-    cursor among its readers (DROP: 2BP01)."""
+    going on, and is still read as it was; so is one whose stream the query also reads
+    another way. A derived stream read through its query has that cursor among its readers
+    (DROP: 2BP01; CASCADE ends it, 57014)."""
     r, q = unique("ir"), unique("iq")
     make_streams(server.dsn, r, q)
     d, dd, held, rows3 = (unique(p) for p in ("id", "idd", "iu", "iw"))
@@ -675,6 +676,10 @@ def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(
         assert not any(f"derived {d}" in x or f"derived {dd}" in x for x in lines), lines
         assert any(f"derived {held}" in x for x in c.execute(f"EXPLAIN SELECT * FROM {held}")
                    .fetchall()[-1])
+        # read through its query, the stream's other read would be primed too: not so
+        mixed = [x for (x,) in c.execute(f"EXPLAIN SELECT node, temp FROM {d} UNION ALL "
+                                         f"SELECT node, temp FROM {r} WHERE temp > 100")]
+        assert any(f"derived {d}" in x for x in mixed), mixed
         for rel, words in ((held, "from when its own query started"), (rows3, "RowsWindow")):
             with pytest.raises(psycopg.Error) as e:
                 c.execute(f"SELECT * FROM {rel} WITH (progress = true, resume_from = '{T0}')")
@@ -693,6 +698,17 @@ def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(
         with pytest.raises(psycopg.Error) as e:
             c.execute(f"DROP STREAM {dd}")
         assert e.value.sqlstate == "2BP01" and "running queries read it" in str(e.value)
+        c.execute(f"DROP STREAM {dd} CASCADE")          # and ends it
+    with pytest.raises(psycopg.Error) as e:
+        first.poll()
+    assert e.value.sqlstate == "57014" and "dropped" in str(e.value), str(e.value)
+    with psycopg.connect(server.dsn, autocommit=True) as c:    # SELECT * over a wider stream
+        star = unique("is")
+        c.execute(f"CREATE STREAM {star} AS SELECT * FROM {q} [RANGE '1 second']")
+        c.execute(f"ALTER STREAM {q} ADD COLUMN x INT")
+        with pytest.raises(psycopg.Error) as e:
+            c.execute(f"SELECT * FROM {star} WITH (progress = true, resume_from = '{T0}')")
+        assert e.value.sqlstate == "0A000" and "other columns" in str(e.value), str(e.value)
 
 
 def test_progress_rows_need_room_for_the_intervals(server):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from executor import plan as P
+
 from gateway.clearinghouse.slack import NO_TIME, micros
 
 
@@ -34,6 +36,35 @@ class History:
         if self.reach_us is None or seam is None:
             return None
         return seam - self.reach_us
+
+
+def primed_streams(root) -> set:
+    """The streams a plan reads through a window that reaches back (its priming reads their
+    archive)."""
+    return {s.stream.lower() for s in _scans(root, True)}
+
+
+def unprimed_scans(root) -> list:
+    """The stream scans a plan reads other than through a window that reaches back: a window
+    that starts with its query ([UNBOUNDED], ROWS, a session), a pattern's events. Priming
+    gives every read of a stream its history, these too."""
+    return _scans(root, False)
+
+
+def _scans(root, primed: bool) -> list:
+    warm, every = set(), []
+
+    def visit(node):
+        if isinstance(node, P.Window) and node.window.reaches_back:
+            scan = P.scan_under(node.input)
+            if scan is not None:
+                warm.add(id(scan))
+        if isinstance(node, P.StreamScan):
+            every.append(node)
+        for c in P.children(node):
+            visit(c)
+    visit(root)
+    return [s for s in every if (id(s) in warm) == primed]
 
 
 async def start_primed(services, histories: list, start, since: int | None = None):

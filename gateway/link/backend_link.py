@@ -608,7 +608,17 @@ class BackendLink:
         """The running queries that read any of the streams or named relations ``names``
         (lower case)."""
         names = set(names)
-        return [live for live in self.running() if live.streams & names and not live.ended]
+        return [live for live in self.running()
+                if (live.streams | live.through) & names and not live.ended]
+
+    def dropped_relation(self, name: str) -> None:
+        """Derived stream ``name`` was dropped: the queries that read it through its query
+        end as the back end ends a dropped stream's readers."""
+        for live in self.running():
+            if name in live.through and not live.ended:
+                self.end_query(live.qid, f"failed: stream {name} was dropped")
+                live.failure = f'stream "{name}" was dropped'
+                live.finish(E.PgError(live.failure, sqlstate="57014"))
 
     def forget(self, qid: int) -> None:
         """A query that already ended leaves the registry of running ones."""

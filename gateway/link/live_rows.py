@@ -67,6 +67,9 @@ class LiveRows:
         self.error = None
         self.failure: str | None = None   # why the back end stopped it
         self.streams: set = set()         # the streams and named relations it reads
+        # derived streams it reads through their query (streams.inlining): its plan names
+        # their streams instead, so the back end does not end it when one is dropped
+        self.through: frozenset = frozenset()
         self.notices: list = []           # (severity, sqlstate, message) for its next FETCH
         self._changed = asyncio.Event()
         self._encode = None               # rows that still come typed -> ENCODED rows

@@ -400,6 +400,7 @@ def _stop(services, obj: StreamObject) -> None:
     if obj.kind in NOT_RELATIONS:
         return
     link.drop_stream(obj.relation().name)
+    link.dropped_relation(obj.relation().name.lower())
     services.spark_streams.drop_stream(obj.relation().name)
     services.ingest.forget(obj.relation().name)
     if obj.kind == "stream" and obj.archived:

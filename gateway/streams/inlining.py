@@ -11,6 +11,7 @@ from dialect.planner import plan, query_engine
 from executor import plan as P
 
 from gateway.archive import resume
+from gateway.archive.priming import primed_streams, unprimed_scans
 from gateway.pgwire import errors as E
 from gateway.streams.registry import SessionCatalog
 
@@ -30,14 +31,24 @@ def derived_read(node) -> set:
 
 def inlined(ctx, p: P.Plan, replan) -> tuple | None:
     """(the plan ``replan(keys)`` makes with the derived streams ``p`` reads planned in their
-    place, how it resumes), or None when ``p`` reads none; the reason (0A000, 55000) when one
-    of them is not a function of the archive or that plan still cannot go on."""
+    place, how it resumes), or None when ``p`` reads none, or that plan would read one of
+    their streams also another way (so not give the same rows); the reason (0A000, 55000)
+    when one of them is not a function of the archive or that plan still cannot go on."""
     keys: set = set()
     for name in sorted(derived_read(p.root)):
         keys |= _inlineable(ctx, name)
     if not keys:
         return None
-    q = replan(frozenset(keys))
+    try:
+        q = replan(frozenset(keys))
+    except E.PgError:               # (written over the stream, the query is not one)
+        return None
+    # priming gives every read of a stream its history: a read of one of those streams that
+    # starts with the query (its own [UNBOUNDED], ROWS, a pattern) would get tuples from
+    # before the cursor started, which the running derived stream never gives it
+    if q.mode != p.mode or primed_streams(q.root) & {
+            s.stream.lower() for s in unprimed_scans(q.root)}:
+        return None
     return q, resume.resumable(ctx.services.streams, q)
 
 
@@ -72,6 +83,9 @@ def _inlineable(ctx, name: str) -> set:
     if inner.pseudo:
         raise _not(name, "its rows' intervals are columns of it",
                    "Read valid_from and valid_to of the cursor's own rows instead.")
+    if [c.name.lower() for c in inner.output] != [c[0].lower() for c in obj.visible_columns]:
+        raise _not(name, "its query now gives other columns than it was made with (a stream "
+                   "it reads gained one)", "Create the derived stream again.")
     try:
         again = resume.resumable(reg, inner)
     except E.PgError as e:

@@ -20,7 +20,7 @@ from executor import plan as P
 
 from gateway.archive import past_queries as archive_query
 from gateway.archive import resume
-from gateway.archive.priming import History, start_primed
+from gateway.archive.priming import History, start_primed, unprimed_scans
 from gateway.pgwire import errors as E
 from gateway.pgwire import types as T
 from gateway.pgwire.results import Field, Rows
@@ -319,11 +319,18 @@ def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = No
     primed from the archive, from where the window's ``reach`` says:
     a fixed window's edge is known now, the others' once the seam (the query's start) is.
     ``every_since``: the windows that do not reach back read the archive from that instant
-    (a sink's creation, which it starts again from)."""
+    (a sink's creation, which it starts again from). A [NOW] window, which reaches back
+    only to its start's instant, is not primed where the plan reads its stream another way
+    too (priming gives every read of a stream its history)."""
     out, reg = [], ctx.services.streams
+    cold = {s.stream.lower() for s in unprimed_scans(p.root)} if every_since is None \
+        else set()
 
     def visit(node):
         scan = P.scan_under(node.input) if isinstance(node, P.Window) else None
+        if scan is not None and isinstance(node.window, P.NowWindow) and \
+                scan.stream.lower() in cold:
+            scan = None
         if scan is not None and (node.window.reaches_back or every_since is not None):
             obj = reg.by_relation(scan.stream, kinds=("stream",))
             if obj is not None and obj.archived:
@@ -344,23 +351,9 @@ def whole_archive(ctx: StatementContext, p: P.Plan, read: set) -> list:
     window, [UNBOUNDED], a pattern), read whole. Every reader of a stream sees the same
     tuples, and those readers need all of them, not only the other window's reach (alone,
     they read the back end's recent tuples)."""
-    reaching, others, reg = set(), [], ctx.services.streams
-
-    def visit(node):
-        if isinstance(node, P.Window) and (node.window.reaches_back or
-                                           isinstance(node.window, P.NowWindow)):
-            scan = P.scan_under(node.input)     # ([NOW] needs only the instant's tuples)
-            if scan is not None:
-                reaching.add(id(scan))
-        if isinstance(node, P.StreamScan):
-            others.append(node)
-        for c in P.children(node):
-            visit(c)
-
-    visit(p.root)
-    out = []
-    for scan in others:
-        if id(scan) in reaching or scan.stream.lower() not in read:
+    out, reg = [], ctx.services.streams
+    for scan in unprimed_scans(p.root):
+        if scan.stream.lower() not in read:
             continue
         obj = reg.by_relation(scan.stream, kinds=("stream",))
         out.append(History(scan.stream, obj.key, obj.timestamp_column,
