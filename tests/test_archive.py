@@ -184,6 +184,18 @@ def test_a_query_primed_where_its_archive_holds_nothing_answers_from_its_start(
         assert cur.fetchall() == [(*first, at(5), at(8))]
 
 
+def _fetched_past(cur, end: dt.datetime, column: int) -> list:
+    """Cursor c's rows, fetched until the last one's valid_to (its ``column``) is ``end`` or
+    later."""
+    rows: list = []
+    while not rows or rows[-1][column] is None or rows[-1][column] < end:
+        cur.execute("FETCH ALL FROM c WITH (timeout = '5s')")
+        more = cur.fetchall()
+        assert more, rows
+        rows += more
+    return rows
+
+
 def _joined(rows: list) -> list:
     """(value, valid_from, valid_to) rows in order, a row split at a BOUNDARY made one."""
     out: list = []
@@ -213,12 +225,7 @@ def test_a_now_window_declared_while_its_stream_stands_still_answers_from_its_st
         admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(8)}")
         admin.execute(f"INSERT INTO {s} VALUES (0, 3, {lit(9)})")
         admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")
-        rows: list = []
-        while not rows or rows[-1][2] < at(10):
-            cur.execute("FETCH ALL FROM c WITH (timeout = '5s')")
-            more = cur.fetchall()
-            assert more, rows
-            rows += more
+        rows = _fetched_past(cur, at(10), 2)
         µs = dt.timedelta(microseconds=1)
         assert _joined(rows) == [(1, at(5), at(5) + µs), (0, at(5) + µs, at(9)),
                                  (1, at(9), at(9) + µs), (0, at(9) + µs, at(10))]
@@ -244,13 +251,7 @@ def test_a_window_reaching_into_the_past_starts_from_the_archive(server, where):
         for v, t in after:
             admin.execute(f"INSERT INTO {s} VALUES (0, {v}, {lit(t)})")
         admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(30)}")
-        cur.execute("FETCH ALL FROM c WITH (timeout = '5s')")
-        rows = cur.fetchall()
-        while rows[-1][3] is None or rows[-1][3] < at(30):
-            cur.execute("FETCH ALL FROM c WITH (timeout = '5s')")
-            more = cur.fetchall()
-            assert more, rows
-            rows += more
+        rows = _fetched_past(cur, at(30), 3)
         everything = duckdb.sql("SELECT * FROM (VALUES " + ", ".join(
             f"({v}, TIMESTAMP '{at(t).isoformat(sep=' ')}')" for v, t in before + after)
             + ") AS x(v, t)")

@@ -443,7 +443,7 @@ class Session:
                 bounds=self.ctx.result_bounds(), resumption=resumption,
                 resume=resume_from is not None,
                 upto=seams(self.services, res.resumable) if resume_from is not None else None)
-            live.through = res.reads    # the derived streams it reads through their query
+            live.through = res.through  # the derived streams it reads through their query
             return live
         if res.history:        # windows reaching into an archive start primed
             return await start_primed(self.services, list(res.history), start, resume_from)

@@ -181,7 +181,7 @@ class Planned:
     spark: spark_plans.Shape | None = None
     delivery: Delivery = Delivery()
     resumable: resume.Resumable | None = None   # how it goes on after a crash (None: it cannot)
-    reads: frozenset = frozenset()  # derived streams it reads through their query (inlining)
+    through: frozenset = frozenset()    # derived streams it reads through their query
 
 
 def spark_shape_for(ctx: StatementContext, tree, p: P.Plan) -> spark_plans.Shape | None:
@@ -302,14 +302,14 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
     if how.progress:
         fields, schema = with_progress(fields, schema)
     # (a DROP of a derived stream read through its query still finds this query reading it)
-    reads = frozenset(n.lower() for n in inlining.derived_read(written.root)) \
+    through = frozenset(n.lower() for n in inlining.derived_read(written.root)) \
         if p is not written else frozenset()
     if how.resume_from is not None:
         return Planned(p, fields, schema, {}, tuple(again.histories(
             ctx.services.streams, how.resume_from)), delivery=how, resumable=again,
-            reads=reads)
+            through=through)
     return Planned(p, fields, schema, tables_of(ctx, p), archive_reach(ctx, p), delivery=how,
-                   resumable=again, reads=reads)
+                   resumable=again, through=through)
 
 
 def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = None) -> tuple:
