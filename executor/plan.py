@@ -86,6 +86,15 @@ class StreamScan:
     of_table: bool = False
     arrival: bool = False         # in arrival order, before the stream's slack (QJoin reads)
     proctime: bool = False        # stamped with its arrival time (ts: PROCTIME_COLUMN)
+    # a named window's or derived stream's read that starts with its query ([UNBOUNDED],
+    # ROWS, a session, a pattern): the first event time it reads, where that query began
+    # (started again, or read through its query, it holds the rows it held); earlier tuples
+    # given to it are not its own
+    born_us: int | None = None
+
+
+# born_us of a stream that had no tuple yet when the query began: every tuple is its own
+EVER = -(2 ** 62)
 
 
 @dataclass(frozen=True)
@@ -452,7 +461,8 @@ _LABELS = {
     + (f" [ts {n.timestamp_column}, te {n.end_column}]" if n.end_column
        else f" [ts {n.timestamp_column}]" if n.timestamp_column and not n.proctime else "")
     + (" in arrival order" if n.arrival else "")
-    + (" by arrival time" if n.proctime else ""),
+    + (" by arrival time" if n.proctime else "")
+    + (f" from {_timestamp_text(n.born_us)}" if n.born_us not in (None, EVER) else ""),
     TableScan: lambda n: f"table {n.table}" + (f" as {n.alias}" if n.alias != n.table else "")
     + " (time-tabular)",
     WindowRelationScan: lambda n: f"{n.kind} {n.name}"
@@ -647,6 +657,29 @@ def _names_read(node, name_of) -> set:
     for c in children(node):
         out |= _names_read(c, name_of)
     return out
+
+
+def with_children(node, kids: tuple):
+    """``node`` over ``kids`` (as ``children`` gives them) in place of its own."""
+    if isinstance(node, (Join, Difference, Intersection, QualityJoin)):
+        return dataclasses.replace(node, left=kids[0], right=kids[1])
+    if isinstance(node, (Union_, Pattern, SnapshotQuery)):
+        return dataclasses.replace(node, inputs=tuple(kids))
+    return dataclasses.replace(node, input=kids[0]) if kids else node
+
+
+def born_from(node, births: dict):
+    """``node`` with each stream read that starts with its query (not under a window that
+    reaches back, nor born already) reading from ``births[stream]`` (lower-case names) on."""
+    if isinstance(node, StreamScan):
+        born = births.get(node.stream.lower())
+        return node if born is None or node.born_us is not None else \
+            dataclasses.replace(node, born_us=born)
+    if isinstance(node, Window) and node.window.reaches_back and \
+            scan_under(node.input) is not None:
+        return node             # (filled from the archive by its reach at each start)
+    kids = children(node)
+    return with_children(node, tuple(born_from(c, births) for c in kids)) if kids else node
 
 
 def children(node) -> tuple:

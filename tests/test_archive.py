@@ -307,6 +307,44 @@ def test_after_a_restart_named_queries_resume_from_the_archive(tmp_path):
         srv.stop()
 
 
+def test_after_a_restart_derived_streams_hold_what_they_read_since_their_birth(tmp_path):
+    """A derived stream over [UNBOUNDED] and a named window over [ROWS 3] keep where their
+    queries began (the stream's watermark then): after a restart they read the archive from
+    there, so the tally counts the tuples since it was created and no earlier one, and the
+    window holds its last three; a cursor over the tally, declared after the restart, starts
+    with the rows valid then and EXPLAIN shows the instant it reads from."""
+    data = str(tmp_path / "data")
+    srv = ServerProcess(data)
+    try:
+        with psycopg.connect(srv.dsn, autocommit=True) as c:
+            c.execute("CREATE STREAM trips (v INT, t TIMESTAMP TIMESTAMPCOLUMN) TYPE ARCHIVED "
+                      "WITH (fragment = '5 seconds')")
+            for v in range(1, 4):                       # before the tally and the window
+                c.execute(f"INSERT INTO trips VALUES ({v}, {lit(v)})")
+            c.execute("CREATE STREAM tally AS SELECT count(*) AS n, sum(v) AS total FROM trips")
+            c.execute("CREATE WINDOW last3 AS SELECT v FROM trips [ROWS 3]")
+            for v in range(4, 11):
+                c.execute(f"INSERT INTO trips VALUES ({v}, {lit(v)})")
+    finally:
+        srv.stop()
+    srv = ServerProcess(data)
+    try:
+        with psycopg.connect(srv.dsn, autocommit=True) as admin, \
+                psycopg.connect(srv.dsn) as conn:
+            plan = [x for (x,) in admin.execute("EXPLAIN SELECT n, total FROM tally")]
+            born = (at(3) + dt.timedelta(microseconds=1)).isoformat(sep=" ")
+            assert any(f"stream trips [ts t] from {born}" in x for x in plan), plan
+            assert sorted(admin.execute("SELECT v FROM last3").fetchall()) == [(8,), (9,), (10,)]
+            cur = conn.cursor()
+            cur.execute("DECLARE r CURSOR FOR SELECT n, total FROM tally")
+            admin.execute(f"INSERT INTO trips VALUES (11, {lit(11)})")
+            admin.execute(f"ALTER STREAM trips ADVANCE TO {lit(30)}")
+            cur.execute("FETCH 2 FROM r WITH (timeout = '10s')")
+            assert cur.fetchall() == [(7, sum(range(4, 11))), (8, sum(range(4, 12)))]
+    finally:
+        srv.stop()
+
+
 def test_recompute_answers_what_late_tuples_changed(server):
     """Live processing skips tuples later than the slack; RECOMPUTE runs the query over the
     archive as though they had come in time. Each recomputed row is checked against DuckDB

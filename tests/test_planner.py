@@ -2,13 +2,15 @@
 are SQL), every error case with its SQLSTATE and message, serialisation, routing."""
 import os
 
+import pyarrow as pa
 import pytest
 import sqlglot
 
 import dialect  # noqa: F401
 from dialect import errors as DE
-from dialect.planner import explain, is_continuous, plan, timestamp_us
+from dialect.planner import Relation, explain, is_continuous, plan, timestamp_us
 from executor import plan as P
+from executor.operators.scan import Scan
 from gateway.spark_engine import translate as spark_plans
 from planner_catalog import seed_catalog
 
@@ -192,3 +194,42 @@ def test_an_integer_division_is_one_on_every_engine():
     assert halved.expr.sql == '"sensors.airtemp" / 2'
     assert spark_plans.spark_sql(half.expr) == "`sensors.node` DIV 2"
     spark_plans.check(p)             # and Spark runs it
+
+
+def test_a_view_with_births_reads_the_streams_that_start_with_it_from_there():
+    """A derived stream read through its query (a view with births): its reads that start
+    with its query ([ROWS]) read from its birth, its window that reaches back and the outer
+    query's own read do not; the plan keeps that through the plan queue's JSON, EXPLAIN
+    shows it, and the scan gives none of the tuples before it."""
+    cat = seed_catalog()
+    cat.add(Relation("last3", "view", (("node", "INT"), ("airtemp", "REAL")),
+                     query="SELECT node, airtemp FROM sensors [ROWS 3] UNION ALL "
+                           "SELECT node, airtemp FROM sensors [RANGE '1 minute']",
+                     born=(("sensors", 5_000_000),)))
+    p = plan(sqlglot.parse_one("SELECT node FROM last3 UNION ALL SELECT node FROM sensors",
+                               read="cql"), cat, now_us=NOW)
+    scans = []
+
+    def visit(node, under):
+        if isinstance(node, P.StreamScan):
+            scans.append((under, node.born_us))
+        for c in P.children(node):
+            visit(c, type(node.window).__name__ if isinstance(node, P.Window) else under)
+    visit(p.root, None)
+    assert sorted(scans, key=str) == sorted([("RowsWindow", 5_000_000), ("RangeWindow", None),
+                                             ("UnboundedWindow", None)], key=str), scans
+    assert P.from_json(P.to_json(p)) == p
+    assert any("stream sensors [ts tcqtime] from 1970-01-01 00:00:05" in ln
+               for ln in explain(p)), explain(p)
+    rows3 = next(n for n in _walk(p.root) if isinstance(n, P.StreamScan) and n.born_us)
+    batch = pa.record_batch({"node": [1, 2, 3], "airtemp": [1.0, 2.0, 3.0],
+                             "tcqtime": pa.array([4_000_000, 5_000_000, 6_000_000],
+                                                 pa.timestamp("us"))})
+    out = Scan(rows3).transform(batch)
+    assert out.column(f"{rows3.alias}.node").to_pylist() == [2, 3]
+
+
+def _walk(node):
+    yield node
+    for c in P.children(node):
+        yield from _walk(c)

@@ -323,6 +323,11 @@ KEPT = {
     "CREATE STREAM {d} AS SELECT node, temp FROM {q} [RANGE '1 second'] WHERE temp < 22": None,
     "CREATE WINDOW {w}_of_d AS SELECT node, COUNT(*) AS n, MIN(temp) AS m FROM {d} "
     "GROUP BY node": "{w}_of_d",
+    # rows from when their query began: started again from there, they hold what they held
+    "CREATE WINDOW {w}_last AS SELECT node, temp FROM {r} [ROWS 4]": "{w}_last",
+    "CREATE STREAM {d}_rows AS SELECT node, COUNT(*) AS n, MAX(temp) AS m FROM {q} [ROWS 5] "
+    "GROUP BY node": None,
+    "CREATE STREAM {d}_all AS SELECT node, temp FROM {r} WHERE temp > 23.5": None,
 }
 
 
@@ -332,6 +337,9 @@ OVER_DERIVED = {
     "derived": "SELECT node, temp, valid_from, valid_to FROM {d}",
     "over_derived": "SELECT node, COUNT(*) AS n, MIN(temp) AS m, valid_from, valid_to "
                     "FROM {d} GROUP BY node",
+    # rows from when the derived stream's query began: its query reads from there
+    "derived_rows": "SELECT node, n, m, valid_from, valid_to FROM {d}_rows",
+    "over_derived_all": "SELECT COUNT(*) AS n, valid_from, valid_to FROM {d}_all",
 }
 
 
@@ -352,7 +360,8 @@ def _read_kept(dsn: str, windows: list) -> dict:
 
 def _drop_kept(dsn: str, names: dict) -> None:
     with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute(f"DROP STREAM IF EXISTS {names['d']} CASCADE")
+        for d in ("", "_rows", "_all"):
+            c.execute(f"DROP STREAM IF EXISTS {names['d']}{d} CASCADE")
         for w in KEPT.values():
             if w is not None:
                 c.execute(f"DROP WINDOW IF EXISTS {w.format(**names)}")
@@ -655,45 +664,61 @@ def test_what_cannot_be_resumed_is_refused_at_plan_time(server, query, sqlstate,
 
 def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(server):
     """A cursor over a derived stream whose rows are a function of the archive (a window that
-    reaches back, and a derived stream over that one) runs its query in its place: EXPLAIN
-    shows it, its rows are those of the same query over the stream, and it resumes from a
-    progress row. One whose rows hold from when its own query started, or whose window does
-    not reach back, is refused resume_from with the reason (0A000, a hint), the session
-    going on, and is still read as it was; so is one whose stream the query also reads
-    another way. A derived stream read through its query has that cursor among its readers
-    (DROP: 2BP01; CASCADE ends it, 57014)."""
+    reaches back, a derived stream over that one, and reads that start with the derived
+    stream's query, [UNBOUNDED] and ROWS, which read from where it began) runs its query in
+    its place: EXPLAIN shows it, its rows are those of the same query over the stream, and
+    it resumes from a progress row. One over a stream that is not archived, or a table, is
+    refused resume_from with the reason (55000, 0A000 with a hint), the session going on; so
+    is one whose stream the query also reads another way. A derived stream read through its
+    query has that cursor among its readers (DROP: 2BP01; CASCADE ends it, 57014)."""
     r, q = unique("ir"), unique("iq")
     make_streams(server.dsn, r, q)
-    d, dd, held, rows3 = (unique(p) for p in ("id", "idd", "iu", "iw"))
+    d, dd, held, rows3, loose, tabled, t = (
+        unique(p) for p in ("id", "idd", "iu", "iw", "il", "it", "itt"))
     with psycopg.connect(server.dsn, autocommit=True) as c:
         c.execute(f"CREATE STREAM {d} AS SELECT node, temp FROM {r} [RANGE '1 second'] "
                   "WHERE temp > 22")
         c.execute(f"CREATE STREAM {dd} AS SELECT node, COUNT(*) AS n FROM {d} GROUP BY node")
         c.execute(f"CREATE STREAM {held} AS SELECT node, temp FROM {r} WHERE temp > 22")
         c.execute(f"CREATE STREAM {rows3} AS SELECT node, temp FROM {r} [ROWS 3]")
-        lines = [x for (x,) in c.execute(f"EXPLAIN SELECT * FROM {dd}")]
-        assert any(f"stream {r}" in x for x in lines), lines
-        assert not any(f"derived {d}" in x or f"derived {dd}" in x for x in lines), lines
-        assert any(f"derived {held}" in x for x in c.execute(f"EXPLAIN SELECT * FROM {held}")
-                   .fetchall()[-1])
+        c.execute(f"CREATE STREAM {loose}_s (node INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        c.execute(f"CREATE STREAM {loose} AS SELECT node FROM {loose}_s [ROWS 3]")
+        c.execute(f"CREATE TABLE {t} (node INT, label TEXT)")
+        c.execute(f"CREATE STREAM {tabled} AS SELECT x.node, l.label FROM {r} "
+                  f"[RANGE '1 second'] AS x JOIN {t} AS l ON x.node = l.node")
+        for rel in (dd, held, rows3):
+            lines = [x for (x,) in c.execute(f"EXPLAIN SELECT * FROM {rel}")]
+            assert any(f"stream {r}" in x for x in lines), lines
+            assert not any(f"derived {name}" in x for x in lines for name in (d, dd, rel)), \
+                lines
         # read through its query, the stream's other read would be primed too: not so
         mixed = [x for (x,) in c.execute(f"EXPLAIN SELECT node, temp FROM {d} UNION ALL "
                                          f"SELECT node, temp FROM {r} WHERE temp > 100")]
         assert any(f"derived {d}" in x for x in mixed), mixed
-        for rel, words in ((held, "from when its own query started"), (rows3, "RowsWindow")):
+        for rel, state, words in ((loose, "55000", f'"{loose}_s" is not archived'),
+                                  (tabled, "0A000", f"it reads table {t}")):
             with pytest.raises(psycopg.Error) as e:
                 c.execute(f"SELECT * FROM {rel} WITH (progress = true, resume_from = '{T0}')")
-            assert e.value.sqlstate == "0A000" and f'derived stream "{rel}"' in str(e.value) \
+            assert e.value.sqlstate == state and f'derived stream "{rel}"' in str(e.value) \
                 and words in str(e.value), str(e.value)
             assert e.value.diag.message_hint
             assert c.execute("SELECT 1").fetchone() == (1,)
+        for rel in (loose, tabled):
+            c.execute(f"DROP STREAM {rel}")
     over = f"SELECT node, n, valid_from, valid_to FROM {dd}"
     direct = (f"SELECT node, COUNT(*) AS n, valid_from, valid_to FROM {r} [RANGE '1 second'] "
               "WHERE temp > 22 GROUP BY node")
-    first = Resumer(server.dsn, {"over": over, "direct": direct})
+    first = Resumer(server.dsn, {
+        "over": over, "over_direct": direct,
+        "held": f"SELECT node, temp, valid_from, valid_to FROM {held}",
+        "held_direct": f"SELECT node, temp, valid_from, valid_to FROM {r} WHERE temp > 22",
+        "rows": f"SELECT node, temp, valid_from, valid_to FROM {rows3}",
+        "rows_direct": f"SELECT node, temp, valid_from, valid_to FROM {r} [ROWS 3]"})
     _fed_quietly(server, first, r, q, 13)
-    assert coalesced(first.committed["over"]) == coalesced(first.committed["direct"])
-    _resumed_midway(server, first, "over")
+    for name in ("over", "held", "rows"):
+        assert first.committed[name]
+        assert coalesced(first.committed[name]) == coalesced(first.committed[name + "_direct"])
+        _resumed_midway(server, first, name)
     with psycopg.connect(server.dsn, autocommit=True) as c:    # still a reader of dd
         with pytest.raises(psycopg.Error) as e:
             c.execute(f"DROP STREAM {dd}")

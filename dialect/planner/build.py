@@ -249,8 +249,11 @@ class Builder:
         if table_function is not None:
             query, spec = window_over_view(table_function, query, rel.name), None
         query = proctime(group_windows(query))
-        return self.subquery(exp.Subquery(this=query, alias=exp.TableAlias(
+        source = self.subquery(exp.Subquery(this=query, alias=exp.TableAlias(
             this=exp.to_identifier(alias))), spec)
+        if not rel.born:
+            return source
+        return dataclasses.replace(source, node=P.born_from(source.node, dict(rel.born)))
 
     def window_table(self, node: X.WindowTable, alias: str, rel: Relation, scan) -> Source:
         """A stream read through Flink's TUMBLE, HOP, CUMULATE or SESSION: windowed by its

@@ -20,6 +20,9 @@ class Relation:
     # repeat (SELECT a.k, b.k gives k and k_2)
     names: tuple = ()
     query: str = ""               # a view over streams: its SELECT, read where it is named
+    # a derived stream read through its query: ((stream, the first event time it reads),
+    # …) for its reads that start with it (``executor.plan.born_from``)
+    born: tuple = ()
     # a stream that follows a PostgreSQL table: the table's key, whose changes end versions
     versions: tuple = ()
 

@@ -3,6 +3,7 @@ result rows, as the internal columns ``alias.col`` plus their interval (µs)."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import plan as P
 from ..batches import TE, TS, micros
@@ -18,8 +19,12 @@ class Scan(Stateless):
         self.names = [c.name.split(".", 1)[1] for c in node.schema]
 
     def transform(self, batch):
-        cols = {f"{self.node.alias}.{n}": batch.column(n) for n in self.names}
         ts = micros(batch.column(self.node.timestamp_column))
+        if self.node.born_us is not None:   # (history from before its query began)
+            mine = pc.greater_equal(ts, self.node.born_us)
+            if not pc.all(mine).as_py():
+                batch, ts = batch.filter(mine), ts.filter(mine)
+        cols = {f"{self.node.alias}.{n}": batch.column(n) for n in self.names}
         te = micros(batch.column(self.node.end_column)) if self.node.end_column else ts
         cols[TS], cols[TE] = ts, te
         return pa.RecordBatch.from_pydict(cols)

@@ -39,15 +39,16 @@ class History:
 
 
 def primed_streams(root) -> set:
-    """The streams a plan reads through a window that reaches back (its priming reads their
-    archive)."""
+    """The streams a plan reads through a window that reaches back, or from where a named
+    window's or derived stream's query began (its priming reads their archive)."""
     return {s.stream.lower() for s in _scans(root, True)}
 
 
 def unprimed_scans(root) -> list:
-    """The stream scans a plan reads other than through a window that reaches back: a window
-    that starts with its query ([UNBOUNDED], ROWS, a session), a pattern's events. Priming
-    gives every read of a stream its history, these too."""
+    """The stream scans a plan reads other than through a window that reaches back or from a
+    birth: a window that starts with its query ([UNBOUNDED], ROWS, a session), a pattern's
+    events. Priming gives every read of a stream its history, these too (a read from a
+    birth leaves out what came before it)."""
     return _scans(root, False)
 
 
@@ -61,6 +62,8 @@ def _scans(root, primed: bool) -> list:
                 warm.add(id(scan))
         if isinstance(node, P.StreamScan):
             every.append(node)
+            if node.born_us is not None:
+                warm.add(id(node))
         for c in P.children(node):
             visit(c)
     visit(root)

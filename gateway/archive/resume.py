@@ -8,7 +8,9 @@ the archive as a new query's are; a pattern reads back its WITHIN; [NOW] and [UN
 go on as they come, under operators that keep nothing (σ, μ, ∪). Everything else (a count,
 session or loop window, a LIMIT, a table's contents, arrival order, a named window, a derived
 stream whose rows are not a function of the archive) is refused with the reason, at plan time
-(a derived stream whose rows are is read through its query: ``streams.inlining``).
+(a derived stream whose rows are is read through its query: ``streams.inlining``; there, the
+reads that start with its query read from its birth, ``born_us``, and whatever operators keep
+over them is rebuilt by reading from there again).
 """
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ class Need:
         come (a restart after a crash knows it; a client's resume does not need it, since
         progress is only reported past it). A window that reaches back was filled from the
         archive when the query started, so it is filled so again."""
+        if self.scan.born_us is not None:   # (every tuple since its derived stream began)
+            return self.scan.born_us
         started = None if started is None else started.get(self.scan.stream.lower())
         if at is None:      # (a window that reaches back saw every tuple: none came before)
             reads_all = started is None or (self.window is not None and
@@ -101,10 +105,16 @@ def resumable(streams, p: P.Plan) -> Resumable:
     def walk(node, before: int) -> bool:
         """Whether ``node``'s rows hold forever ([UNBOUNDED]: its state would be every tuple
         since the query began)."""
+        if _born(node):
+            # its tuples from where a derived stream's query began: whatever it keeps, it is
+            # rebuilt by reading them all again
+            for scan in _scans(node):
+                _by_event_time(scan)
+                _archived(streams, scan.stream)
+                needs.append(Need(scan))
+            return False
         if isinstance(node, P.StreamScan):
-            if node.arrival or node.proctime or node.of_table:
-                raise refused(f'it reads "{node.stream}" by arrival, not by event time',
-                              "Resume a query that reads streams by their event time.")
+            _by_event_time(node)
             _archived(streams, node.stream)
             needs.append(Need(node, None, before))
             return False
@@ -161,6 +171,31 @@ _RELATION_REFUSALS = {
         f'it reads named window "{name}"', "Resume the named window's query itself, or "
         "make it a derived stream (CREATE STREAM … AS)."),
 }
+
+
+def _by_event_time(scan: P.StreamScan) -> None:
+    if scan.arrival or scan.proctime or scan.of_table:
+        raise refused(f'it reads "{scan.stream}" by arrival, not by event time',
+                      "Resume a query that reads streams by their event time.")
+
+
+def _born(node) -> bool:
+    """Whether every stream ``node`` reads, it reads from a named window's or derived
+    stream's birth (``P.born_from``), and what it keeps is rebuilt by reading them again:
+    a table's past contents and a named window's rows are not kept, and a loop's or a
+    table version window's state begins at its query's start, not at a birth."""
+    def lost(n) -> bool:
+        return isinstance(n, (P.TableScan, P.WindowRelationScan)) or \
+            (isinstance(n, P.SnapshotQuery) and bool(n.tables)) or \
+            (isinstance(n, P.Window) and isinstance(n.window, (P.LoopWindow, P.VersionWindow)))
+    scans = _scans(node)
+    return bool(scans) and all(s.born_us is not None for s in scans) and \
+        not P.contains(node, lost)
+
+
+def _scans(node) -> list:
+    found = [node] if isinstance(node, P.StreamScan) else []
+    return found + [s for c in P.children(node) for s in _scans(c)]
 
 
 def _stateful(node, forever: list) -> bool:

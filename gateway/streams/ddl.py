@@ -3,6 +3,8 @@ DROP WRAPPER. Objects are kept in the registry; a named window's or derived stre
 started in the back end when it is created (and again at server start)."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 
 import duckdb
@@ -17,7 +19,7 @@ from dialect.planner import plan, query_engine
 from dialect.planner.types import normalize
 from executor import plan as P
 
-from gateway.archive.priming import start_primed
+from gateway.archive.priming import start_primed, unprimed_scans
 from gateway.connectors import ddl as connector_ddl
 from gateway.connectors.runtime import SECRET, SINK, SOURCE
 from gateway.clearinghouse.slack import micros
@@ -255,8 +257,10 @@ def _has_quality_join(node) -> bool:
 def _keep(ctx: StatementContext, obj: StreamObject, p: P.Plan,
           query: exp.Expression) -> AwaitOnLoop | None:
     """Start a named window's or derived stream's query; windows reaching into an archived
-    stream's past start primed from the archive, as a cursor's do. A derived stream whose
-    query says WITH (engine = 'spark') runs on Spark (a stored definition says all it runs:
+    stream's past start primed from the archive, as a cursor's do, and its reads that start
+    with it ([UNBOUNDED], ROWS, a session, a pattern) read from their birth: the stream's
+    watermark when it first started, kept with it (``StreamObject.births``). A derived
+    stream whose query says WITH (engine = 'spark') runs on Spark (a stored definition says all it runs:
     the session's cq.engine does not reach it)."""
     try:
         engine = query_engine(query)
@@ -270,15 +274,27 @@ def _keep(ctx: StatementContext, obj: StreamObject, p: P.Plan,
         ctx.services.spark_streams.keep(obj.oid, obj.relation().name, p,
                                         spark_shape(ctx, p), obj.definition)
         return
-    link = ctx.services.backend
+    link, services = ctx.services.backend, ctx.services
+    # its reads that start with it read from where they began when it first started: so
+    # started again it holds the rows it held, and a cursor may read it through its query
+    p = dataclasses.replace(p, root=P.born_from(p.root, obj.births))
     history, tables = archive_reach(ctx, p), tables_of(ctx, p)
+    starting = {s.stream.lower() for s in unprimed_scans(p.root)} - set(obj.births)
 
     def start(primed=None, seam=None):
+        # (called while stream data stands still: each stream's watermark is where it begins)
+        if starting:
+            obj.options["born"] = json.dumps({**obj.births, **{
+                name: P.EVER if (at := services.ingest.seam(name)) is None else at + 1
+                for name in sorted(starting)}})
+            if services.streams.get(obj.schema, obj.name) is obj:    # (kept: started again)
+                services.streams.save(obj)
         return link.keep(-obj.oid, p, obj.relation().name, tables, primed, seam,
                          kind="window" if obj.kind == "window" else "derived stream")
 
-    return AwaitOnLoop(lambda: start_primed(ctx.services, list(history), start) if history
-                       else start())
+    if history:
+        return AwaitOnLoop(lambda: start_primed(services, list(history), start))
+    return AwaitOnLoop(lambda: services.ingest.while_still(lambda _: start()))
 
 
 def keep_relation(ctx: StatementContext, obj: StreamObject) -> AwaitOnLoop | None:

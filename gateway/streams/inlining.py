@@ -6,6 +6,8 @@ over those streams does; its answer at each instant is the same, since a derived
 valid then are its query's answer then."""
 from __future__ import annotations
 
+import dataclasses
+
 from dialect.errors import PlanError
 from dialect.planner import plan, query_engine
 from executor import plan as P
@@ -14,10 +16,6 @@ from gateway.archive import resume
 from gateway.archive.priming import primed_streams, unprimed_scans
 from gateway.pgwire import errors as E
 from gateway.streams.registry import SessionCatalog
-
-# windows whose tuples hold from when the derived stream's query started: its rows then depend
-# on that instant, not on the archive alone
-_FROM_ITS_START = (P.UnboundedWindow, P.IntervalWindow)
 
 
 def derived_read(node) -> set:
@@ -54,9 +52,10 @@ def inlined(ctx, p: P.Plan, replan) -> tuple | None:
 
 def _inlineable(ctx, name: str) -> set:
     """The keys of derived stream ``name`` and of those its query reads, when its rows from
-    any instant on are a function of its streams' archive: its query can go on from a
-    watermark, looks back no further than its windows, keeps no tuple from when it started
-    and reads neither now() nor the rows' intervals as columns. Else why not (0A000, 55000)."""
+    any instant on are a function of its streams' archive: its reads that start with it
+    read from its birth (``StreamObject.births``), its query can then go on from a
+    watermark, and it reads neither now() nor the rows' intervals as columns. Else why not
+    (0A000, 55000)."""
     reg = ctx.services.streams
     obj = reg.by_relation(name, kinds=("derived",))
     if obj is None:                 # (dropped while the query was planned)
@@ -75,11 +74,11 @@ def _inlineable(ctx, name: str) -> set:
                          joins_in_order=True)
     except PlanError as e:          # (what it reads changed since it was made)
         raise _not(name, e.message, e.hint or "") from None
-    if P.contains(inner.root, lambda n: isinstance(n, P.Window) and isinstance(
-            n.window, _FROM_ITS_START)):
-        raise _not(name, "it holds tuples from when its own query started ([UNBOUNDED], or a "
-                   "stream read without a window)", "Give the stream a window that reaches "
-                   "back (RANGE, SLIDE) or [NOW] in the derived stream's query.")
+    inner = dataclasses.replace(inner, root=P.born_from(inner.root, obj.births))
+    unknown = sorted({s.stream for s in unprimed_scans(inner.root)})
+    if unknown:
+        raise _not(name, f'where its query began reading "{unknown[0]}" was not kept (it '
+                   "started before that was)", "Create the derived stream again.")
     if inner.pseudo:
         raise _not(name, "its rows' intervals are columns of it",
                    "Read valid_from and valid_to of the cursor's own rows instead.")

@@ -3,6 +3,7 @@
 snapshot mode, or over the archive on Spark). EXPLAIN prints the temporal-algebra plan."""
 from __future__ import annotations
 
+import dataclasses
 import time
 import weakref
 from dataclasses import dataclass
@@ -319,9 +320,11 @@ def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = No
     primed from the archive, from where the window's ``reach`` says:
     a fixed window's edge is known now, the others' once the seam (the query's start) is.
     ``every_since``: the windows that do not reach back read the archive from that instant
-    (a sink's creation, which it starts again from). A [NOW] window, which reaches back
-    only to its start's instant, is not primed where the plan reads its stream another way
-    too (priming gives every read of a stream its history)."""
+    (a sink's creation, which it starts again from). A read that starts with a named
+    window's or derived stream's query reads from where that query began (``born_us``). A
+    [NOW] window, which reaches back only to its start's instant, is not primed where the
+    plan reads its stream another way too (priming gives every read of a stream its
+    history)."""
     out, reg = [], ctx.services.streams
     cold = {s.stream.lower() for s in unprimed_scans(p.root)} if every_since is None \
         else set()
@@ -338,6 +341,11 @@ def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = No
                 edge = node.window.reach if since is None else None
                 out.append(History(scan.stream, obj.key, obj.timestamp_column,
                                    obj.options.get("fragment"), since_us=since, edge=edge))
+        if isinstance(node, P.StreamScan) and node.born_us is not None and every_since is None:
+            obj = reg.by_relation(node.stream, kinds=("stream",))
+            if obj is not None and obj.archived:      # (from where its query began)
+                out.append(History(node.stream, obj.key, obj.timestamp_column,
+                                   obj.options.get("fragment"), since_us=node.born_us))
         for c in P.children(node):
             visit(c)
 
@@ -370,6 +378,7 @@ def _relations(ctx: StatementContext, p: P.Plan) -> list:
         if isinstance(node, P.WindowRelationScan) and all(n != node.name for n, _ in out):
             obj = reg.by_relation(node.name, kinds=("window", "derived"))
             inner = plan(obj.query(), catalog, joins_in_order=True)   # as the relation runs
+            inner = dataclasses.replace(inner, root=P.born_from(inner.root, obj.births))
             visit(inner.root)
             out.append((node.name, inner))
         for c in P.children(node):

@@ -80,6 +80,13 @@ class StreamObject:
         """A named window's or derived stream's query, a copy of its own for the planner."""
         return self.tree.args["expression"].copy()
 
+    @property
+    def births(self) -> dict:
+        """A named window's or derived stream's reads that start with its query ([UNBOUNDED],
+        ROWS, a session, a pattern): {stream: the first event time it reads}, as its query
+        first started (``executor.plan.born_from``)."""
+        return json.loads(self.options.get("born", "{}"))
+
     def refuse_writes(self) -> None:
         """A stream that follows a PostgreSQL table has its rows from the table alone:
         INSERT, COPY and the ingest port are refused (0A000)."""
@@ -218,7 +225,8 @@ class SessionCatalog:
         obj = self.registry.get(schema, name, kinds=("stream", "window", "derived", "view"))
         if obj is not None and obj.key in self.inline:
             return dataclasses.replace(obj.relation(), kind="view",
-                                       query=obj.query().sql("cql"))
+                                       query=obj.query().sql("cql"),
+                                       born=tuple(obj.births.items()))
         if obj is not None:
             return obj.relation()
         cols = self.columns.of(schema, name)
