@@ -670,11 +670,13 @@ def with_children(node, kids: tuple):
 
 def born_from(node, births: dict):
     """``node`` with each stream read that starts with its query (not under a window that
-    reaches back, nor born already) reading from ``births[stream]`` (lower-case names) on."""
+    reaches back, nor born already; by event time) reading from ``births[stream]``
+    (lower-case names) on."""
     if isinstance(node, StreamScan):
         born = births.get(node.stream.lower())
-        return node if born is None or node.born_us is not None else \
-            dataclasses.replace(node, born_us=born)
+        # (a read by arrival, or of a table's changes, has no event time to begin at)
+        later = node.born_us is not None or node.arrival or node.proctime or node.of_table
+        return node if born is None or later else dataclasses.replace(node, born_us=born)
     if isinstance(node, Window) and node.window.reaches_back and \
             scan_under(node.input) is not None:
         return node             # (filled from the archive by its reach at each start)

@@ -231,6 +231,40 @@ def test_a_now_window_declared_while_its_stream_stands_still_answers_from_its_st
                                  (1, at(9), at(9) + µs), (0, at(9) + µs, at(10))]
 
 
+@pytest.mark.parametrize("other", ["[UNBOUNDED]", "[ROWS 2]", "[NOW]"])
+def test_a_stream_read_also_without_reaching_back_takes_none_of_the_history(server, other):
+    """A cursor reads one archived stream through a window that reaches back (primed from
+    the archive) and through one that starts with the query ([UNBOUNDED], ROWS) or reaches
+    back only to its start's instant ([NOW]): the second read gets no tuple from before the
+    cursor's start (priming reads the stream's history for the first), as SQL over the
+    tuples since the start says; the first counts them all."""
+    s = unique("both")
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as conn:
+        admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) "
+                      "TYPE ARCHIVED")
+        admin.execute(f"INSERT INTO {s} VALUES " + ", ".join(
+            f"(0, {v}, {lit(v)})" for v in range(1, 6)))
+        cur = conn.cursor()
+        cur.execute(f"DECLARE c CURSOR FOR SELECT 'reach' AS w, count(*) AS n, valid_from "
+                    f"FROM {s} [RANGE '1 hour'] UNION ALL SELECT 'other', count(*), "
+                    f"valid_from FROM {s} {other}")
+        admin.execute(f"INSERT INTO {s} VALUES (0, 6, {lit(6)})")
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(7)}")
+        rows: dict = {"reach": [], "other": []}
+        while min((r[-1][1] for r in rows.values() if r), default=at(0)) < at(6) or \
+                not all(rows.values()):
+            got = cur.execute("FETCH ALL FROM c WITH (timeout = '5s')").fetchall()
+            assert got, rows
+            for w, n, start in got:
+                rows[w].append((n, start))
+    µs = dt.timedelta(microseconds=1)
+    assert rows["reach"][:2] == [(5, at(5)), (6, at(6))], rows
+    want = {"[NOW]": [(1, at(5)), (0, at(5) + µs), (1, at(6))]}.get(other,
+                                                                 [(0, at(5)), (1, at(6))])
+    assert [r for r in rows["other"] if r[1] <= at(6)] == want, rows
+
+
 @pytest.mark.parametrize("where", ["", "WHERE v % 2 = 0"])
 def test_a_window_reaching_into_the_past_starts_from_the_archive(server, where):
     """The seam: tuples before and after the query starts, each counted exactly once in the
@@ -312,7 +346,8 @@ def test_after_a_restart_derived_streams_hold_what_they_read_since_their_birth(t
     queries began (the stream's watermark then): after a restart they read the archive from
     there, so the tally counts the tuples since it was created and no earlier one, and the
     window holds its last three; a cursor over the tally, declared after the restart, starts
-    with the rows valid then and EXPLAIN shows the instant it reads from."""
+    with the rows valid then and EXPLAIN shows the instant it reads from. A window that reads
+    the stream by arrival starts empty again (it has no event time to begin at)."""
     data = str(tmp_path / "data")
     srv = ServerProcess(data)
     try:
@@ -323,6 +358,8 @@ def test_after_a_restart_derived_streams_hold_what_they_read_since_their_birth(t
                 c.execute(f"INSERT INTO trips VALUES ({v}, {lit(v)})")
             c.execute("CREATE STREAM tally AS SELECT count(*) AS n, sum(v) AS total FROM trips")
             c.execute("CREATE WINDOW last3 AS SELECT v FROM trips [ROWS 3]")
+            # (by arrival: no event time to begin at, so it starts with its query again)
+            c.execute("CREATE WINDOW arrived AS SELECT v FROM trips [ROWS 2 ON ARRIVAL]")
             for v in range(4, 11):
                 c.execute(f"INSERT INTO trips VALUES ({v}, {lit(v)})")
     finally:
@@ -335,6 +372,7 @@ def test_after_a_restart_derived_streams_hold_what_they_read_since_their_birth(t
             born = (at(3) + dt.timedelta(microseconds=1)).isoformat(sep=" ")
             assert any(f"stream trips [ts t] from {born}" in x for x in plan), plan
             assert sorted(admin.execute("SELECT v FROM last3").fetchall()) == [(8,), (9,), (10,)]
+            assert admin.execute("SELECT v FROM arrived").fetchall() == []
             cur = conn.cursor()
             cur.execute("DECLARE r CURSOR FOR SELECT n, total FROM tally")
             admin.execute(f"INSERT INTO trips VALUES (11, {lit(11)})")

@@ -227,6 +227,9 @@ def test_a_view_with_births_reads_the_streams_that_start_with_it_from_there():
                                                  pa.timestamp("us"))})
     out = Scan(rows3).transform(batch)
     assert out.column(f"{rows3.alias}.node").to_pylist() == [2, 3]
+    # a read by arrival has no event time to begin at
+    arrival = _plan("SELECT node FROM sensors [ROWS 5 ON ARRIVAL]")
+    assert P.born_from(arrival.root, {"sensors": 5_000_000}) == arrival.root
 
 
 def _walk(node):

@@ -667,10 +667,11 @@ def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(
     reaches back, a derived stream over that one, and reads that start with the derived
     stream's query, [UNBOUNDED] and ROWS, which read from where it began) runs its query in
     its place: EXPLAIN shows it, its rows are those of the same query over the stream, and
-    it resumes from a progress row. One over a stream that is not archived, or a table, is
-    refused resume_from with the reason (55000, 0A000 with a hint), the session going on; so
-    is one whose stream the query also reads another way. A derived stream read through its
-    query has that cursor among its readers (DROP: 2BP01; CASCADE ends it, 57014)."""
+    it resumes from a progress row; so does a cursor that also reads one of its streams
+    itself. One over a stream that is not archived, or a table, is refused resume_from with
+    the reason (55000, 0A000 with a hint), the session going on. A derived stream read
+    through its query has that cursor among its readers (DROP: 2BP01; CASCADE ends it,
+    57014)."""
     r, q = unique("ir"), unique("iq")
     make_streams(server.dsn, r, q)
     d, dd, held, rows3, loose, tabled, t = (
@@ -681,6 +682,7 @@ def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(
         c.execute(f"CREATE STREAM {dd} AS SELECT node, COUNT(*) AS n FROM {d} GROUP BY node")
         c.execute(f"CREATE STREAM {held} AS SELECT node, temp FROM {r} WHERE temp > 22")
         c.execute(f"CREATE STREAM {rows3} AS SELECT node, temp FROM {r} [ROWS 3]")
+        c.execute(f"CREATE STREAM {held}_n AS SELECT COUNT(*) AS n FROM {held}")
         c.execute(f"CREATE STREAM {loose}_s (node INT, t TIMESTAMP TIMESTAMPCOLUMN)")
         c.execute(f"CREATE STREAM {loose} AS SELECT node FROM {loose}_s [ROWS 3]")
         c.execute(f"CREATE TABLE {t} (node INT, label TEXT)")
@@ -691,19 +693,21 @@ def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(
             assert any(f"stream {r}" in x for x in lines), lines
             assert not any(f"derived {name}" in x for x in lines for name in (d, dd, rel)), \
                 lines
-        # read through its query, the stream's other read would be primed too: not so
+        # the cursor's own read of the stream starts with it, beside d's primed one
         mixed = [x for (x,) in c.execute(f"EXPLAIN SELECT node, temp FROM {d} UNION ALL "
-                                         f"SELECT node, temp FROM {r} WHERE temp > 100")]
-        assert any(f"derived {d}" in x for x in mixed), mixed
+                                         f"SELECT node, temp FROM {r} WHERE temp > 25")]
+        assert not any(f"derived {d}" in x for x in mixed), mixed
         for rel, state, words in ((loose, "55000", f'"{loose}_s" is not archived'),
-                                  (tabled, "0A000", f"it reads table {t}")):
+                                  (tabled, "0A000", f"it reads table {t}"),
+                                  (f"{held}_n", "0A000", f'derived stream "{held}" from its '
+                                   "own start")):
             with pytest.raises(psycopg.Error) as e:
                 c.execute(f"SELECT * FROM {rel} WITH (progress = true, resume_from = '{T0}')")
             assert e.value.sqlstate == state and f'derived stream "{rel}"' in str(e.value) \
                 and words in str(e.value), str(e.value)
             assert e.value.diag.message_hint
             assert c.execute("SELECT 1").fetchone() == (1,)
-        for rel in (loose, tabled):
+        for rel in (loose, tabled, f"{held}_n"):
             c.execute(f"DROP STREAM {rel}")
     over = f"SELECT node, n, valid_from, valid_to FROM {dd}"
     direct = (f"SELECT node, COUNT(*) AS n, valid_from, valid_to FROM {r} [RANGE '1 second'] "
@@ -713,9 +717,14 @@ def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(
         "held": f"SELECT node, temp, valid_from, valid_to FROM {held}",
         "held_direct": f"SELECT node, temp, valid_from, valid_to FROM {r} WHERE temp > 22",
         "rows": f"SELECT node, temp, valid_from, valid_to FROM {rows3}",
-        "rows_direct": f"SELECT node, temp, valid_from, valid_to FROM {r} [ROWS 3]"})
+        "rows_direct": f"SELECT node, temp, valid_from, valid_to FROM {r} [ROWS 3]",
+        "mixed": f"SELECT node, temp, valid_from, valid_to FROM {d} UNION ALL "
+                 f"SELECT node, temp, valid_from, valid_to FROM {r} WHERE temp > 25",
+        "mixed_direct": f"SELECT node, temp, valid_from, valid_to FROM {r} [RANGE '1 second'] "
+                        f"WHERE temp > 22 UNION ALL SELECT node, temp, valid_from, valid_to "
+                        f"FROM {r} WHERE temp > 25"})
     _fed_quietly(server, first, r, q, 13)
-    for name in ("over", "held", "rows"):
+    for name in ("over", "held", "rows", "mixed"):
         assert first.committed[name]
         assert coalesced(first.committed[name]) == coalesced(first.committed[name + "_direct"])
         _resumed_midway(server, first, name)

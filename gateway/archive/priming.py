@@ -5,6 +5,7 @@ still meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 from executor import plan as P
@@ -38,10 +39,22 @@ class History:
         return seam - self.reach_us
 
 
-def primed_streams(root) -> set:
-    """The streams a plan reads through a window that reaches back, or from where a named
-    window's or derived stream's query began (its priming reads their archive)."""
-    return {s.stream.lower() for s in _scans(root, True)}
+def started_at(p: P.Plan, seams: dict) -> P.Plan:
+    """``p`` with its reads that start with it (not through a window that reaches back, nor
+    from a birth) of the streams of ``seams`` ({stream: the instant up to which it takes
+    none of their tuples}) reading only what comes after: priming gives every read of a
+    stream its history, which those would otherwise take as theirs."""
+    births = {s: at + 1 for s, at in seams.items() if at is not None}
+    if not births:
+        return p
+    return dataclasses.replace(p, root=P.born_from(p.root, births))
+
+
+def unborn(root) -> set:
+    """The streams a plan reads by event time through a window that starts with it, not
+    from a birth (``P.born_from`` would give them one)."""
+    return {s.stream.lower() for s in unprimed_scans(root)
+            if not (s.arrival or s.proctime or s.of_table)}
 
 
 def unprimed_scans(root) -> list:

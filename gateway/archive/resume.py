@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from executor import checkpoints
 from executor import plan as P
 
-from gateway.archive.priming import History, start_primed
+from gateway.archive.priming import History, start_primed, started_at
 from gateway.link.resumption import Resumption
 from gateway.pgwire import errors as E
 
@@ -274,8 +274,8 @@ def resumed(services, planned) -> tuple:
             return await start_primed(
                 services, again.histories(services.streams, at, started),
                 lambda history, seam: services.backend.reopen(
-                    live, hidden, {}, history, at, seams(services, again), generation,
-                    primed=True), at)
+                    live, started_at(hidden, started or {}), {}, history, at,
+                    seams(services, again), generation, primed=True), at)
         histories = again.histories(services.streams, since, started)
         saved, histories = from_checkpoint(services.backend.checkpoint_dir(live.qid),
                                            histories)

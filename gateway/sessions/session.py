@@ -19,7 +19,7 @@ from dialect.intervals import interval_us
 from dialect.planner.quality_join import session_options
 
 from gateway.security.redaction import redacted
-from gateway.archive.priming import start_primed
+from gateway.archive.priming import start_primed, started_at
 from gateway.archive.resume import resumed, seams
 from gateway.link.live_rows import LiveRows
 from gateway.pgwire import errors as E
@@ -437,8 +437,11 @@ class Session:
             plan, resumption = resumed(self.services, res)
 
         async def start(history=None, seam=None):
+            # (called while stream data stands still: its reads that start with it begin here)
+            run = plan if history is None or resume_from is not None else started_at(
+                plan, {s: self.services.ingest.seam(s) for s in history})
             live = await link.open(
-                plan, res.fields, res.schema, p.stmt.text, self.pid, p.cursor or p.name,
+                run, res.fields, res.schema, p.stmt.text, self.pid, p.cursor or p.name,
                 res.tables, history, seam, label=f"cursor {p.cursor}" if p.cursor else "query",
                 bounds=self.ctx.result_bounds(), resumption=resumption,
                 resume=resume_from is not None,

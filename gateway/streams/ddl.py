@@ -19,7 +19,7 @@ from dialect.planner import plan, query_engine
 from dialect.planner.types import normalize
 from executor import plan as P
 
-from gateway.archive.priming import start_primed, unprimed_scans
+from gateway.archive.priming import start_primed, unborn
 from gateway.connectors import ddl as connector_ddl
 from gateway.connectors.runtime import SECRET, SINK, SOURCE
 from gateway.clearinghouse.slack import micros
@@ -279,17 +279,20 @@ def _keep(ctx: StatementContext, obj: StreamObject, p: P.Plan,
     # started again it holds the rows it held, and a cursor may read it through its query
     p = dataclasses.replace(p, root=P.born_from(p.root, obj.births))
     history, tables = archive_reach(ctx, p), tables_of(ctx, p)
-    starting = {s.stream.lower() for s in unprimed_scans(p.root)} - set(obj.births)
+    starting = unborn(p.root) - set(obj.births)
 
     def start(primed=None, seam=None):
         # (called while stream data stands still: each stream's watermark is where it begins)
+        run = p
         if starting:
             obj.options["born"] = json.dumps({**obj.births, **{
                 name: P.EVER if (at := services.ingest.seam(name)) is None else at + 1
                 for name in sorted(starting)}})
             if services.streams.get(obj.schema, obj.name) is obj:    # (kept: started again)
                 services.streams.save(obj)
-        return link.keep(-obj.oid, p, obj.relation().name, tables, primed, seam,
+            # (so they take none of the history its windows that reach back are primed with)
+            run = dataclasses.replace(p, root=P.born_from(p.root, obj.births))
+        return link.keep(-obj.oid, run, obj.relation().name, tables, primed, seam,
                          kind="window" if obj.kind == "window" else "derived stream")
 
     if history:

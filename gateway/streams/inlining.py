@@ -13,7 +13,7 @@ from dialect.planner import plan, query_engine
 from executor import plan as P
 
 from gateway.archive import resume
-from gateway.archive.priming import primed_streams, unprimed_scans
+from gateway.archive.priming import unborn
 from gateway.pgwire import errors as E
 from gateway.streams.registry import SessionCatalog
 
@@ -41,11 +41,7 @@ def inlined(ctx, p: P.Plan, replan) -> tuple | None:
         q = replan(frozenset(keys))
     except E.PgError:               # (written over the stream, the query is not one)
         return None
-    # priming gives every read of a stream its history: a read of one of those streams that
-    # starts with the query (its own [UNBOUNDED], ROWS, a pattern) would get tuples from
-    # before the cursor started, which the running derived stream never gives it
-    if q.mode != p.mode or primed_streams(q.root) & {
-            s.stream.lower() for s in unprimed_scans(q.root)}:
+    if q.mode != p.mode:
         return None
     return q, resume.resumable(ctx.services.streams, q)
 
@@ -69,13 +65,19 @@ def _inlineable(ctx, name: str) -> set:
         keys: set = set()
         for below in sorted(derived_read(inner.root)):
             keys |= _inlineable(ctx, below)
+            if reg.by_relation(below, kinds=("derived",)).births:
+                # running, it reads the rows the one below gives from its own start on,
+                # not those from before that still hold (an [UNBOUNDED] row)
+                raise _not(name, f'it reads derived stream "{below}" from its own start, '
+                           f"and that one's rows from before then are not given to it",
+                           f"Read the streams of {below} in its query.")
         if keys:
             inner = plan(tree, SessionCatalog(reg, ctx.columns, frozenset(keys)),
                          joins_in_order=True)
     except PlanError as e:          # (what it reads changed since it was made)
         raise _not(name, e.message, e.hint or "") from None
     inner = dataclasses.replace(inner, root=P.born_from(inner.root, obj.births))
-    unknown = sorted({s.stream for s in unprimed_scans(inner.root)})
+    unknown = sorted(unborn(inner.root))
     if unknown:
         raise _not(name, f'where its query began reading "{unknown[0]}" was not kept (it '
                    "started before that was)", "Create the derived stream again.")

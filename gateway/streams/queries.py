@@ -321,19 +321,13 @@ def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = No
     a fixed window's edge is known now, the others' once the seam (the query's start) is.
     ``every_since``: the windows that do not reach back read the archive from that instant
     (a sink's creation, which it starts again from). A read that starts with a named
-    window's or derived stream's query reads from where that query began (``born_us``). A
-    [NOW] window, which reaches back only to its start's instant, is not primed where the
-    plan reads its stream another way too (priming gives every read of a stream its
-    history)."""
+    window's or derived stream's query reads from where that query began (``born_us``).
+    (Priming gives every read of a stream its history: the plan's reads that start with it
+    are told to take none of it, ``priming.started_at``, when it starts.)"""
     out, reg = [], ctx.services.streams
-    cold = {s.stream.lower() for s in unprimed_scans(p.root)} if every_since is None \
-        else set()
 
     def visit(node):
         scan = P.scan_under(node.input) if isinstance(node, P.Window) else None
-        if scan is not None and isinstance(node.window, P.NowWindow) and \
-                scan.stream.lower() in cold:
-            scan = None
         if scan is not None and (node.window.reaches_back or every_since is not None):
             obj = reg.by_relation(scan.stream, kinds=("stream",))
             if obj is not None and obj.archived:
