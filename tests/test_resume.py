@@ -331,8 +331,8 @@ KEPT = {
 }
 
 
-# cursors over the derived stream of KEPT: its rows are a function of the archive, so they read
-# its query in its place and go on as cursors over the stream itself do
+# cursors over the derived streams and named windows of KEPT: their rows are a function of the
+# archive, so they read their query in their place and go on as cursors over the streams do
 OVER_DERIVED = {
     "derived": "SELECT node, temp, valid_from, valid_to FROM {d}",
     "over_derived": "SELECT node, COUNT(*) AS n, MIN(temp) AS m, valid_from, valid_to "
@@ -340,6 +340,9 @@ OVER_DERIVED = {
     # rows from when the derived stream's query began: its query reads from there
     "derived_rows": "SELECT node, n, m, valid_from, valid_to FROM {d}_rows",
     "over_derived_all": "SELECT COUNT(*) AS n, valid_from, valid_to FROM {d}_all",
+    # a named window's rows as they change: read through its query too
+    "window_keyed": "SELECT node, s, n, valid_from, valid_to FROM Stream({w}_keyed)",
+    "window_rows": "SELECT node, temp, valid_from, valid_to FROM Stream({w}_last)",
 }
 
 
@@ -364,7 +367,7 @@ def _drop_kept(dsn: str, names: dict) -> None:
             c.execute(f"DROP STREAM IF EXISTS {names['d']}{d} CASCADE")
         for w in KEPT.values():
             if w is not None:
-                c.execute(f"DROP WINDOW IF EXISTS {w.format(**names)}")
+                c.execute(f"DROP WINDOW IF EXISTS {w.format(**names)} CASCADE")
         c.execute(f"DROP TABLE IF EXISTS {names['l']}")
 
 

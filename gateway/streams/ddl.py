@@ -260,8 +260,8 @@ def _keep(ctx: StatementContext, obj: StreamObject, p: P.Plan,
     stream's past start primed from the archive, as a cursor's do, and its reads that start
     with it ([UNBOUNDED], ROWS, a session, a pattern) read from their birth: the stream's
     watermark when it first started, kept with it (``StreamObject.births``). A derived
-    stream whose query says WITH (engine = 'spark') runs on Spark (a stored definition says all it runs:
-    the session's cq.engine does not reach it)."""
+    stream whose query says WITH (engine = 'spark') runs on Spark (a stored definition says
+    all it runs: the session's cq.engine does not reach it)."""
     try:
         engine = query_engine(query)
     except PlanError as e:

@@ -303,7 +303,7 @@ def continuous_query(ctx: StatementContext, tree, params) -> Planned | Rows | Aw
     if how.progress:
         fields, schema = with_progress(fields, schema)
     # (a DROP of a derived stream read through its query still finds this query reading it)
-    through = frozenset(n.lower() for n in inlining.derived_read(written.root)) \
+    through = frozenset(n.lower() for n in inlining.relations_read(written.root)) \
         if p is not written else frozenset()
     if how.resume_from is not None:
         return Planned(p, fields, schema, {}, tuple(again.histories(

@@ -56,7 +56,7 @@ def supports(node: P.Aggregate) -> bool:
 
 
 class RangeAggregate(Aggregate):
-    checkpointed = Aggregate.checkpointed + ("tuples", "current", "last_now")
+    checkpointed = Aggregate.checkpointed + ("tuples", "current", "last_now", "at_start")
 
     def __init__(self, node: P.Aggregate, window: P.RangeWindow):
         super().__init__(node)
@@ -64,6 +64,10 @@ class RangeAggregate(Aggregate):
         self.tuples: pa.Table | None = None     # keys, args, ts: tuples still in some frame
         self.current: dict = {}                 # key -> (start, values, count), still open
         self.last_now = -INF                    # every point before this was dealt with
+        # without GROUP BY, a query started at a known instant (primed, or resumed) has a
+        # row from there whose value is the window's then: until its input passes that
+        # instant, the points before it (its history's) say what that value is
+        self.at_start = False
         keys = [quote(k) for k in self.keys]
         part = f"PARTITION BY {', '.join(keys)} " if self.keys else ""
         args = [quote(p) for p in self.partials]
@@ -112,6 +116,7 @@ class RangeAggregate(Aggregate):
             # over an empty window
             self.current[()] = (self.filled_until, [_EMPTY.get(p.func) for p in
                                                     self.node.partials], 0)
+            self.at_start = self.last_now < self.filled_until
         if self.tuples is None or self.tuples.num_rows == 0:
             start = self.current.get(())
             if boundary and start is not None and start[0] < now:
@@ -142,6 +147,7 @@ class RangeAggregate(Aggregate):
                 keep_from[key] = start
         self._forget(keep_from)
         self.last_now = max(self.last_now, now)
+        self.at_start = self.at_start and now < self.current.get((), (INF,))[0]
         return self._release(now)
 
     def _group(self, key, times, values, counts, i, j, now, boundary) -> int | None:
@@ -157,7 +163,10 @@ class RangeAggregate(Aggregate):
             if prev is None and c < self.last_now:
                 continue                        # a closed group's points were dealt with
             if prev is not None and c < prev[0]:
-                continue                        # that point was dealt with already
+                if not self.at_start:
+                    continue                    # that point was dealt with already
+                # the empty window's row from the start gives way to the history's points
+                self.at_start, prev = False, None
             if prev is not None and c == prev[0]:
                 # more tuples may have arrived at this very instant: take the new value
                 prev = (c, [v[k] for v in values], counts[k])
