@@ -748,6 +748,29 @@ def test_a_derived_stream_whose_rows_are_the_archives_is_read_through_its_query(
         assert e.value.sqlstate == "0A000" and "other columns" in str(e.value), str(e.value)
 
 
+def test_an_aggregate_over_some_of_the_streams_is_not_resumed(server):
+    """An aggregate over one stream beside a read of another parts its rows where its own
+    stream's BOUNDARYs fall, while progress rows come at the slower stream's watermark: a
+    query resumed there would part a row sent whole before it and send its rest again
+    (found by the differential tester's resumed named windows). Refused with the reason
+    (0A000, a hint); over every stream the query reads, the aggregate goes on."""
+    r, q = unique("pr"), unique("pq")
+    make_streams(server.dsn, r, q)
+    parted = (f"SELECT COUNT(*) AS n, valid_from, valid_to FROM {r} [RANGE '1 hour'] "
+              f"UNION ALL SELECT node, valid_from, valid_to FROM {q} [RANGE '1 second']")
+    whole = (f"SELECT COUNT(*) AS n, valid_from, valid_to FROM (SELECT node FROM {r} "
+             f"[RANGE '1 hour'] UNION ALL SELECT node FROM {q} [RANGE '1 second']) AS u")
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        with pytest.raises(psycopg.Error) as e:
+            c.execute(f"{parted} WITH (progress = true, resume_from = '{T0}')")
+        assert e.value.sqlstate == "0A000" and f"reads {r} alone" in str(e.value), \
+            str(e.value)
+        assert e.value.diag.message_hint
+        c.execute("BEGIN")
+        c.execute(f"DECLARE w CURSOR FOR {whole} WITH (progress = true, resume_from = '{T0}')")
+        c.execute("COMMIT")
+
+
 def test_progress_rows_need_room_for_the_intervals(server):
     """A column of the answer named valid_from that is not the interval leaves no room for
     the rows' intervals, which progress rows need: 0A000 with a hint, the session goes on."""

@@ -159,7 +159,38 @@ def resumable(streams, p: P.Plan) -> Resumable:
     if p.reads_now:
         raise refused("it reads now(), the instant it is planned",
                       "Write the instant as a literal.")
+    _parted_alike(p.root)
     return Resumable(tuple(needs))
+
+
+# operators whose rows still open at a BOUNDARY are parted there (the rest comes later)
+_PARTING = (P.Aggregate, P.Distinct, P.TopN, P.Difference, P.Intersection, P.SnapshotQuery)
+
+
+def _parted_alike(root) -> None:
+    """Refused: an operator that parts its open rows at its input's BOUNDARYs, over only some
+    of the streams the query reads. A progress row comes at the slowest stream's watermark;
+    such an operator's rows were parted where its own streams' BOUNDARYs fell, which may be
+    past it, while a query resumed (or restarted) there parts them at that instant, so it
+    would give again part of a row sent before it."""
+    every = {s.stream.lower() for s in _scans(root)}
+    if len(every) < 2:
+        return
+
+    def visit(node):
+        parting = isinstance(node, _PARTING) or (isinstance(node, P.Window) and isinstance(
+            node.window, (P.RowsWindow, P.SessionWindow)))
+        own = {s.stream.lower() for s in _scans(node)}
+        if parting and own < every:
+            raise refused(
+                f"{P.explain_label(node)} reads {', '.join(sorted(own))} alone while the "
+                f"query also reads {', '.join(sorted(every - own))}: it parts its rows where "
+                "its own streams' watermarks fall, not where the query's progress rows do",
+                "Resume a query whose aggregates read every stream it reads (or read each "
+                "stream in a cursor of its own).")
+        for c in P.children(node):
+            visit(c)
+    visit(root)
 
 
 # (a cursor reads a derived stream whose rows are a function of the archive through its

@@ -37,11 +37,11 @@ class Outcome:
     detail: str = ""
     rows: int = 0
     how: str = "cursor"          # cursor, derived (a derived stream read, with progress
-                                 # rows), window (Stream(w) of a named window), snapshot
-                                 # (cq.mode = snapshot), progress (WITH (progress = true)),
-                                 # resumed / derived resumed (its resume_from a progress row
-                                 # of that one), primed (declared with the data in, its
-                                 # windows filled from the archive)
+                                 # rows), window (Stream(w) of a named window, so too),
+                                 # snapshot (cq.mode = snapshot), progress (WITH (progress =
+                                 # true)), resumed / derived resumed / window resumed (its
+                                 # resume_from a progress row of that one), primed (declared
+                                 # with the data in, its windows filled from the archive)
 
     @property
     def failed(self) -> bool:
@@ -49,11 +49,11 @@ class Outcome:
 
 
 # every fourth case is also run as a derived stream, every fourth as a named window, every
-# fourth with progress rows and resumed from one of them; a derived stream is read with
-# progress rows and resumed from one too
+# fourth with progress rows and resumed from one of them; a derived stream's and a named
+# window's rows are read with progress rows and resumed from one too
 VARIANTS = ("derived", "progress", "window", None)
 # a resumed reading -> the reading it resumes
-MADE_OF = {"resumed": "progress", "derived resumed": "derived"}
+MADE_OF = {"resumed": "progress", "derived resumed": "derived", "window resumed": "window"}
 # every second accepted case whose windows all reach back is declared again once the data is
 # in (at the snapshots' instant): started there, primed from the archive, its answer from
 # then on must be the oracle's. A window that starts with its query ([UNBOUNDED], a stream
@@ -218,9 +218,9 @@ class Round:
                                 case, how)
         if refused is not None:
             return refused
-        if how == "derived":        # read with progress rows, then resumed from one
-            return self._declare(reader, f"dd{i}", with_progress(_over(rel)), case, how)
-        return self._declare(reader, f"dw{i}", _over(f"Stream({rel})"), case, how)
+        # read with progress rows, then resumed from one
+        return self._declare(reader, f"d{how[0]}{i}", with_progress(_over(_rows_of(rel))),
+                             case, how)
 
     def _snapshot(self, case: Case, names: dict, at: int) -> Outcome:
         """The case in snapshot mode, every stream's watermark at ``at``: the snapshot's
@@ -280,7 +280,7 @@ class Round:
     def _read_progress(self, reader, name: str, case: Case, names: dict,
                        how: str = "progress") -> tuple:
         """The case read WITH (progress = true) (``how``: itself, or a cursor over its
-        derived stream): its data rows must be the answer, and no row after a progress row
+        derived stream or named window): its data rows must be the answer, and no row after a progress row
         may begin before it; then the same resumed from its latest progress row inside the
         data (a cursor declared now, the data all in): the rows before that row and the
         resumed cursor's must together be the answer. (outcome of the progress cursor,
@@ -306,7 +306,8 @@ class Round:
             return outcome, None, False
         at = inside[-1]
         resumed = f"dr{name[2:]}"
-        sql = case.cql(names) if how == "progress" else _over(f"dd{name[2:]}_{self.tag}")
+        sql = case.cql(names) if how == "progress" else \
+            _over(_rows_of(f"{name}_{self.tag}"))
         refused = self._declare(reader, resumed, with_progress(
             sql, f", resume_from = '{at.isoformat(sep=' ')}'"), case, again_how)
         if refused is not None:
@@ -323,6 +324,11 @@ class Round:
             whole = Outcome(case, "wrong", message=f"a resumed row begins before {at}",
                             how=again_how)
         return outcome, whole, True
+
+
+def _rows_of(relation: str) -> str:
+    """How a cursor reads the rows of derived stream ``dd…`` or named window ``dw…``."""
+    return f"Stream({relation})" if relation.startswith("dw") else relation
 
 
 def _over(relation: str) -> str:
@@ -508,8 +514,8 @@ def summary(outcomes: list) -> str:
     lines = [f"{len(cursors)} queries as cursors: {sum(o.status in ACCEPTED for o in cursors)} "
              f"accepted, {sum(o.status == 'refused' for o in cursors)} refused; "
              + ", ".join(f"{sum(o.how == h for o in outcomes)} {h} readings"
-                         for h in ("derived", "derived resumed", "window", "snapshot",
-                                   "progress", "resumed", "primed")),
+                         for h in ("derived", "derived resumed", "window", "window resumed",
+                                   "snapshot", "progress", "resumed", "primed")),
              f"{len(outcomes)} readings: {sum(count[k] for k in ACCEPTED)} accepted "
              f"({count['ok']} right at every instant, {count['errored']} ending with the "
              f"error SQL gives), {count['refused']} refused, "
