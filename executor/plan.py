@@ -92,6 +92,12 @@ class StreamScan:
     # given to it are not its own
     born_us: int | None = None
 
+    @property
+    def by_event_time(self) -> bool:
+        """Whether its tuples come in event-time order (not by arrival, nor a table's
+        changes stamped when made)."""
+        return not (self.arrival or self.proctime or self.of_table)
+
 
 # born_us of a stream that had no tuple yet when the query began: every tuple is its own
 EVER = -(2 ** 62)
@@ -675,8 +681,9 @@ def born_from(node, births: dict):
     if isinstance(node, StreamScan):
         born = births.get(node.stream.lower())
         # (a read by arrival, or of a table's changes, has no event time to begin at)
-        later = node.born_us is not None or node.arrival or node.proctime or node.of_table
-        return node if born is None or later else dataclasses.replace(node, born_us=born)
+        if born is None or node.born_us is not None or not node.by_event_time:
+            return node
+        return dataclasses.replace(node, born_us=born)
     if isinstance(node, Window) and node.window.reaches_back and \
             scan_under(node.input) is not None:
         return node             # (filled from the archive by its reach at each start)

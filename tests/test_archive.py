@@ -321,24 +321,31 @@ def test_a_window_reaching_into_the_past_starts_from_the_archive(server, where):
         assert rows[0][:2] == (len(kept), sum(kept))     # primed: the 8 seconds up to 10
 
 
-def test_after_a_restart_named_queries_resume_from_the_archive(tmp_path):
-    """A derived stream and a named window over an archived stream's last 8 seconds: after a
-    restart they start again primed from the archive, so the first live tuple's answer counts
-    the tuples from before the restart; a tuple older than the archive's newest is late."""
+def _restarted(tmp_path, statements: list) -> ServerProcess:
+    """A server started again over the data directory of one that made the archived stream
+    trips and ran ``statements``, then stopped."""
     data = str(tmp_path / "data")
     srv = ServerProcess(data)
     try:
         with psycopg.connect(srv.dsn, autocommit=True) as c:
             c.execute("CREATE STREAM trips (v INT, t TIMESTAMP TIMESTAMPCOLUMN) TYPE ARCHIVED "
                       "WITH (fragment = '5 seconds')")
-            c.execute("CREATE STREAM recent AS SELECT count(*) AS n, sum(v) AS total "
-                      "FROM trips [RANGE '8 seconds']")
-            c.execute("CREATE WINDOW last8 AS SELECT v, t FROM trips [RANGE '8 seconds']")
-            for v in range(1, 11):                       # one a second, up to 10 s
-                c.execute(f"INSERT INTO trips VALUES ({v}, {lit(v)})")
+            for sql in statements:
+                c.execute(sql)
     finally:
         srv.stop()
-    srv = ServerProcess(data)
+    return ServerProcess(data)
+
+
+def test_after_a_restart_named_queries_resume_from_the_archive(tmp_path):
+    """A derived stream and a named window over an archived stream's last 8 seconds: after a
+    restart they start again primed from the archive, so the first live tuple's answer counts
+    the tuples from before the restart; a tuple older than the archive's newest is late."""
+    srv = _restarted(tmp_path, [
+        "CREATE STREAM recent AS SELECT count(*) AS n, sum(v) AS total "
+        "FROM trips [RANGE '8 seconds']",
+        "CREATE WINDOW last8 AS SELECT v, t FROM trips [RANGE '8 seconds']",
+        *(f"INSERT INTO trips VALUES ({v}, {lit(v)})" for v in range(1, 11))])  # 1 a second
     try:
         with psycopg.connect(srv.dsn, autocommit=True) as admin, \
                 psycopg.connect(srv.dsn) as conn:
@@ -368,23 +375,13 @@ def test_after_a_restart_derived_streams_hold_what_they_read_since_their_birth(t
     window holds its last three; a cursor over the tally, declared after the restart, starts
     with the rows valid then and EXPLAIN shows the instant it reads from. A window that reads
     the stream by arrival starts empty again (it has no event time to begin at)."""
-    data = str(tmp_path / "data")
-    srv = ServerProcess(data)
-    try:
-        with psycopg.connect(srv.dsn, autocommit=True) as c:
-            c.execute("CREATE STREAM trips (v INT, t TIMESTAMP TIMESTAMPCOLUMN) TYPE ARCHIVED "
-                      "WITH (fragment = '5 seconds')")
-            for v in range(1, 4):                       # before the tally and the window
-                c.execute(f"INSERT INTO trips VALUES ({v}, {lit(v)})")
-            c.execute("CREATE STREAM tally AS SELECT count(*) AS n, sum(v) AS total FROM trips")
-            c.execute("CREATE WINDOW last3 AS SELECT v FROM trips [ROWS 3]")
-            # (by arrival: no event time to begin at, so it starts with its query again)
-            c.execute("CREATE WINDOW arrived AS SELECT v FROM trips [ROWS 2 ON ARRIVAL]")
-            for v in range(4, 11):
-                c.execute(f"INSERT INTO trips VALUES ({v}, {lit(v)})")
-    finally:
-        srv.stop()
-    srv = ServerProcess(data)
+    srv = _restarted(tmp_path, [
+        *(f"INSERT INTO trips VALUES ({v}, {lit(v)})" for v in range(1, 4)),   # before them
+        "CREATE STREAM tally AS SELECT count(*) AS n, sum(v) AS total FROM trips",
+        "CREATE WINDOW last3 AS SELECT v FROM trips [ROWS 3]",
+        # (by arrival: no event time to begin at, so it starts with its query again)
+        "CREATE WINDOW arrived AS SELECT v FROM trips [ROWS 2 ON ARRIVAL]",
+        *(f"INSERT INTO trips VALUES ({v}, {lit(v)})" for v in range(4, 11))])
     try:
         with psycopg.connect(srv.dsn, autocommit=True) as admin, \
                 psycopg.connect(srv.dsn) as conn:

@@ -27,6 +27,11 @@ class History:
     since_us: int | None = None
     edge: object = None        # seam -> the earliest instant needed (a loop's first window)
 
+    @classmethod
+    def of(cls, obj, stream: str, **where) -> "History":
+        """Archived stream ``obj`` (a ``StreamObject``) read as ``stream``, from ``where``."""
+        return cls(stream, obj.key, obj.timestamp_column, obj.options.get("fragment"), **where)
+
     def after(self, seam: int | None) -> int | None:
         """The newest event time before the tuples needed (None: all of them)."""
         if self.edge is not None:
@@ -53,8 +58,7 @@ def started_at(p: P.Plan, seams: dict) -> P.Plan:
 def unborn(root) -> set:
     """The streams a plan reads by event time through a window that starts with it, not
     from a birth (``P.born_from`` would give them one)."""
-    return {s.stream.lower() for s in unprimed_scans(root)
-            if not (s.arrival or s.proctime or s.of_table)}
+    return {s.stream.lower() for s in unprimed_scans(root) if s.by_event_time}
 
 
 def unprimed_scans(root) -> list:

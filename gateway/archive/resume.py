@@ -82,8 +82,7 @@ class Resumable:
         for need in self.needs:
             _archived(streams, need.scan.stream)        # (it may have been dropped since)
             obj = streams.by_relation(need.scan.stream, kinds=("stream",))
-            out.append(History(need.scan.stream, obj.key, obj.timestamp_column,
-                               obj.options.get("fragment"), since_us=need.since(at, started)))
+            out.append(History.of(obj, need.scan.stream, since_us=need.since(at, started)))
         return out
 
 
@@ -205,7 +204,7 @@ _RELATION_REFUSALS = {
 
 
 def _by_event_time(scan: P.StreamScan) -> None:
-    if scan.arrival or scan.proctime or scan.of_table:
+    if not scan.by_event_time:
         raise refused(f'it reads "{scan.stream}" by arrival, not by event time',
                       "Resume a query that reads streams by their event time.")
 

@@ -326,20 +326,18 @@ def archive_reach(ctx: StatementContext, p: P.Plan, every_since: int | None = No
     are told to take none of it, ``priming.started_at``, when it starts.)"""
     out, reg = [], ctx.services.streams
 
+    def read(stream: str, **where) -> None:
+        obj = reg.by_relation(stream, kinds=("stream",))
+        if obj is not None and obj.archived:
+            out.append(History.of(obj, stream, **where))
+
     def visit(node):
         scan = P.scan_under(node.input) if isinstance(node, P.Window) else None
         if scan is not None and (node.window.reaches_back or every_since is not None):
-            obj = reg.by_relation(scan.stream, kinds=("stream",))
-            if obj is not None and obj.archived:
-                since = node.window.reach(None) if node.window.reaches_back else every_since
-                edge = node.window.reach if since is None else None
-                out.append(History(scan.stream, obj.key, obj.timestamp_column,
-                                   obj.options.get("fragment"), since_us=since, edge=edge))
+            since = node.window.reach(None) if node.window.reaches_back else every_since
+            read(scan.stream, since_us=since, edge=node.window.reach if since is None else None)
         if isinstance(node, P.StreamScan) and node.born_us is not None and every_since is None:
-            obj = reg.by_relation(node.stream, kinds=("stream",))
-            if obj is not None and obj.archived:      # (from where its query began)
-                out.append(History(node.stream, obj.key, obj.timestamp_column,
-                                   obj.options.get("fragment"), since_us=node.born_us))
+            read(node.stream, since_us=node.born_us)      # (from where its query began)
         for c in P.children(node):
             visit(c)
 
@@ -357,9 +355,7 @@ def whole_archive(ctx: StatementContext, p: P.Plan, read: set) -> list:
     for scan in unprimed_scans(p.root):
         if scan.stream.lower() not in read:
             continue
-        obj = reg.by_relation(scan.stream, kinds=("stream",))
-        out.append(History(scan.stream, obj.key, obj.timestamp_column,
-                           obj.options.get("fragment")))
+        out.append(History.of(reg.by_relation(scan.stream, kinds=("stream",)), scan.stream))
     return out
 
 

@@ -69,8 +69,7 @@ def run(ctx: StatementContext, tree) -> Rows | AwaitOnLoop:
         return Rows(out_fields, schema.empty_table(), "SELECT")
     merged = R.merged(spans)
     earliest = int(merged[0, 0])            # every stream is read from there, back its reach
-    history = [History(how.stream, obj.key, obj.timestamp_column, obj.options.get("fragment"),
-                       since_us=how.since(earliest)) for how, obj in read]
+    history = [History.of(obj, how.stream, since_us=how.since(earliest)) for how, obj in read]
     link = ctx.services.backend
     by_start = R.matches_by_start(p.root)
 
