@@ -6,6 +6,7 @@ instant where either side changes. Prints the counts (accepted, refused by reaso
 kind) and each failure shrunk to a small case; exits 1 when anything failed.
 
     python scripts/differential.py --seed 1 --queries 5000
+    python scripts/differential.py --seed 1 --queries 200 --engine spark
 """
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def main() -> int:
     ap.add_argument("--shrink", type=int, default=5, help="failures to shrink (the rest are "
                                                           "reported as found)")
     ap.add_argument("--parallel", type=int, default=2, help="rounds run at the same time")
+    ap.add_argument("--engine", choices=("backend", "spark"), default="backend",
+                    help="spark: every query as a cursor on Spark (cq.engine = spark), a "
+                         "round at a time")
     args = ap.parse_args()
     server, data = None, None
     dsn = args.dsn
@@ -39,12 +43,13 @@ def main() -> int:
         dsn = server.dsn
 
     def progress(r, result):          # outcomes so far, each with its round's data
-        done = sum(o.how == "cursor" for o, _ in result.outcomes)
+        done = sum(o.how in ("cursor", "spark") for o, _ in result.outcomes)
         failed = sum(o.failed for o, _ in result.outcomes)
         print(f"  {done} queries, {failed} failed", file=sys.stderr, flush=True)
     try:
         result = differential_run(dsn, args.seed, args.queries, parallel=args.parallel,
-                                  shrink_at_most=args.shrink, progress=progress)
+                                  shrink_at_most=args.shrink, progress=progress,
+                                  engine=args.engine)
     finally:
         tracebacks = []
         if server is not None:

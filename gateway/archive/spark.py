@@ -43,9 +43,15 @@ class ArchiveView:
     high: str
 
 
+# DuckDB's timestamps without a zone, in seconds, milliseconds or microseconds: Spark's
+# TIMESTAMP_NTZ holds each exactly (its microseconds; nanoseconds it has not)
+_NTZ = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMP_S,
+        exp.DataType.Type.TIMESTAMP_MS)
+
+
 def spark_type(duck_type: str) -> str:
     t = exp.DataType.build(duck_type, dialect="duckdb")
-    if t.this == exp.DataType.Type.TIMESTAMP:
+    if t.this in _NTZ:
         return "TIMESTAMP_NTZ"
     return t.sql("spark")
 

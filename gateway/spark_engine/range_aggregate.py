@@ -7,7 +7,9 @@ watermark to W calls every live key (new tuples, or the timer each key sets just
 watermark): its rows for [gone out, W) leave, one per stretch in which the set of valid tuples
 does not change (a tuple at ts counts over [ts, ts + range)), cut at W as a BOUNDARY cuts the
 back end's; tuples whose range ended by W are dropped. So every row a batch gives starts at
-the watermark of the batch before or later: rows come in valid_from order.
+the watermark of the batch before or later: rows come in valid_from order. Over ω PARTITION
+BY k ROWS n grouped by k (``RowsAggregate``) the same, a tuple valid until the n-th later
+one of its key.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 # (no leading underscores: Spark hands a pandas UDF such columns renamed by position)
 TS_US = "cq_ts_us"              # a tuple's event time in µs, in the input
+SEQ = "cq_seq"                  # a tuple's place in the stream, in a ROWS window's input
 FROM, TO = "cq_from", "cq_to"   # a row's interval in µs, in the output
 
 
@@ -69,15 +72,17 @@ class RangeAggregate(StatefulProcessor):
             else:
                 st["ts"] = np.concatenate([st["ts"], ts])
                 st["args"] = {n: np.concatenate([st["args"][n], a]) for n, a in args.items()}
+            self._arrived(st, new)
         if st is None:
             return
         now = watermark_ms * 1000
         rows = self._rows(key, st, now) if now > st["out"] else []
         if now > st["out"]:
             st["out"] = now
-            alive = st["ts"] + self.range_us > now
+            alive = self._ends(st) > now
             st["ts"] = st["ts"][alive]
             st["args"] = {n: a[alive] for n, a in st["args"].items()}
+            self._kept(st, alive)
         if len(st["ts"]):
             self.state.update((pickle.dumps(st),))
             self.handle.registerTimer(watermark_ms + 1)     # called again at the next one
@@ -87,16 +92,26 @@ class RangeAggregate(StatefulProcessor):
             names = self.keys + [n for n, _ in self.partials] + [FROM, TO]
             yield pd.DataFrame(rows, columns=names)
 
+    def _arrived(self, st: dict, new) -> None:
+        """New tuples were added to the state (``st``'s arrays, then ``new``'s rows)."""
+
+    def _kept(self, st: dict, alive) -> None:
+        """The state kept its tuples ``alive`` only."""
+
+    def _ends(self, st: dict):
+        """Where each tuple of the state stops being valid (µs)."""
+        return st["ts"] + self.range_us
+
     def _rows(self, key, st: dict, now: int) -> list:
         """The rows of [gone out, now): one a stretch with the same valid tuples, those
         with none left out (a key with nothing valid has no row)."""
-        ts, start = st["ts"], st["out"]
-        cuts = np.unique(np.concatenate([ts, ts + self.range_us]))
+        ts, start, ends = st["ts"], st["out"], self._ends(st)
+        cuts = np.unique(np.concatenate([ts, ends]))
         cuts = cuts[(cuts > start) & (cuts < now)]
         bounds = [start, *cuts.tolist(), now]
         out, last = [], None
         for a, b in zip(bounds[:-1], bounds[1:]):
-            live = (ts <= a) & (a < ts + self.range_us)
+            live = (ts <= a) & (a < ends)
             if not live.any():
                 last = None
                 continue
@@ -120,3 +135,29 @@ class RangeAggregate(StatefulProcessor):
             return pd.Timestamp(got).to_pydatetime()
         got = got.item() if hasattr(got, "item") else got
         return int(got) if whole and got is not None else got
+
+
+class RowsAggregate(RangeAggregate):
+    """α over ω PARTITION BY keys ROWS n grouped by those keys: a key's valid tuples are its
+    last n, a tuple valid from its ts until the ts of the n-th later one (at one instant,
+    in the stream's order, ``SEQ``); its last n never stop being valid."""
+
+    def __init__(self, keys: list, partials: list, rows: int, integral: list):
+        super().__init__(keys, partials, 0, integral)
+        self.n = rows
+
+    def _arrived(self, st, new):
+        seq = new[SEQ].to_numpy(np.int64)
+        st["seq"] = seq if "seq" not in st else np.concatenate([st["seq"], seq])
+        order = np.lexsort((st["seq"], st["ts"]))
+        st["ts"], st["seq"] = st["ts"][order], st["seq"][order]
+        st["args"] = {n: a[order] for n, a in st["args"].items()}
+
+    def _kept(self, st, alive):
+        st["seq"] = st["seq"][alive]
+
+    def _ends(self, st):
+        ts = st["ts"]
+        ends = np.full(len(ts), np.iinfo(np.int64).max)
+        ends[:max(len(ts) - self.n, 0)] = ts[self.n:]
+        return ends

@@ -10,9 +10,11 @@ Options: ``path`` (the spool directory), ``schema`` (a DDL string), ``reader`` (
 name, for commits; none: never commits), ``ts_column`` (the stream's event-time column: each
 task's watermark, its last file's, then also comes as a row, ``PUNCT`` true and every other
 column null but that one, so Spark's event-time watermark follows the stream's even when no
-tuple comes), ``tasks`` (at most this many partitions a micro-batch; 4), ``arrow_schema``
-(the stream's columns the query reads, as ``schema_option`` writes them: a file written before
-one was added to the stream has it as NULLs).
+tuple comes), ``order`` (any value: each row also gets ``ORDER``, its place in the stream,
+the file's number × 2³² + its row there; ROWS and SESSION windows order tuples at one instant
+by it, as the back end does by their arrival), ``tasks`` (at most this many partitions a
+micro-batch; 4), ``arrow_schema`` (the stream's columns the query reads, as ``schema_option``
+writes them: a file written before one was added to the stream has it as NULLs).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from gateway.clearinghouse import spool
 
 NAME = "cqgate_spool"
 PUNCT = "__punct"        # true on a watermark's row, false on the stream's tuples
+ORDER = "__order"        # a tuple's place in the stream (with the option ``order``)
 TASKS = 4                # a micro-batch's files are read by at most this many tasks
 
 
@@ -42,6 +45,7 @@ class SpoolReader(DataSourceStreamReader):
         self.path = options["path"]
         self.reader = options.get("reader")
         self.ts_column = options.get("ts_column")
+        self.order = bool(options.get("order"))
         self.tasks = int(options.get("tasks", TASKS))
         self.columns = arrow_schema(options["arrow_schema"]) if options.get("arrow_schema") \
             else None
@@ -67,8 +71,12 @@ class SpoolReader(DataSourceStreamReader):
             table, mark = spool.read(self.path, seq)
             if self.columns is not None:
                 table = spool.with_columns(table, self.columns.names, self.columns)
+            table = in_microseconds(table)
             if self.ts_column is not None:
                 table = table.append_column(PUNCT, pa.array(np.zeros(table.num_rows, bool)))
+            if self.order:
+                table = table.append_column(ORDER, pa.array(
+                    (seq << 32) + np.arange(table.num_rows, dtype=np.int64)))
             yield from table.to_batches()
         # the last file's watermark is the task's: a stream's watermarks only grow
         if self.ts_column is not None and mark is not None:
@@ -86,10 +94,22 @@ class SpoolSource(DataSource):
 
     def schema(self) -> str:
         extra = f", {PUNCT} BOOLEAN" if self.options.get("ts_column") else ""
-        return self.options["schema"] + extra
+        return self.options["schema"] + extra + \
+            (f", {ORDER} BIGINT" if self.options.get("order") else "")
 
     def streamReader(self, schema) -> SpoolReader:
         return SpoolReader(self.options)
+
+
+def in_microseconds(table: pa.Table) -> pa.Table:
+    """``table`` with its timestamps in seconds or milliseconds (a stream's TIMESTAMP(0) or
+    TIMESTAMP(3) columns) in microseconds, the one unit Spark takes them in."""
+    coarse = [i for i, f in enumerate(table.schema)
+              if pa.types.is_timestamp(f.type) and f.type.unit in ("s", "ms")]
+    for i in coarse:
+        f = table.schema.field(i)
+        table = table.set_column(i, f.name, table.column(i).cast(pa.timestamp("us", f.type.tz)))
+    return table
 
 
 def punctuation(schema: pa.Schema, ts_column: str, mark: int) -> pa.RecordBatch:

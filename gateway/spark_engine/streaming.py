@@ -85,11 +85,12 @@ class SparkQuery:
     promised: int | None = None          # the last watermark the derived stream was given
     query: object = None                 # pyspark's StreamingQuery, once started
     last_batch: int = -1                 # the newest batch id delivered
+    reached: int | None = None           # every row beginning before it was delivered (µs)
     held: pa.Table | None = None         # a union's rows its inputs' watermarks have not passed
     order: tuple = ()                    # the columns a batch's rows are sorted by
     sql: str = ""
     failure: str | None = None           # why Spark stopped it
-    finish: object = None                # T.TableFinish: a join with a table, made here
+    finish: object = None                # T.finish: the plan's end made here
     batches: int = 0
     rows_out: int = 0
     stopped: bool = False
@@ -157,9 +158,9 @@ class SparkStreams:
         return session
 
     def _frame(self, p: P.Plan, shape: T.Shape, read):
-        """The DataFrame of ``p`` (of its join with a table, the stream side): its root's
-        columns, then the interval and PUNCT."""
-        root = T.table_join(p.root)[1].left if shape.with_table else p.root
+        """The DataFrame Spark runs of ``p`` (``T.spark_root``): its root's columns, then the
+        interval and PUNCT."""
+        root = T.spark_root(p, shape)
         register_functions(self._session(), p.functions)
         df = T.Builder(read, p.functions).build(root)
         return df.select(*(T.q(c.name) for c in root.schema), T.TS, T.TE, PUNCT)
@@ -172,13 +173,15 @@ class SparkStreams:
             return con.sql(f"SELECT * FROM {quoted}").to_arrow_table()
 
     def _reader_of(self, spark_session, reader: str | None, resume: bool = False):
-        def read(scan: P.StreamScan):
+        def read(scan: P.StreamScan, ordered: bool = False):
             columns = _arrow_schema(scan)
             path = self.spools.path(scan.stream) if reader is None else self.spools.open(
                 scan.stream, columns, reader, resume)
             r = (spark_session.readStream.format(NAME).option("path", path)
                  .option("schema", _ddl(scan)).option("ts_column", scan.timestamp_column)
                  .option("arrow_schema", schema_option(columns)))
+            if ordered:         # each tuple's place in the stream, for ROWS and SESSION
+                r = r.option("order", "true")
             return (r.option("reader", reader) if reader else r).load()
         return read
 
@@ -186,8 +189,7 @@ class SparkStreams:
         session = self._session()
         df = self._frame(sq.plan, sq.shape,
                          self._reader_of(session, sq.reader, sq.feed is not None))
-        if sq.shape.with_table:
-            sq.finish = T.TableFinish(sq.plan.root, self._table_contents)
+        sq.finish = T.finish(sq.plan, sq.shape, self._table_contents)
         os.makedirs(sq.checkpoint, exist_ok=True)
         writer = (df.writeStream.queryName(f"cqgate_{sq.reader}")
                   .foreachBatch(lambda batch, batch_id: self._deliver(sq, batch, batch_id))
@@ -195,9 +197,10 @@ class SparkStreams:
         with self._lock:
             # a query takes the session's state store when it starts (and keeps it in its
             # checkpoint): RocksDB only where transformWithStateInPandas needs it (a RANGE
-            # aggregate), Spark's in-memory store elsewhere, which writes a micro-batch's
-            # state about twice as fast (NEXMark q7's join: 9 s against 21 s for 368,000 bids)
-            session.conf.set(STATE_STORE, ROCKSDB if sq.shape.ranged else HDFS)
+            # aggregate, a ROWS or SESSION window), Spark's in-memory store elsewhere, which
+            # writes a micro-batch's state about twice as fast (NEXMark q7's join: 9 s
+            # against 21 s for 368,000 bids)
+            session.conf.set(STATE_STORE, ROCKSDB if sq.shape.held else HDFS)
             sq.query = writer.start()
         threading.Thread(target=self._watch, args=(sq,), daemon=True,
                          name=f"spark-{sq.reader}").start()
@@ -231,9 +234,9 @@ class SparkStreams:
         table = batch.toArrow()
         punct = table.column(PUNCT).to_numpy(zero_copy_only=False).astype(bool)
         rows = table.filter(pa.array(~punct))
-        if sq.finish is not None and rows.num_rows:    # a join with a table: made here
+        if sq.finish is not None and rows.num_rows:    # a table join, sessions' α: here
             rows = sq.finish(rows)
-        frontier = self._frontier(sq, batch_id) if sq.shape.hold or sq.feed else None
+        frontier = self._frontier(sq, batch_id)
         if sq.rows_dir is not None and rows.num_rows:      # kept before Spark commits it
             keep_rows(sq.rows_dir, batch_id, client_table(sq.plan, rows, intervals=True))
         if sq.shape.hold:
@@ -244,8 +247,11 @@ class SparkStreams:
         if sq.feed is not None:
             asyncio.run_coroutine_threadsafe(self._feed(sq, rows, frontier),
                                              self.loop).result(FEED_WAIT_S)
-        elif rows.num_rows:
-            self.loop.call_soon_threadsafe(sq.live.put, client_table(sq.plan, rows))
+        else:
+            if rows.num_rows:
+                self.loop.call_soon_threadsafe(sq.live.put, client_table(sq.plan, rows))
+            if frontier is not None:        # after its rows, on the loop that queues them
+                self.loop.call_soon_threadsafe(self._reached, sq, frontier)
         sq.batches += 1
         sq.last_batch = batch_id
         # the batch's run, as foreachBatch sees it: toArrow runs the batch's plan
@@ -256,6 +262,10 @@ class SparkStreams:
         if rows.num_rows < 2 or not sq.order:
             return rows
         return rows.take(pc.sort_indices(rows, [(c, "ascending") for c in sq.order]))
+
+    @staticmethod
+    def _reached(sq: SparkQuery, frontier: int) -> None:
+        sq.reached = frontier if sq.reached is None else max(sq.reached, frontier)
 
     async def _feed(self, sq: SparkQuery, rows: pa.Table, frontier: int | None) -> None:
         """A derived stream's rows and watermark to the back end, where the queries that read
@@ -404,7 +414,8 @@ class SparkStreams:
         if sq is None:
             return {}
         _note_progress(sq)
-        return {"rows_out": sq.rows_out, "batches": sq.batches, "time": time_profile(sq)}
+        return {"rows_out": sq.rows_out, "batches": sq.batches, "time": time_profile(sq),
+                "reached": sq.reached}
 
     def kept_queries(self) -> list:
         """(qid, derived stream's name) of each derived stream's query."""
@@ -445,8 +456,9 @@ class SparkStreams:
         except PySparkException as e:
             raise spark_error(e, "Spark cannot plan the query") from None
         lines = [ln for ln in str(text).splitlines() if ln.strip()]
-        if shape.with_table:
-            lines.append(T.TableFinish(p.root, self._table_contents).explain())
+        end = T.finish(p, shape, self._table_contents)
+        if end is not None:
+            lines.append(end.explain())
         return lines
 
     def stop(self) -> None:

@@ -45,13 +45,15 @@ import pyarrow as pa
 import sqlglot
 from pyspark.sql import functions as F
 from sqlglot import exp
+from sqlglot.optimizer.annotate_types import annotate_types
 
 from executor import plan as P
 
 from gateway.archive.spark import spark_type
 from gateway.pgwire import errors as E
+from gateway.spark_engine import held_tuples as HT
 from gateway.spark_engine import range_aggregate as RA
-from gateway.spark_engine.spool_source import PUNCT
+from gateway.spark_engine.spool_source import ORDER, PUNCT
 
 TS, TE = "__ts", "__te"
 ET = "__et"                     # the event time Spark's watermark and window() read
@@ -75,7 +77,11 @@ class Shape:
     hold: bool
     closes: bool = False
     with_table: bool = False
-    ranged: bool = False        # a RANGE aggregate: its next rows start at Spark's watermark
+    session_groups: bool = False    # ends in α over closed sessions (made in the server)
+    ranged: bool = False        # a RANGE aggregate or ROWS: its next rows start at Spark's
+    #                             watermark
+    held: bool = False          # state kept by Python (transformWithStateInPandas), which
+    #                             needs the RocksDB state store
 
 
 # ---------------------------------------------------------------------- check
@@ -119,8 +125,12 @@ def _check_window(n: P.Window, kids) -> Kind:
         return Kind("unbounded")
     if isinstance(w, P.SlideWindow):
         return Kind("slid", (w.slide_us, (w.start_us or 0) % w.slide_us))
-    raise Refused(f"window {P.window_text(w)} (Spark runs RANGE, RANGE … SLIDE and unbounded "
-                  "windows)")
+    if isinstance(w, P.RowsWindow):
+        return Kind("rows")
+    if isinstance(w, P.SessionWindow):
+        return Kind("session")
+    raise Refused(f"window {P.window_text(w)} (Spark runs RANGE, RANGE … SLIDE, ROWS, SESSION "
+                  "and unbounded windows)")
 
 
 def _check_row_op(n, kids) -> Kind:
@@ -131,11 +141,23 @@ def _check_aggregate(n: P.Aggregate, kids) -> Kind:
     other = sorted({p.func for p in n.partials} - set(_PARTIALS))
     if other:
         raise Refused(f"aggregate {', '.join(other)} (Spark runs SUM, COUNT, MIN, MAX, AVG)")
-    if kids[0].name == "ranged" and isinstance(n.input, P.Window):
+    if kids[0].name == "session" and isinstance(n.input, P.Window):
+        end = _duck_name(n.input.window.columns[1])
+        if not any(k.expr.sql == end for k in n.keys):
+            raise Refused("an aggregate over a session window not grouped by its end "
+                          "(wend(*))", hint=_with_key("Group by wend(*)"))
+        return Kind("session_groups")
+    if kids[0].name == "rows" and isinstance(n.input, P.Window):
+        keys = {e.sql for e in n.input.window.partition_by}
+        if not keys or {k.expr.sql for k in n.keys} != keys:
+            raise Refused("an aggregate over a ROWS window not grouped by exactly its "
+                          "PARTITION BY keys", hint=_with_key(
+                              "Partition the window by the GROUP BY keys"))
+    if kids[0].name in ("ranged", "rows") and isinstance(n.input, P.Window):
         if any(p.arg is not None and p.arg.type.upper().startswith(("DECIMAL", "NUMERIC"))
                and p.func == "sum" for p in n.partials):
-            raise Refused("SUM or AVG of a DECIMAL over a RANGE window (Spark's aggregate "
-                          "index there works in floating point)")
+            raise Refused("SUM or AVG of a DECIMAL over a RANGE or ROWS window (Spark's "
+                          "aggregate index there works in floating point)")
         if not n.keys:
             raise Refused("an aggregate over a RANGE window with no GROUP BY key cannot be "
                           "partitioned over Spark's executors", hint=_with_key("Group by a key"))
@@ -163,11 +185,14 @@ def distinct_groups(n: P.Distinct) -> P.Aggregate:
 
 
 def _check_distinct(n: P.Distinct, kids) -> Kind:
-    return _check_aggregate(distinct_groups(n), kids)
+    kind = _check_aggregate(distinct_groups(n), kids)
+    if kind.name == "session_groups":
+        raise Refused("DISTINCT over a session window")
+    return kind
 
 
 def _check_union(n: P.Union_, kids) -> Kind:
-    if not all(k.name in ("ranged", "unbounded", "slid") for k in kids):
+    if not all(k.name in ("ranged", "unbounded", "slid", "rows", "session") for k in kids):
         raise Refused("a union of anything but windowed rows of streams")
     return Kind("union")
 
@@ -247,22 +272,113 @@ def check(p: P.Plan) -> Shape:
     # a union's and a join's wait for the watermarks
     return Shape(tuple(sorted(P.streams_read(p.root))),
                  hold=kind in ("union", "join", "joined"),
-                 closes=P.contains(p.root, _grouping),
-                 with_table=kind == "tabled", ranged=kind == "ranged_agg")
+                 closes=P.contains(p.root, _grouping) or P.contains(p.root, _holding),
+                 with_table=kind == "tabled", session_groups=kind == "session_groups",
+                 ranged=P.contains(p.root, _indexed) or P.contains(p.root, _rows),
+                 held=P.contains(p.root, _indexed) or P.contains(p.root, _holding))
 
 
 def _grouping(node) -> bool:
     return isinstance(node, (P.Aggregate, P.Distinct))
 
 
-def table_join(root) -> tuple:
-    """A plan that ends in a join with a table: (the ops above the join, root first; the
-    join). Spark runs the join's stream side; the server the rest (``TableFinish``)."""
+def _indexed(node) -> bool:
+    """An α (δ too) the aggregate index runs, in Python (range_aggregate.py): over RANGE,
+    or over ROWS by its partition."""
+    if isinstance(node, P.Distinct):
+        node = distinct_groups(node)
+    return isinstance(node, P.Aggregate) and isinstance(node.input, P.Window) and \
+        isinstance(node.input.window, (P.RangeWindow, P.RowsWindow))
+
+
+def _rows(node) -> bool:
+    return isinstance(node, P.Window) and isinstance(node.window, P.RowsWindow)
+
+
+def _holding(node) -> bool:
+    """An ω whose tuples Python holds per key (held_tuples.py)."""
+    return isinstance(node, P.Window) and isinstance(node.window, (P.RowsWindow,
+                                                                   P.SessionWindow))
+
+
+def _split(root, kind) -> tuple:
+    """(the ops above the first ``kind`` down the plan's first inputs, root first; it)."""
     above, node = [], root
-    while not isinstance(node, P.Join):
+    while not isinstance(node, kind):
         above.append(node)
         node = node.input
     return above, node
+
+
+def table_join(root) -> tuple:
+    """A plan that ends in a join with a table: (the ops above the join, root first; the
+    join). Spark runs the join's stream side; the server the rest (``TableFinish``)."""
+    return _split(root, P.Join)
+
+
+def spark_root(p: P.Plan, shape: Shape):
+    """What Spark runs of ``p``: its root, but where the server finishes the plan for each
+    micro-batch (a join with a table, an α over sessions), the input of that."""
+    if shape.with_table:
+        return table_join(p.root)[1].left
+    if shape.session_groups:
+        return _split(p.root, P.Aggregate)[1].input
+    return p.root
+
+
+def finish(p: P.Plan, shape: Shape, contents):
+    """What the server makes of each micro-batch's rows from Spark (None: they are the
+    plan's); ``contents(name)`` gives a table's committed rows."""
+    if shape.with_table:
+        return TableFinish(p.root, contents)
+    if shape.session_groups:
+        return SessionFinish(p.root)
+    return None
+
+
+def _connect():
+    """A DuckDB connection for the plan's SQL, locked down as the back end's is."""
+    return P.expression_settings(duckdb.connect(config=dict(P.EXPRESSION_CONFIG)))
+
+
+class SessionFinish:
+    """An α over closed sessions (grouped by their end), then the σ and μ above it, made in
+    the server by DuckDB for each micro-batch of the session window's rows from Spark, as
+    the back end makes it for each batch: a session leaves whole, in one batch, and a
+    group's tuples all hold for the same interval, so each group's row is its partials over
+    them (a SUM of integers a BIGINT, as the back end's), then the finals."""
+
+    def __init__(self, root):
+        self.above, self.aggregate = _split(root, P.Aggregate)
+        n = self.aggregate
+        keys = [f"{k.expr.sql} AS {_duck_name(k.name)}" for k in n.keys]
+        partials = [f"{_DUCK_PARTIALS[p.func](p)} AS {_duck_name(p.name)}" for p in n.partials]
+        grouped = (f"SELECT {', '.join(keys + partials)}, {TS}, {TE} FROM r GROUP BY "
+                   f"{', '.join([k.expr.sql for k in n.keys] + [TS, TE])}")
+        finals = ", ".join(f"{f.expr.sql} AS {_duck_name(f.name)}" for f in n.finals)
+        self.sql = _finish_sql(self.above, f"SELECT {finals}, {TS}, {TE} FROM ({grouped})")
+        self.con = None           # made at the first batch (EXPLAIN needs none)
+
+    def __call__(self, rows: pa.Table) -> pa.Table:
+        if self.con is None:
+            self.con = _connect()
+        self.con.register("r", rows)
+        try:
+            return self.con.sql(self.sql).to_arrow_table()
+        finally:
+            self.con.unregister("r")
+
+    def explain(self) -> str:
+        return ("then in the server, for each micro-batch: " + P.explain_label(self.aggregate)
+                + " over its closed sessions" + "".join(f", {P.explain_label(op)}"
+                                                        for op in reversed(self.above)))
+
+
+def _finish_sql(above: list, below: str) -> str:
+    """The σ and μ ``above`` (root first) over the SQL ``below``."""
+    for op in reversed(above):
+        below = _FINISH[type(op)](op, below)
+    return below
 
 
 class TableFinish:
@@ -284,15 +400,13 @@ class TableFinish:
         right = [c.name for c in self.join.right.schema]
         cond = [f"({a.sql}) = ({b.sql})" for a, b in self.join.equi] + \
             ([f"({self.join.residual.sql})"] if self.join.residual is not None else [])
-        sql = (f"SELECT {_duck_list(left)}, {_duck_list(right)}, {TS}, {TE} FROM l JOIN r "
-               f"ON {' AND '.join(cond) or 'TRUE'}")
-        for op in reversed(self.above):
-            sql = _FINISH[type(op)](op, sql)
-        self.sql = sql
+        self.sql = _finish_sql(self.above, (
+            f"SELECT {_duck_list(left)}, {_duck_list(right)}, {TS}, {TE} FROM l JOIN r "
+            f"ON {' AND '.join(cond) or 'TRUE'}"))
 
     def __call__(self, rows: pa.Table) -> pa.Table:
-        if self.con is None:      # the plan's SQL, locked down as the back end's DuckDB is
-            self.con = P.expression_settings(duckdb.connect(config=dict(P.EXPRESSION_CONFIG)))
+        if self.con is None:
+            self.con = _connect()
         table = self.contents(self.scan.table)
         by_name = {n.lower(): n for n in table.schema.names}
         names = [c.name for c in self.scan.schema]
@@ -316,8 +430,26 @@ class TableFinish:
                                               for op in reversed(self.above)))
 
 
+def _duck_name(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql("duckdb")
+
+
 def _duck_list(names: list) -> str:
-    return ", ".join(exp.to_identifier(n, quoted=True).sql("duckdb") for n in names)
+    return ", ".join(_duck_name(n) for n in names)
+
+
+def _duck_sum(p: P.Partial) -> str:
+    return f"CAST(sum({p.arg.sql}) AS BIGINT)" if _integral(p.arg.type) else f"sum({p.arg.sql})"
+
+
+# a partial of the plan as DuckDB's aggregate (the server's α over sessions)
+_DUCK_PARTIALS = {
+    "sum": _duck_sum,
+    "count": lambda p: f"count({p.arg.sql})",
+    "count_star": lambda p: "count(*)",
+    "min": lambda p: f"min({p.arg.sql})",
+    "max": lambda p: f"max({p.arg.sql})",
+}
 
 
 # the σ and μ above a join with a table, over the SQL of what is below them
@@ -334,11 +466,13 @@ _FINISH = {
 _JVM_CALLS = {"reflect", "java_method", "try_reflect"}
 
 
-def spark_sql(e: P.Expr, python: frozenset = frozenset()) -> str:
+def spark_sql(e: P.Expr, python: frozenset = frozenset(), types: dict | None = None) -> str:
     """An expression of the plan (DuckDB SQL) as Spark SQL. A function sqlglot does not know
     must be one of DuckDB's (the plan's SQL is DuckDB's) or a Python function of the plan
     (``python``: their DuckDB names, which ``register_functions`` gives Spark), and none may
-    call into Spark's JVM: 42883, as PostgreSQL answers a function it does not have."""
+    call into Spark's JVM: 42883, as PostgreSQL answers a function it does not have.
+    ``types``: {column: DuckDB type} of the columns it may read, which tell what a cast to
+    an integer casts (a fraction is rounded as DuckDB rounds it, not cut off)."""
     tree = sqlglot.parse_one(e.sql, read="duckdb")
     for f in tree.find_all(exp.Anonymous):
         name = f.name.lower()
@@ -346,6 +480,16 @@ def spark_sql(e: P.Expr, python: frozenset = frozenset()) -> str:
             continue
         if name in _JVM_CALLS or name not in _duckdb_functions():
             raise E.PgError(f"function {name} does not exist", sqlstate="42883")
+    casts = [c for c in tree.find_all(exp.Cast) if c.to.this in _WHOLE_TYPES]
+    for cast, operand in zip(casts, _operand_types(tree, casts, types or {})):
+        if operand in _FRACTIONAL:
+            cast.set("this", _rounded(cast.this))
+    for null in list(tree.find_all(exp.Null)):
+        # a bare NULL where a truth value goes (CASE WHEN NULL, NULL OR …) is one in DuckDB,
+        # but of no type in Spark, which then refuses the query
+        if isinstance(null.parent, _TRUTH) and null.arg_key in ("this", "expression") or \
+                isinstance(null.parent, exp.If) and null.arg_key == "this":
+            null.replace(exp.cast(exp.Null(), exp.DataType.Type.BOOLEAN))
     for b in list(tree.find_all(exp.Bracket)):
         if len(b.expressions) == 1:
             # DuckDB's list[i] counts from 1, as Spark's element_at does (its [] from 0);
@@ -356,6 +500,48 @@ def spark_sql(e: P.Expr, python: frozenset = frozenset()) -> str:
             # NULL past the end, as in DuckDB
             b.replace(exp.Anonymous(this="TRY_ELEMENT_AT", expressions=[b.this.copy(), i]))
     return tree.sql("spark")
+
+
+_TRUTH = (exp.And, exp.Or, exp.Not, exp.Xor)
+_WHOLE_TYPES = (exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
+                exp.DataType.Type.BIGINT)
+
+
+_FRACTIONAL = (exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DECIMAL)
+
+
+def _operand_types(tree, casts: list, types: dict) -> list:
+    """What each of ``casts`` (casts in ``tree``) casts, by sqlglot's reading of a copy of
+    the tree, its columns typed by ``types`` (a column it does not know: UNKNOWN)."""
+    if not casts:
+        return []
+    copy, names = tree.copy(), {}
+    for c in list(copy.find_all(exp.Column)):
+        c.replace(exp.column(names.setdefault(c.name, f"c{len(names)}"), "t"))
+    select = exp.select(copy).from_("t")
+    known = {n: types[c] for c, n in names.items() if c in types} or {"none": "INT"}
+    annotate_types(select, schema={"t": known}, dialect="duckdb")
+    return [c.this.type.this if c.this.type else None for c in select.find_all(exp.Cast)
+            if c.to.this in _WHOLE_TYPES]
+
+
+def _column_types(root) -> dict:
+    """{column: DuckDB type} of every node's columns in a plan."""
+    types = {c.name: c.type for c in root.schema}
+    for child in P.children(root):
+        types.update(_column_types(child))
+    return types
+
+
+def _rounded(x: exp.Expression) -> exp.Expression:
+    """``x`` rounded as DuckDB rounds it when cast to an integer, where Spark's cast cuts off
+    the fraction: a DECIMAL half away from zero (CAST(2.5 AS INT) is 3), a DOUBLE or REAL
+    half to even (CAST(2.5::DOUBLE AS INT) is 2); an integer stays as it is. Which one is
+    Spark's type of ``x`` (a literal 0.5 is a DECIMAL in both)."""
+    decimal = exp.Like(this=exp.Anonymous(this="typeof", expressions=[x.copy()]),
+                       expression=exp.Literal.string("decimal%"))
+    return exp.Case(ifs=[exp.If(this=decimal, true=exp.Round(this=x.copy()))],
+                    default=exp.Anonymous(this="bround", expressions=[x.copy()]))
 
 
 @functools.cache
@@ -382,21 +568,27 @@ class Builder:
         self.read = read
         self.exploded: set = set()      # SLIDE windows whose rows a join on the grid reads
         self.python = frozenset(f.duck_name for f in functions)
+        self.types: dict = {}
 
     def spark_sql(self, e: P.Expr) -> str:
-        return spark_sql(e, self.python)
+        return spark_sql(e, self.python, self.types)
 
     def build(self, node):
+        if not self.types:      # the plan's columns' types, for its expressions' casts
+            self.types = _column_types(node)
         return self._BUILD[type(node)](self, node)
 
-    def _scan(self, n: P.StreamScan):
-        df = self.read(n)
+    def _scan(self, n: P.StreamScan, ordered: bool = False):
+        df = self.read(n, ordered) if ordered else self.read(n)
         cols = [f"{q(c.name.split('.', 1)[1])} AS {q(c.name)}" for c in n.schema]
         return df.selectExpr(*cols, f"{q(n.timestamp_column)} AS {TS}",
-                             f"{q(n.timestamp_column)} AS {TE}", PUNCT)
+                             f"{q(n.timestamp_column)} AS {TE}", PUNCT,
+                             *([ORDER] if ordered else []))
 
     def _window(self, n: P.Window):
         w = n.window
+        if isinstance(w, (P.RowsWindow, P.SessionWindow)):
+            return self._held_tuples(n)
         df = self.build(n.input)
         if isinstance(w, P.RangeWindow):
             return df.withColumn(TE, F.expr(_plus_us(TS, w.size_us)))
@@ -416,6 +608,38 @@ class Builder:
         df = df.where(f"{PUNCT} OR {first} <= {last}")
         return df.withColumn(TE, F.expr(f"CAST(timestamp_micros({last} + {j}) AS TIMESTAMP_NTZ)")) \
             .withColumn(TS, F.expr(f"CAST(timestamp_micros({first}) AS TIMESTAMP_NTZ)"))
+
+    def _held_tuples(self, n: P.Window):
+        """ω ROWS or SESSION: per partition key (none: one key for all), the back end's
+        window in Python (held_tuples.py), its state in Spark's state store; the stream's
+        columns go in and out named by their place (``cq_c0``, …), as a RANGE aggregate's
+        do, and each tuple with its place in the stream, which orders tuples at one
+        instant."""
+        w, scan = n.window, n.input
+        df = self._scan(scan, ordered=True)
+        if getattr(w, "where", None) is not None:   # the WHERE inside the brackets: first
+            df = df.where(f"{PUNCT} OR ({self.spark_sql(w.where)})")
+        inner = [c for c in n.schema if c.name not in getattr(w, "columns", ())]
+        ccols = [f"cq_c{i}" for i in range(len(inner))]
+        keys, kcols = _group_keys([self.spark_sql(e) for e in w.partition_by] or ["0"])
+        df = _event_time(df).selectExpr(
+            *keys, *(f"{q(c.name)} AS {k}" for c, k in zip(inner, ccols)),
+            f"unix_micros(CAST({TS} AS TIMESTAMP)) AS {HT.TS_US}", f"{ORDER} AS {HT.SEQ}", ET)
+        types = [f"{k} {spark_type(c.type)}" for c, k in zip(inner, ccols)]
+        if isinstance(w, P.RowsWindow):
+            processor, extra = HT.RowsWindow(ccols, w.rows), []
+        else:
+            processor, extra = HT.SessionWindow(ccols, w.gap_us), [HT.START, HT.END]
+        out = df.groupBy(*kcols).transformWithStateInPandas(
+            processor, outputStructType=", ".join(
+                types + [f"{c} BIGINT" for c in extra + [HT.FROM, HT.TO]]),
+            outputMode="Append", timeMode="EventTime")
+        micros = "CAST(timestamp_micros({}) AS TIMESTAMP_NTZ)"
+        bounds = [F.expr(micros.format(c)).alias(name)
+                  for c, name in zip(extra, getattr(w, "columns", ()))]
+        return out.select(*(F.col(k).alias(c.name) for c, k in zip(inner, ccols)), *bounds,
+                          F.expr(micros.format(HT.FROM)).alias(TS),
+                          F.expr(micros.format(HT.TO)).alias(TE), F.lit(False).alias(PUNCT))
 
     def _filter(self, n: P.Filter):
         # a watermark's row passes every filter; the OR keeps Spark from splitting it off
@@ -440,7 +664,7 @@ class Builder:
     def _aggregate(self, n: P.Aggregate):
         keys = [f"{self.spark_sql(k.expr)} AS {q(k.name)}" for k in n.keys]
         args = [f"{self.spark_sql(p.arg)} AS {q(p.name)}" for p in n.partials if p.arg is not None]
-        if isinstance(n.input, P.Window) and isinstance(n.input.window, P.RangeWindow):
+        if _indexed(n):
             return self._range_aggregate(n)
         if isinstance(n.input, P.Window):       # over a SLIDE window's tuples: by window
             w = n.input.window
@@ -465,23 +689,32 @@ class Builder:
         keys and partials go into Spark's pandas function named by their place (``cq_k0``,
         ``cq_p0``, …) and get their names back after it: Spark renames a column with
         leading underscores on its way in (DISTINCT's count, ``__n``, then gave no rows)."""
-        kcols = [f"cq_k{i}" for i in range(len(n.keys))]
+        keys, kcols = _group_keys([self.spark_sql(k.expr) for k in n.keys])
+        nulls = kcols[len(n.keys):]
         pcols = [f"cq_p{i}" for i in range(len(n.partials))]
-        df = _event_time(self.build(n.input.input)).selectExpr(
-            *(f"{self.spark_sql(k.expr)} AS {c}" for k, c in zip(n.keys, kcols)),
+        w = n.input.window
+        rows = isinstance(w, P.RowsWindow)
+        df = self._scan(n.input.input, ordered=True) if rows else self.build(n.input.input)
+        if rows and w.where is not None:       # the WHERE inside the brackets: first
+            df = df.where(f"{PUNCT} OR ({self.spark_sql(w.where)})")
+        df = _event_time(df).selectExpr(
+            *keys,
             *(f"{self.spark_sql(p.arg)} AS {c}" for p, c in zip(n.partials, pcols)
               if p.arg is not None),
-            f"unix_micros(CAST({TS} AS TIMESTAMP)) AS {RA.TS_US}", ET)
+            f"unix_micros(CAST({TS} AS TIMESTAMP)) AS {RA.TS_US}",
+            *([f"{ORDER} AS {RA.SEQ}"] if rows else []), ET)
         integral = [p.func in ("count", "count_star") or
                     (p.func in ("sum", "min", "max") and _integral(p.arg.type))
                     for p in n.partials]
         out = ", ".join([f"{c} {spark_type(k.expr.type)}" for k, c in zip(n.keys, kcols)]
+                        + [f"{c} BOOLEAN" for c in nulls]
                         + [f"{c} {_partial_type(p, whole)}"
                            for p, c, whole in zip(n.partials, pcols, integral)]
                         + [f"{RA.FROM} BIGINT", f"{RA.TO} BIGINT"])
         agg = df.groupBy(*kcols).transformWithStateInPandas(
-            RA.RangeAggregate(kcols, [(c, p.func) for p, c in zip(n.partials, pcols)],
-                              n.input.window.size_us, integral),
+            (RA.RowsAggregate if rows else RA.RangeAggregate)(
+                kcols, [(c, p.func) for p, c in zip(n.partials, pcols)],
+                w.rows if rows else w.size_us, integral),
             outputStructType=out, outputMode="Append", timeMode="EventTime")
         agg = agg.select(
             *(F.col(c).alias(k.name) for k, c in zip(n.keys, kcols)),
@@ -524,6 +757,16 @@ class Builder:
     _BUILD = {P.StreamScan: _scan, P.Window: _window, P.Filter: _filter, P.Map: _map,
               P.Union_: _union, P.Aggregate: _aggregate, P.Distinct: _distinct,
               P.Join: _join}
+
+
+def _group_keys(exprs: list) -> tuple:
+    """(select items, columns) grouping by Spark SQL ``exprs`` in Spark's arbitrary stateful
+    processing: each as ``cq_k<i>``, then whether it is NULL as ``cq_n<i>``. Spark's state
+    store took a NULL key for another key's value there (a ROWS window's NULL partition
+    ended the tuples of partition 2), so a NULL is told apart by its flag too."""
+    items = [f"{x} AS cq_k{i}" for i, x in enumerate(exprs)] + \
+        [f"({x}) IS NULL AS cq_n{i}" for i, x in enumerate(exprs)]
+    return items, [i.rsplit(" AS ", 1)[1] for i in items]
 
 
 def _event_time(df):

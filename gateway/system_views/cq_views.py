@@ -31,11 +31,12 @@ def _follows(p) -> str:
     return "wall clock" if p.wall_clock and p.follows_wall else "data"
 
 
-def _progress(live) -> tuple:
+def _progress(live, c: dict) -> tuple:
     """(the latest watermark its rows passed, how many times it was started again after its
-    back end died) of a cursor's query."""
+    back end died) of a cursor's query (``c``: its counters; on Spark, what its last
+    micro-batch reached)."""
     r = getattr(live, "resumption", None)
-    return (None, 0) if r is None else (_micros(r.reached), r.recoveries)
+    return (_micros(c.get("reached")), 0) if r is None else (_micros(r.reached), r.recoveries)
 
 
 async def gather(services, viewer: str, stats: dict | None = None) -> dict:
@@ -58,7 +59,7 @@ async def gather(services, viewer: str, stats: dict | None = None) -> dict:
         rows.append((live.owner, live.name, "cursor", sql, state, _when(live.started),
                      c.get("rows_in", 0), c.get("rows_out", 0), c.get("state", 0),
                      _when(c.get("last_emit")), live.failure, live.n_pending,
-                     live.memory_bytes, live.spilled_bytes, engine, *_progress(live),
+                     live.memory_bytes, live.spilled_bytes, engine, *_progress(live, c),
                      _micros(c.get("checkpoint"))))
     kinds = {o.relation().name.lower(): o.kind for o in services.streams.objects.values()}
     for qid, (plan, feeds) in list(link.persistent.items()):

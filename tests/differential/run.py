@@ -13,6 +13,9 @@ from .runner import Round, report, shrink, summary
 from .world import RELATIONS, random_data
 
 CASES_PER_ROUND = 50
+# on Spark: fewer cases a round, one round at a time (each query there is a streaming job
+# with its Python workers, on the machine's cores)
+SPARK_CASES_PER_ROUND = 8
 
 
 @dataclass
@@ -32,21 +35,26 @@ class RunResult:
 
 def differential_run(dsn: str, seed: int, queries: int, *, parallel: int = 2,
                      shrink_budget: int = 150, shrink_at_most: int = 5,
-                     progress=None) -> RunResult:
+                     progress=None, engine: str = "backend") -> RunResult:
     """``queries`` cases from ``seed`` in rounds of ``CASES_PER_ROUND``, each round with data
     of its own, ``parallel`` rounds at a time on the one server; every outcome judged, at most
     ``shrink_at_most`` failures shrunk (one at a time, alone on the server). The cases and
-    data are drawn before anything runs, so a seed always makes the same ones."""
+    data are drawn before anything runs, so a seed always makes the same ones. ``engine``
+    spark: every case a cursor on Spark and no other way, ``SPARK_CASES_PER_ROUND`` a round,
+    one round at a time."""
+    spark = engine == "spark"
+    per_round = SPARK_CASES_PER_ROUND if spark else CASES_PER_ROUND
+    variants = ("spark",) if spark else None
     gen, rng = Generator(seed), random.Random(seed)
     rounds = []
-    for r in range((queries + CASES_PER_ROUND - 1) // CASES_PER_ROUND):
+    for r in range((queries + per_round - 1) // per_round):
         data = random_data(rng)
-        n = min(CASES_PER_ROUND, queries - r * CASES_PER_ROUND)
+        n = min(per_round, queries - r * per_round)
         rounds.append((data, [gen.case() for _ in range(n)]))
     result, started = RunResult(), time.monotonic()
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
+    with ThreadPoolExecutor(max_workers=1 if spark else parallel) as pool:
         for r, ((data, _), outcomes) in enumerate(zip(rounds, pool.map(
-                lambda rd: Round(dsn, rd[1], rd[0]).run(), rounds))):
+                lambda rd: Round(dsn, rd[1], rd[0], variants).run(), rounds))):
             result.outcomes += [(o, data) for o in outcomes]
             if progress is not None:
                 progress(r, result)

@@ -13,6 +13,8 @@ failing case down to fewer tuples and a simpler query that still fails the same 
 from __future__ import annotations
 
 import datetime as dt
+import re
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +26,10 @@ from .oracle import Oracle, OracleError, duck_family, normal, pg_family
 from .world import FUNCTION, INF, PYTHON_FUNCTION, RELATIONS, STREAMS, T0, Data, S, timestamp
 
 USER_CLASSES = ("0A", "42", "22")
+# a cursor on Spark is read once its progress reaches the end, or after this long (s)
+SPARK_WAIT_S = 120
+# Spark's watermark at the end: the data's end less 1.001 ms, in whole milliseconds
+SPARK_SHORT_US = 2_000
 _EPOCH = dt.datetime(1970, 1, 1)
 _ONE_US = dt.timedelta(microseconds=1)
 
@@ -41,7 +47,8 @@ class Outcome:
                                  # snapshot (cq.mode = snapshot), progress (WITH (progress =
                                  # true)), resumed / derived resumed / window resumed (its
                                  # resume_from a progress row of that one), primed (declared
-                                 # with the data in, its windows filled from the archive)
+                                 # with the data in, its windows filled from the archive),
+                                 # spark (a cursor run on Spark: cq.engine = spark)
 
     @property
     def failed(self) -> bool:
@@ -97,6 +104,11 @@ class Round:
     def _snapshots(self) -> bool:
         return self.variants is None or bool({"snapshot", "primed"} & set(self.variants))
 
+    @property
+    def _spark(self) -> bool:
+        """Every case as a cursor on Spark (``variants`` ("spark",)), and no other way."""
+        return self.variants is not None and "spark" in self.variants
+
     def _primed(self, i: int, case: Case) -> bool:
         return primable(case) and (i % 2 == 0 if self.variants is None
                                    else "primed" in self.variants)
@@ -109,6 +121,8 @@ class Round:
                 psycopg.connect(self.dsn, autocommit=True) as reader:
             for c in (feed, reader):
                 c.execute("SET statement_timeout = '60s'")
+            if self._spark:
+                reader.execute("SET cq.engine = spark")
             for r, rel in RELATIONS.items():
                 feed.execute(rel.create(names[r]))
             feed.execute(FUNCTION.format(name=names["fn"]))
@@ -119,12 +133,13 @@ class Round:
             outcomes, cursors = [], {}
             try:
                 for i, case in enumerate(self.cases):
-                    refused = self._declare(reader, f"dq{i}", case.cql(names), case)
+                    first = "spark" if self._spark else "cursor"
+                    refused = self._declare(reader, f"dq{i}", case.cql(names), case, first)
                     if refused is not None:
                         outcomes.append(self._refusal(refused))
                         continue
-                    cursors[f"dq{i}"] = (case, "cursor")
-                    how = self._variant(i)
+                    cursors[f"dq{i}"] = (case, first)
+                    how = None if self._spark else self._variant(i)
                     if how == "progress":
                         refused = self._declare(reader, f"dp{i}",
                                                 with_progress(case.cql(names)), case, how)
@@ -165,6 +180,9 @@ class Round:
                                  f"{timestamp(self.data.end)}")
                 reader.execute("SELECT count(*) FROM cq_queries").fetchall()     # the barrier
                 for name, (case, how) in list(cursors.items()):
+                    if how == "spark":
+                        outcomes.append(self._read_spark(reader, name, case))
+                        continue
                     if how not in MADE_OF.values():
                         outcomes.append(self._read(reader, name, case, how))
                         continue
@@ -255,6 +273,30 @@ class Round:
         outcome = judge(case, self.data, rows, oids, self._oracle(case),
                         since=self._since if how == "primed" else None)
         outcome.how = how
+        return outcome
+
+    def _read_spark(self, reader, name: str, case: Case) -> Outcome:
+        """A cursor on Spark, whose rows come micro-batch by micro-batch after the data is
+        in: read once its progress (cq_queries) has reached Spark's last watermark, a
+        millisecond short of the end (Spark keeps its watermark in whole milliseconds), and
+        judged up to there."""
+        upto, deadline = self.data.end - SPARK_SHORT_US, time.monotonic() + SPARK_WAIT_S
+        while True:
+            got = reader.execute("SELECT progress FROM cq_queries WHERE name = %s AND pid = "
+                                 "pg_backend_pid()", [name]).fetchall()
+            if got and got[0][0] is not None and _us(got[0][0]) >= upto:
+                break
+            if not got or time.monotonic() > deadline:
+                break           # ended (its error comes with the FETCH), or stuck: judged
+            time.sleep(0.5)
+        rows, oids, failed = self._fetch(reader, name, case, "spark")
+        if failed is not None:
+            return failed
+        outcome = judge(case, self.data, rows, oids, self._oracle(case), until=upto)
+        if outcome.failed and got and (got[0][0] is None or _us(got[0][0]) < upto):
+            outcome.message += (f" (its progress stood at {got[0][0]} after "
+                                f"{SPARK_WAIT_S} s)")
+        outcome.how = "spark"
         return outcome
 
     def _fetch(self, reader, name: str, case: Case, how: str) -> tuple:
@@ -365,10 +407,12 @@ def oracle_error(case: Case, data: Data) -> str | None:
 
 
 def judge(case: Case, data: Data, rows: list, oids: list,
-          oracle: Oracle | None = None, since: int | None = None) -> Outcome:
+          oracle: Oracle | None = None, since: int | None = None,
+          until: int | None = None) -> Outcome:
     """Compare a cursor's rows (valid_from, valid_to, values…) with the oracle (``oracle``:
     the case's, kept by its caller; else one made here and closed), at every instant, or
-    from ``since`` on (a cursor started then, which answers from there)."""
+    from ``since`` on (a cursor started then, which answers from there), up to the data's
+    end (or ``until``)."""
     answer = [(_us(r[0]), INF if r[1] is None else _us(r[1]), tuple(normal(v) for v in r[2:]))
               for r in rows]
     for vf, vt, vals in answer:
@@ -386,8 +430,8 @@ def judge(case: Case, data: Data, rows: list, oids: list,
             points.update((vf, vt))
         first = T0 if since is None else since
         points.add(first)
-        instants = sorted({p - d for p in points for d in (0, 1)
-                           if first <= p - d < data.end})
+        last = data.end if until is None else until
+        instants = sorted({p - d for p in points for d in (0, 1) if first <= p - d < last})
         for t in instants:
             got = Counter(v for vf, vt, v in answer if vf <= t < vt)
             want = oracle.at(t)
@@ -510,9 +554,11 @@ def summary(outcomes: list) -> str:
     count = Counter(o.status for o in outcomes)
     refused = Counter((o.sqlstate, _reason(o.message)) for o in outcomes
                       if o.status == "refused")
-    cursors = [o for o in outcomes if o.how == "cursor"]
-    lines = [f"{len(cursors)} queries as cursors: {sum(o.status in ACCEPTED for o in cursors)} "
-             f"accepted, {sum(o.status == 'refused' for o in cursors)} refused; "
+    cursors = [o for o in outcomes if o.how in ("cursor", "spark")]
+    engine = " on Spark" if any(o.how == "spark" for o in cursors) else ""
+    lines = [f"{len(cursors)} queries as cursors{engine}: "
+             f"{sum(o.status in ACCEPTED for o in cursors)} accepted, "
+             f"{sum(o.status == 'refused' for o in cursors)} refused; "
              + ", ".join(f"{sum(o.how == h for o in outcomes)} {h} readings"
                          for h in ("derived", "derived resumed", "window", "window resumed",
                                    "snapshot", "progress", "resumed", "primed")),
@@ -529,8 +575,14 @@ def summary(outcomes: list) -> str:
     return "\n".join(lines)
 
 
+# a refusal of the Spark engine: what follows says why
+SPARK_REFUSAL = "the Spark engine cannot run this query with cqgate's semantics: "
+
+
 def _reason(message: str) -> str:
     """A refusal's message with its particulars (names, positions) cut off, for counting."""
+    spark = message.startswith(SPARK_REFUSAL)
+    message = re.sub(r"_[0-9a-f]{8}\b", "", message.removeprefix(SPARK_REFUSAL))
     for cut in (":", " (", ' "'):
         message = message.split(cut)[0]
-    return message[:90]
+    return ("Spark: " if spark else "") + message[:90]
