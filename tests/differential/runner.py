@@ -282,11 +282,11 @@ class Round:
         judged up to there."""
         upto, deadline = self.data.end - SPARK_SHORT_US, time.monotonic() + SPARK_WAIT_S
         while True:
-            got = reader.execute("SELECT progress FROM cq_queries WHERE name = %s AND pid = "
-                                 "pg_backend_pid()", [name]).fetchall()
+            got = reader.execute("SELECT progress, state FROM cq_queries WHERE name = %s AND "
+                                 "pid = pg_backend_pid()", [name]).fetchall()
             if got and got[0][0] is not None and _us(got[0][0]) >= upto:
                 break
-            if not got or time.monotonic() > deadline:
+            if not got or got[0][1] == "failed" or time.monotonic() > deadline:
                 break           # ended (its error comes with the FETCH), or stuck: judged
             time.sleep(0.5)
         rows, oids, failed = self._fetch(reader, name, case, "spark")
