@@ -61,8 +61,8 @@ SHAPES = [
                    "[PARTITION BY k % 2 ROWS 3 WHERE v > 30] WHERE v % 4 <> 0", 3),
     ("rows_union", "SELECT k, v, t, valid_from, valid_to FROM {s} [ROWS 4] WHERE v > 20 UNION "
                    "ALL SELECT k, v, t, valid_from, valid_to FROM {s2} [RANGE '2 seconds']", 3),
-    ("keyed_range_agg", "SELECT k, COUNT(*) AS n, SUM(v) AS sv, valid_from, valid_to FROM {s} "
-                        "[RANGE '2 seconds'] GROUP BY k", 3),
+    ("keyed_range_agg", "SELECT k, COUNT(*) AS n, SUM(v) AS sv, CAST(AVG(v) AS INT) AS ai, "
+                        "valid_from, valid_to FROM {s} [RANGE '2 seconds'] GROUP BY k", 4),
     ("rows_agg", "SELECT k, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(t) AS latest, "
                  "AVG(v) AS a, valid_from, valid_to FROM {s} [PARTITION BY k ROWS 3 WHERE v > 10] "
                  "GROUP BY k", 6),

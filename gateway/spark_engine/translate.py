@@ -262,6 +262,8 @@ def check(p: P.Plan) -> Shape:
         return _CHECKS[type(node)](node, [walk(c) for c in P.children(node)])
 
     kind = walk(p.root).name
+    if kind == "session_groups" and p.functions:    # grouped in the server's DuckDB
+        raise Refused("a Python function in a query that aggregates sessions")
     if kind == "scan":                    # the planner always puts a window there
         raise Refused("a stream read without a window")
     if kind == "keyless":
@@ -481,7 +483,8 @@ def spark_sql(e: P.Expr, python: frozenset = frozenset(), types: dict | None = N
         if name in _JVM_CALLS or name not in _duckdb_functions():
             raise E.PgError(f"function {name} does not exist", sqlstate="42883")
     casts = [c for c in tree.find_all(exp.Cast) if c.to.this in _WHOLE_TYPES]
-    for cast, operand in zip(casts, _operand_types(tree, casts, types or {})):
+    # the innermost first: a cast rounded copies its operand, inner casts and all
+    for cast, operand in reversed(list(zip(casts, _operand_types(tree, casts, types or {})))):
         if operand in _FRACTIONAL:
             cast.set("this", _rounded(cast.this))
     for null in list(tree.find_all(exp.Null)):
@@ -526,11 +529,23 @@ def _operand_types(tree, casts: list, types: dict) -> list:
 
 
 def _column_types(root) -> dict:
-    """{column: DuckDB type} of every node's columns in a plan."""
+    """{column: DuckDB type} of every node's columns in a plan, an α's keys and partials
+    too (which its finals read)."""
     types = {c.name: c.type for c in root.schema}
+    if isinstance(root, P.Aggregate):
+        types.update({k.name: k.expr.type for k in root.keys})
+        types.update({p.name: _partial_duck_type(p) for p in root.partials})
     for child in P.children(root):
         types.update(_column_types(child))
     return types
+
+
+def _partial_duck_type(p: P.Partial) -> str:
+    """A partial's DuckDB type, as far as a cast of it to an integer needs: a count or a
+    SUM of integers is whole, a MIN or MAX is its argument's type, a SUM else a DOUBLE."""
+    if p.func in ("count", "count_star") or (p.func == "sum" and _integral(p.arg.type)):
+        return "BIGINT"
+    return p.arg.type if p.func in ("min", "max") else "DOUBLE"
 
 
 def _rounded(x: exp.Expression) -> exp.Expression:

@@ -292,6 +292,10 @@ class Round:
         rows, oids, failed = self._fetch(reader, name, case, "spark")
         if failed is not None:
             return failed
+        starts = [r[0] for r in rows]
+        if starts != sorted(starts):        # micro-batch after micro-batch, in order
+            return Outcome(case, "wrong", message="rows out of valid_from order",
+                           rows=len(rows), how="spark")
         outcome = judge(case, self.data, rows, oids, self._oracle(case), until=upto)
         if outcome.failed and got and (got[0][0] is None or _us(got[0][0]) < upto):
             outcome.message += (f" (its progress stood at {got[0][0]} after "
