@@ -15,43 +15,25 @@ one instant keep the stream's order (``cq_seq``), as the back end's windows do.
 """
 from __future__ import annotations
 
-import pickle
-
 import numpy as np
 import pandas as pd
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 # the columns in and out as a RANGE aggregate's: a tuple's event time and place in the
-# stream (spool file, row), a row's interval (µs)
-from gateway.spark_engine.range_aggregate import FROM, SEQ, TO, TS_US
+# stream (spool file, row), a row's interval (µs); its state per key
+from gateway.spark_engine.range_aggregate import FROM, SEQ, TO, TS_US, KeyedState, rows_ends
 
 START, END = "cq_start", "cq_end"   # a session's bounds in µs, in a session's output
 
 
-class _HeldTuples(StatefulProcessor):
+class _HeldTuples(KeyedState):
     """The state both windows keep; ``columns``: the stream's columns carried to the output
     (``cq_c0``, …)."""
 
     def __init__(self, columns: list):
         self.columns = columns
 
-    def init(self, handle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("tuples", "blob BINARY")
-
-    def handleInputRows(self, key, rows, timerValues):
-        frames = [f for f in rows if len(f)]
-        new = pd.concat(frames, ignore_index=True) if frames else None
-        yield from self._run(new, timerValues.getCurrentWatermarkInMs())
-
-    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-        yield from self._run(None, timerValues.getCurrentWatermarkInMs())
-
-    def close(self) -> None:
-        pass
-
-    def _run(self, new, watermark_ms: int):
-        st = pickle.loads(self.state.get()[0]) if self.state.exists() else None
+    def _run(self, key, new, watermark_ms: int):
+        st = self._load()
         if new is not None:
             new = new[[*self.columns, TS_US, SEQ]]
             held = new if st is None else pd.concat([st["held"], new], ignore_index=True)
@@ -64,11 +46,7 @@ class _HeldTuples(StatefulProcessor):
         if now > st["out"]:
             rows, st["held"] = self._step(st["held"], st["out"], now)
             st["out"] = now
-        if len(st["held"]):
-            self.state.update((pickle.dumps(st),))
-            self.handle.registerTimer(watermark_ms + 1)     # called again at the next one
-        else:
-            self.state.clear()
+        self._keep(st, len(st["held"]) > 0, watermark_ms)
         if rows is not None and len(rows):
             yield rows
 
@@ -86,8 +64,7 @@ class RowsWindow(_HeldTuples):
 
     def _step(self, held, out, now):
         ts = held[TS_US].to_numpy(np.int64)
-        end = np.full(len(ts), np.iinfo(np.int64).max)
-        end[:max(len(ts) - self.n, 0)] = ts[self.n:]
+        end = rows_ends(ts, self.n)
         start = np.maximum(ts, out)
         upto = np.minimum(end, now)
         # a tuple whose end is its own ts never holds (equal timestamps), as on the back end

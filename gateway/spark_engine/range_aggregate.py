@@ -38,14 +38,19 @@ _PARTIALS = {
 }
 
 
-class RangeAggregate(StatefulProcessor):
-    """``keys``: the key columns; ``partials``: (name, func) with func sum, count,
-    count_star, min or max over the column of the same name; ``range_us``: the window;
-    ``integral``: per partial, whether its answer is an integer."""
+def rows_ends(ts, n: int):
+    """Where each of a partition's tuples (event times ``ts``, in its order) stops being
+    valid in a [ROWS n] window: the n-th later one's time; the last n never (int64's max)."""
+    ends = np.full(len(ts), np.iinfo(np.int64).max)
+    ends[:max(len(ts) - n, 0)] = ts[n:]
+    return ends
 
-    def __init__(self, keys: list, partials: list, range_us: int, integral: list):
-        self.keys, self.partials, self.range_us = keys, partials, range_us
-        self.integral = integral        # per partial: whether its answer is an integer
+
+class KeyedState(StatefulProcessor):
+    """One pickled state value per key, and ``_run(key, new tuples or None, Spark's
+    watermark in ms)`` called with a key's new tuples and at the timer ``_keep`` sets just
+    past the watermark, so every key holding state is called at each micro-batch that moves
+    the watermark."""
 
     def init(self, handle) -> None:
         self.handle = handle
@@ -53,7 +58,7 @@ class RangeAggregate(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues):
         frames = [f for f in rows if len(f)]
-        new = pd.concat(frames) if frames else None
+        new = pd.concat(frames, ignore_index=True) if frames else None
         yield from self._run(key, new, timerValues.getCurrentWatermarkInMs())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
@@ -63,7 +68,32 @@ class RangeAggregate(StatefulProcessor):
         pass
 
     def _run(self, key, new, watermark_ms: int):
-        st = pickle.loads(self.state.get()[0]) if self.state.exists() else None
+        raise NotImplementedError
+
+    def _load(self) -> dict | None:
+        return pickle.loads(self.state.get()[0]) if self.state.exists() else None
+
+    def _keep(self, st: dict, holding: bool, watermark_ms: int) -> None:
+        """Store ``st`` and be called again at the next watermark, or (``holding`` nothing)
+        forget the key."""
+        if holding:
+            self.state.update((pickle.dumps(st),))
+            self.handle.registerTimer(watermark_ms + 1)
+        else:
+            self.state.clear()
+
+
+class RangeAggregate(KeyedState):
+    """``keys``: the key columns; ``partials``: (name, func) with func sum, count,
+    count_star, min or max over the column of the same name; ``range_us``: the window;
+    ``integral``: per partial, whether its answer is an integer."""
+
+    def __init__(self, keys: list, partials: list, range_us: int, integral: list):
+        self.keys, self.partials, self.range_us = keys, partials, range_us
+        self.integral = integral        # per partial: whether its answer is an integer
+
+    def _run(self, key, new, watermark_ms: int):
+        st = self._load()
         if new is not None:
             ts = new[TS_US].to_numpy(np.int64)
             args = {n: new[n].to_numpy() for n, f in self.partials if f != "count_star"}
@@ -83,11 +113,7 @@ class RangeAggregate(StatefulProcessor):
             st["ts"] = st["ts"][alive]
             st["args"] = {n: a[alive] for n, a in st["args"].items()}
             self._kept(st, alive)
-        if len(st["ts"]):
-            self.state.update((pickle.dumps(st),))
-            self.handle.registerTimer(watermark_ms + 1)     # called again at the next one
-        else:
-            self.state.clear()
+        self._keep(st, len(st["ts"]) > 0, watermark_ms)
         if rows:
             names = self.keys + [n for n, _ in self.partials] + [FROM, TO]
             yield pd.DataFrame(rows, columns=names)
@@ -157,7 +183,4 @@ class RowsAggregate(RangeAggregate):
         st["seq"] = st["seq"][alive]
 
     def _ends(self, st):
-        ts = st["ts"]
-        ends = np.full(len(ts), np.iinfo(np.int64).max)
-        ends[:max(len(ts) - self.n, 0)] = ts[self.n:]
-        return ends
+        return rows_ends(st["ts"], self.n)

@@ -624,16 +624,21 @@ class Builder:
         return df.withColumn(TE, F.expr(f"CAST(timestamp_micros({last} + {j}) AS TIMESTAMP_NTZ)")) \
             .withColumn(TS, F.expr(f"CAST(timestamp_micros({first}) AS TIMESTAMP_NTZ)"))
 
+    def _held_input(self, n: P.Window):
+        """The stream a ROWS or SESSION window reads, each tuple with its place in the
+        stream, after the WHERE inside the window's brackets."""
+        df = self._scan(n.input, ordered=True)
+        where = getattr(n.window, "where", None)
+        return df if where is None else df.where(f"{PUNCT} OR ({self.spark_sql(where)})")
+
     def _held_tuples(self, n: P.Window):
         """ω ROWS or SESSION: per partition key (none: one key for all), the back end's
         window in Python (held_tuples.py), its state in Spark's state store; the stream's
         columns go in and out named by their place (``cq_c0``, …), as a RANGE aggregate's
         do, and each tuple with its place in the stream, which orders tuples at one
         instant."""
-        w, scan = n.window, n.input
-        df = self._scan(scan, ordered=True)
-        if getattr(w, "where", None) is not None:   # the WHERE inside the brackets: first
-            df = df.where(f"{PUNCT} OR ({self.spark_sql(w.where)})")
+        w = n.window
+        df = self._held_input(n)
         inner = [c for c in n.schema if c.name not in getattr(w, "columns", ())]
         ccols = [f"cq_c{i}" for i in range(len(inner))]
         keys, kcols = _group_keys([self.spark_sql(e) for e in w.partition_by] or ["0"])
@@ -709,9 +714,7 @@ class Builder:
         pcols = [f"cq_p{i}" for i in range(len(n.partials))]
         w = n.input.window
         rows = isinstance(w, P.RowsWindow)
-        df = self._scan(n.input.input, ordered=True) if rows else self.build(n.input.input)
-        if rows and w.where is not None:       # the WHERE inside the brackets: first
-            df = df.where(f"{PUNCT} OR ({self.spark_sql(w.where)})")
+        df = self._held_input(n.input) if rows else self.build(n.input.input)
         df = _event_time(df).selectExpr(
             *keys,
             *(f"{self.spark_sql(p.arg)} AS {c}" for p, c in zip(n.partials, pcols)
