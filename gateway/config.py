@@ -40,6 +40,8 @@ class Config:
     spark_master: str = "local[*]"       # where archive queries run: local, or spark://host:port
     spark_warm: bool = False             # start Spark with the server, not at the first query
     spark_conf: str | None = None        # the server's Spark settings: "key=value,..."
+    spark_real_time: int | None = None   # cursors' queries in Spark's real-time mode at once;
+    #                                      None: a local master's cores minus one, else 0
     wrapper_path: str | None = None      # more folders of CREATE WRAPPER modules (os.pathsep)
     http_port: int | None = None         # /metrics over HTTP; None: off
     http_host: str = "127.0.0.1"

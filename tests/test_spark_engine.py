@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -42,8 +43,11 @@ SHAPES = [
     ("grid_join", "SELECT b.k, b.v, m.top, valid_from FROM {s} [RANGE '2 seconds' SLIDE "
                   "'2 seconds'] b JOIN (SELECT k, MAX(v) AS top FROM {s2} [RANGE '2 seconds' "
                   "SLIDE '2 seconds'] GROUP BY k) m ON b.k = m.k", 3),
-    ("table_join", "SELECT a.k, n.name, a.v, valid_from, valid_to FROM {s} [RANGE '2 seconds'] a "
-                   "JOIN {t} n ON a.k = n.k WHERE a.v > n.lim OR n.name = 'three'", 3),
+    # the join with a table and what is above it are made in the server's DuckDB, which
+    # calls the Python function too
+    ("table_join", "SELECT a.k, n.name, a.v, {f}(n.lim) AS w, valid_from, valid_to FROM {s} "
+                   "[RANGE '2 seconds'] a JOIN {t} n ON a.k = n.k WHERE a.v > n.lim OR "
+                   "n.name = 'three'", 4),
     ("python_function", "SELECT k, {f}(v) AS w, valid_from, valid_to FROM {s} [RANGE '2 seconds'] "
                         "WHERE {f}(v) % 3 <> 0", 2),
     ("hopping_distinct", "SELECT DISTINCT k, v % 3 AS m, valid_from, valid_to FROM {s} "
@@ -69,8 +73,9 @@ SHAPES = [
     ("session", "SELECT k, v, t, wstart(*) AS ws, wend(*) AS we, valid_from, valid_to FROM {s} "
                 "[PARTITION BY k SESSION '0.4 seconds']", 5),
     ("session_agg", "SELECT k, COUNT(*) AS n, SUM(v) AS sv, MAX(v) AS hi, AVG(v) AS a, "
-                    "wstart(*) AS ws, wend(*) AS we, valid_from, valid_to FROM {s} "
-                    "[PARTITION BY k SESSION '0.4 seconds'] GROUP BY k HAVING MIN(v) > 5", 7),
+                    "{f}(MAX(v)) AS fh, wstart(*) AS ws, wend(*) AS we, valid_from, valid_to "
+                    "FROM {s} [PARTITION BY k SESSION '0.4 seconds'] GROUP BY k "
+                    "HAVING MIN(v) > 5", 8),
     ("session_all", "SELECT COUNT(*) + 1 AS n, MIN(t) AS lo, wend(*) AS we, valid_from FROM {s} "
                     "[SESSION '0.3 seconds'] GROUP BY wend(*)", 3),
 ]
@@ -153,6 +158,13 @@ def test_both_engines_give_the_same_rows(server, shapes):
             "SELECT name, string_agg(DISTINCT engine, ',' ORDER BY engine) FROM cq_queries "
             "WHERE query LIKE %s GROUP BY name", [f"%{s}%"]).fetchall())
         assert engines == {name: "backend,spark" for name, *_ in shapes}
+        # the first query of one stream's rows takes the server's real-time slot: its rows
+        # come from Spark's real-time mode, the others' from micro-batches
+        modes = {name: next(r[0] for r in spark.execute(f"EXPLAIN ANALYZE {name}")
+                            if r[0].startswith("Spark ")) for name, *_ in shapes}
+        if shapes is GROUPS[0]:
+            assert modes["filter_map"] == "Spark trigger: real-time mode", modes
+            assert modes["hopping"].startswith("Spark micro-batches: "), modes
 
         # s2's event time runs at s's pace, so each turn's s2 rows precede the s rows sent
         # just before them: a union's or join's rows from a later micro-batch start earlier
@@ -274,6 +286,10 @@ def test_the_setting_is_checked_and_explain_names_the_engine(server):
         assert lines[1].startswith("μ k, n") and "Spark plan:" in lines
         spark_plan = "\n".join(lines[lines.index("Spark plan:"):])
         assert "StateStoreSave" in spark_plan and "EventTimeWatermark" in spark_plan
+        # an aggregate keeps state: micro-batches, and EXPLAIN says why
+        assert lines[-1].strip() == (
+            "Trigger: micro-batches (Spark's real-time mode runs one stream's windowed rows, "
+            "filtered and projected, without Python functions)"), lines
         # an α over sessions: Spark runs the window, the server groups each micro-batch
         lines = [r[0] for r in c.execute(
             f"EXPLAIN SELECT k, COUNT(*) AS n, wend(*) FROM {s} [PARTITION BY k SESSION "
@@ -324,9 +340,14 @@ def test_millisecond_times_bare_nulls_and_casts_to_integers_on_spark(server):
         admin.execute(f"CREATE STREAM {s} (k INT, v INT, t TIMESTAMP(3) TIMESTAMPCOLUMN) "
                       "WITH (heartbeat = 'none')")
         c.execute("SET cq.engine = spark")
-        c.execute(f"DECLARE m CURSOR FOR SELECT k, CASE WHEN NULL THEN k END AS n, t, "
-                  "CAST(v + 0.5 AS INT) AS half_up, CAST(CAST(v AS DOUBLE) + 0.5 AS INT) AS "
-                  f"half_even, valid_from FROM {s} [RANGE '1 second'] WHERE NULL OR v > 1")
+        sql = ("SELECT k, CASE WHEN NULL THEN k END AS n, t, CAST(v + 0.5 AS INT) AS half_up, "
+               "CAST(CAST(v AS DOUBLE) + 0.5 AS INT) AS half_even, valid_from FROM "
+               f"{s} [RANGE '1 second'] WHERE NULL OR v > 1")
+        # Spark's Arrow reader takes microseconds only: micro-batches, whose source converts
+        trigger = c.execute("EXPLAIN " + sql).fetchall()[-1][0].strip()
+        assert trigger.startswith("Trigger: micro-batches (Spark's Arrow reader does not take "
+                                  "column t TIMESTAMP"), trigger
+        c.execute(f"DECLARE m CURSOR FOR {sql}")
         _insert(admin, {s: [(1, 1, 0.25), (2, 2, 0.5), (3, 3, 1.125)]})
         assert _drain(c.cursor(), "m", 2, time.monotonic() + 60, quiet="0.2s") == \
             [(2, None, at(0.5), 3, 2, at(0.5)), (3, None, at(1.125), 4, 4, at(1.125))]
@@ -356,11 +377,17 @@ def test_a_query_cannot_call_into_sparks_jvm(server):
 def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
     s = unique("sps")
     folder = os.path.join(server.data_dir, "spool", s)
+    sql = f"SELECT v, valid_from FROM {s} [RANGE '1 second']"
     with psycopg.connect(server.dsn, autocommit=True) as admin, \
             psycopg.connect(server.dsn) as c:
         _stream(admin, s)
         c.execute("SET cq.engine = spark")
-        c.execute(f"DECLARE r CURSOR FOR SELECT v, valid_from FROM {s} [RANGE '1 second']")
+        # one stream's rows, windowed, filtered, projected: Spark's real-time mode, while one
+        # of the server's real-time slots is free (the shared server has one or more)
+        trigger = c.execute("EXPLAIN " + sql).fetchall()[-1][0].strip()
+        assert trigger.startswith("Trigger: real-time mode"), trigger
+        slots = int(re.search(r"the server's (\d+) real-time slots", trigger).group(1))
+        c.execute(f"DECLARE r CURSOR FOR {sql}")
         assert os.path.isdir(folder)
         # the stream cannot be dropped under its reader, as with the back end's
         with pytest.raises(psycopg.errors.DependentObjectsStillExist):
@@ -371,15 +398,36 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
         # EXPLAIN ANALYZE shows Spark's counters; the metrics count the query and Spark's jobs
         lines = [r[0] for r in c.execute("EXPLAIN ANALYZE r").fetchall()]
         assert lines[0].startswith("continuous query (Spark Structured Streaming) → v")
-        assert int(next(ln for ln in lines if ln.startswith("Spark micro-batches: "))
-                   .split(": ")[1]) >= 1, lines
+        assert "Spark trigger: real-time mode" in lines, lines
         assert "Rows out: 5 (read by the client: 5, waiting: 0)" in lines, lines
+        # the real-time query has reached the stream's watermark (its spool's rows say so)
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(10)}")
+        wait_for(lambda: admin.execute(
+            "SELECT progress FROM cq_queries WHERE name = 'r' AND engine = 'spark'")
+            .fetchone()[0] == at(10), 60, "the real-time query's progress at 10 s")
+        # with every slot taken, the same query runs in micro-batches
+        others = []
+        for i in range(slots):
+            others.append(f"m{i}")
+            c.execute(f"DECLARE m{i} CURSOR FOR {sql}")
+        modes = {n: next(r[0] for r in c.execute(f"EXPLAIN ANALYZE {n}").fetchall()
+                         if r[0].startswith("Spark "))
+                 for n in others}
+        assert any(m.startswith("Spark micro-batches: ") for m in modes.values()), modes
+        _insert(admin, {s: [(1, i, i) for i in range(10, 13)]})
+        for n in others:           # from where it began: the tuples after its start
+            assert _drain(c.cursor(), n, 3, time.monotonic() + 60, quiet="0.2s") == \
+                [(i, at(i)) for i in range(10, 13)], n
+        assert _drain(c.cursor(), "r", 3, time.monotonic() + 60, quiet="0.2s") == \
+            [(i, at(i)) for i in range(10, 13)]
         with urllib.request.urlopen(f"http://127.0.0.1:{server.http_port}/metrics",
                                     timeout=20) as page:
             metrics = {s.name: s.value for f in text_string_to_metric_families(
                 page.read().decode()) for s in f.samples if not s.labels}
         assert metrics["cqgate_spark_streaming_queries"] >= 1
         c.execute("CLOSE r")
+        for n in others:
+            c.execute(f"CLOSE {n}")
         wait_for(lambda: not os.path.isdir(folder), 60, f"the spool {folder} gone")
         c.rollback()
         admin.execute(f"DROP STREAM {s}")

@@ -16,6 +16,7 @@ JIT and loading.
                                          [--cores 2] [--standalone] [--no-peer]
                                          [--executor-memory 4g]
                                          [--rates 2000,20000] [--seconds 30]
+                                         [--micro-batches]
 
 Prints one JSON record per measurement (appended to docs/benchmarks/results.jsonl) and a
 table with the ratio Spark engine ÷ plain Spark. Nothing here asserts a speed."""
@@ -40,11 +41,15 @@ from .run import ServerProcess, Sampler, _children, _files, _latencies, _pct, cp
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRIVER_MEMORY = "4g"           # both Spark drivers: q7's join state does not fit Spark's 1g
 
-# the latency runs' queries: each row's last column is its window's end
+# the latency runs' queries: each row's last column is its window's end, or (q0, q1, run in
+# Spark's real-time mode where a slot is free) the bid's own time
 LATENCY_SQL = {
+    "q0": QUERIES["q0"].cqgate,
+    "q1": QUERIES["q1"].cqgate,
     "q5": QUERIES["q5"].cqgate,
     "q7": QUERIES["q7"].cqgate.replace("b.date_time FROM", "b.date_time, valid_from FROM"),
 }
+PASS_THROUGH = ("q0", "q1")
 
 
 def _kind(pid: int) -> str:
@@ -179,12 +184,19 @@ def standalone(cores: int, folder: str, memory: str = "2g", workers: int = 1):
         cluster.stop()
 
 
-def _engines(cores: list, with_standalone: bool) -> list:
-    """(label, cq.engine, master or None, cores of a standalone worker or None)."""
-    out = [("back end", "backend", None, None)]
-    out += [(f"Spark engine local[{n}]", "spark", f"local[{n}]", None) for n in cores]
+def _engines(cores: list, with_standalone: bool, micro_batches: bool) -> list:
+    """(label, cq.engine, master or None, cores of a standalone worker or None, the server's
+    own arguments): the Spark engine in the server runs real-time mode where it can (a
+    query of one stream's rows, a free slot), and with ``micro_batches`` also a second time
+    in micro-batches only."""
+    out = [("back end", "backend", None, None, [])]
+    out += [(f"Spark engine local[{n}]", "spark", f"local[{n}]", None, []) for n in cores]
+    if micro_batches:
+        out += [(f"Spark engine local[{n}] micro-batches", "spark", f"local[{n}]", None,
+                 ["--spark-real-time", "0"]) for n in cores]
     if with_standalone:
-        out += [(f"Spark engine standalone, {n} core(s)", "spark", None, n) for n in cores]
+        out += [(f"Spark engine standalone, {n} core(s)", "spark", None, n, [])
+                for n in cores]
     return out
 
 
@@ -239,7 +251,8 @@ def _latency(srv, engine: str, name: str, rate: float, seconds: float) -> dict:
     sent = drive.paced(srv.ingest_port, "bids", lines, rate, tick=0.01)
     reader.wait(60 + seconds)
     reader.close()
-    ms, cause = _latencies(reader, sent, times, "window")
+    ms, cause = _latencies(reader, sent, times,
+                           "pass-through" if name in PASS_THROUGH else "window")
     ms = ms[cause >= rate]                # the first second's rows pay one-time costs
     if not len(ms):
         return {"rate": rate, "latency_rows": 0}
@@ -286,8 +299,11 @@ def main() -> None:
     ap.add_argument("--no-peer", action="store_true", help="without plain Spark")
     ap.add_argument("--executor-memory", default=DRIVER_MEMORY,
                     help="a standalone worker's memory and its executor's (default 4g)")
+    ap.add_argument("--micro-batches", action="store_true",
+                    help="the Spark engine in the server once more, in micro-batches only "
+                         "(--spark-real-time 0)")
     ap.add_argument("--rates", default="2000,20000",
-                    help="bids a second, for latency (q5 and q7 only); empty: none")
+                    help="bids a second, for latency (q0, q1, q5 and q7); empty: none")
     ap.add_argument("--seconds", type=float, default=30,
                     help="of bids, for latency (q7's windows are 10 s)")
     args = ap.parse_args()
@@ -298,7 +314,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         events_dir = os.path.join(tmp, "events")
         files = _files(args.events, 100_000, events_dir)
-        for i, (label, engine, master, workers) in enumerate(_engines(cores, args.standalone)):
+        for i, (label, engine, master, workers, own) in enumerate(
+                _engines(cores, args.standalone, args.micro_batches)):
             with contextlib.ExitStack() as stack:
                 cluster = []
                 if workers is not None:
@@ -310,7 +327,7 @@ def main() -> None:
                     ["--spark-master", master] if master else []
                 srv = ServerProcess(os.path.join(tmp, f"data{i}"), "--log-level", "INFO",
                                     "--spark-conf", f"spark.driver.memory={DRIVER_MEMORY}",
-                                    *extra)
+                                    *extra, *own)
                 stack.callback(srv.stop)
                 if engine == "spark":
                     _warm(srv, files)
@@ -333,27 +350,32 @@ def main() -> None:
     _table(rows)
 
 
+def _cores(label: str) -> str | None:
+    """The cores of a run in Spark's local mode, from its label (None: not local)."""
+    m = re.search(r"local\[(\d+)\]", label)
+    return m.group(1) if m else None
+
+
 def _table(rows: list) -> None:
-    plain = {(label.split("[")[1], name): out["events_per_s"] for label, name, out in rows
+    plain = {(_cores(label), name): out["events_per_s"] for label, name, out in rows
              if label.startswith("plain") and "events_per_s" in out}
-    print(f"\n{'engine':36} {'query':5} {'events/s':>10} {'÷ plain':>8} {'CPU µs/ev':>10} "
+    print(f"\n{'engine':44} {'query':5} {'events/s':>10} {'÷ plain':>8} {'CPU µs/ev':>10} "
           f"{'peak MiB':>9}  latency p50 / p99 ms by rate")
     for label, name, out in rows:
         if "events_per_s" not in out:
-            print(f"{label:36} {name:5} {out.get('error', '?')}")
+            print(f"{label:44} {name:5} {out.get('error', '?')}")
             continue
-        peer = plain.get((label.split("[")[1], name)) if "[" in label and \
-            not label.startswith("plain") else None
+        peer = None if label.startswith("plain") else plain.get((_cores(label), name))
         ratio = f"{out['events_per_s'] / peer:.2f}" if peer else "-"
         lat = "; ".join(f"{int(x['rate'])}/s: {x.get('p50_ms', '-')} / {x.get('p99_ms', '-')}"
                         for x in out.get("latency", []))
-        print(f"{label:36} {name:5} {out['events_per_s']:>10,} {ratio:>8} "
+        print(f"{label:44} {name:5} {out['events_per_s']:>10,} {ratio:>8} "
               f"{out['cpu_us_per_event']:>10} {out.get('peak_rss_mib', '-'):>9}  {lat}")
         if out.get("cpu_us_per_event_by_process"):
-            print(f"{'':42} CPU µs/event: " + ", ".join(
+            print(f"{'':50} CPU µs/event: " + ", ".join(
                 f"{k} {v}" for k, v in out["cpu_us_per_event_by_process"].items()))
         if out.get("spark_time"):
-            print(f"{'':42} Spark time: {out['spark_time']}")
+            print(f"{'':50} Spark time: {out['spark_time']}")
 
 
 if __name__ == "__main__":

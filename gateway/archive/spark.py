@@ -90,10 +90,11 @@ def _q(name: str) -> str:
 
 class Spark:
     def __init__(self, master: str = "local[*]", data_dir: str = "",
-                 settings: dict | None = None):
+                 settings: dict | None = None, jars=None):
         self.master = master
         self.data_dir = data_dir
         self.settings = settings or {}       # --spark-conf: over the defaults below
+        self.jars = jars                     # () -> a jar's path or None: the session's own
         self._session = None
         self._lock = threading.Lock()
 
@@ -125,7 +126,12 @@ class Spark:
                              os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")))
                 if self.data_dir:
                     b = b.config("spark.local.dir", os.path.join(self.data_dir, "spark-tmp"))
-                for key, value in self.settings.items():
+                settings = dict(self.settings)
+                own = self.jars() if self.jars else None
+                if own:             # beside the jars --spark-conf names
+                    settings["spark.jars"] = ",".join(
+                        filter(None, (settings.get("spark.jars"), own)))
+                for key, value in settings.items():
                     b = b.config(key, value)
                 self._session = b.getOrCreate()
                 self._session.sparkContext.setLogLevel("ERROR")

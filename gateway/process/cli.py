@@ -226,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a setting of the server's SparkSession, as spark-submit's --conf "
                         "(repeatable; also CQGATE_SPARK_CONF, comma-separated), e.g. "
                         "spark.driver.memory=4g")
+    s.add_argument("--spark-real-time", dest="spark_real_time", type=int,
+                   default=d.spark_real_time, metavar="N",
+                   help="cursors' queries on Spark that may run in Spark's real-time mode at "
+                        "once, each holding an executor core while it runs (default: a local "
+                        "master's cores minus one; 0 on a cluster, or to run micro-batches "
+                        "only; env CQGATE_SPARK_REAL_TIME)")
     s.add_argument("--wrapper-path", default=d.wrapper_path,
                    help="folders (separated by ':') whose Python modules CREATE WRAPPER may "
                         "name, besides DATA_DIR/wrappers (env CQGATE_WRAPPER_PATH)")

@@ -39,7 +39,7 @@ from gateway.security.server_files import ServerFiles
 from gateway.services import Services
 from gateway.sessions import backend_signals
 from gateway.tables import settings
-from gateway.spark_engine import streaming
+from gateway.spark_engine import jvm_parts, real_time, streaming
 from gateway.sessions.connection import Connection
 from gateway.sessions.session import Session
 from gateway.streams import ddl
@@ -99,7 +99,10 @@ class Server:
             spark_conf = spark_settings(config.spark_conf)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        spark = Spark(config.spark_master, config.data_dir, spark_conf)
+        slots = config.spark_real_time if config.spark_real_time is not None else \
+            real_time.local_slots(config.spark_master)
+        spark = Spark(config.spark_master, config.data_dir, spark_conf,
+                      jars=jvm_parts.jar if slots > 0 else None)
         # a cursor's query on Spark ends with its cursor: nothing of one survives a restart;
         # a derived stream's goes on from its checkpoint and where it committed in its spools
         spools = spool.Spools(os.path.join(config.data_dir, spool.FOLDER))
@@ -111,7 +114,7 @@ class Server:
             config=config, clock=clock, store=store, streams=streams, pool=pool,
             backend=backend, archive=archive, spark=spark,
             spark_streams=streaming.SparkStreams(spark, spools, config.data_dir, backend,
-                                                 store),
+                                                 store, real_time_slots=slots),
             ingest=ingest,
             # user wrappers (CREATE WRAPPER) are imported only from these folders
             wrapper_dirs=[os.path.join(config.data_dir, "wrappers")]

@@ -2,7 +2,9 @@
 streaming query in the server's SparkSession over its streams' spools (the clearinghouse
 writes one for every stream such a query reads, after the slack, with its watermarks), and
 hands each micro-batch's rows, through ``foreachBatch``, to the same result queue
-(``LiveRows``) the back end's queries fill, so FETCH, portals and COPY read them alike.
+(``LiveRows``) the back end's queries fill, so FETCH, portals and COPY read them alike. A
+cursor's query of one stream's rows runs in Spark's real-time mode instead while one of the
+server's slots for it is free, its rows coming back as they are made (``real_time.py``).
 
 A micro-batch whose id was already delivered is skipped (Spark runs a batch again after a
 failure). Rows leave in valid_from order: a query of one stream's rows, or an aggregate that
@@ -41,7 +43,9 @@ from gateway.clearinghouse.spool import Spools
 from gateway.durable import fsync_dir
 from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
 from gateway.pgwire import errors as E
+from gateway.spark_engine import jvm_parts
 from gateway.spark_engine import translate as T
+from gateway.spark_engine.real_time import BATCH, RowsBack, arrow_type_ok
 from gateway.spark_engine.spool_source import NAME, PUNCT, SpoolSource, schema_option
 
 log = logging.getLogger("cqgate")
@@ -53,6 +57,7 @@ ROCKSDB = _STATE_STORES + "RocksDBStateStoreProvider"
 HDFS = _STATE_STORES + "HDFSBackedStateStoreProvider"      # Spark's default: in memory
 STATE_STORE = "spark.sql.streaming.stateStore.providerClass"
 NO_INFERRED_FILTERS = "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromConstraints"
+REAL_TIME_SOURCE = "cqgate.spark.SpoolRealTime"     # jvm/: the spool, read as it grows
 
 
 class Stopping(Exception):
@@ -97,11 +102,15 @@ class SparkQuery:
     spent: dict = field(default_factory=dict)   # ms a phase, summed over the micro-batches
     noted: int = -1                      # the newest batch id whose progress is in ``spent``
     state: tuple = (0, 0)                # (rows, bytes) in its state stores, at the last batch
+    real_time: str | None = None         # its token with RowsBack: it runs in real-time mode
 
 
 class SparkStreams:
-    def __init__(self, spark: Spark, spools: Spools, data_dir: str, backend, store):
+    def __init__(self, spark: Spark, spools: Spools, data_dir: str, backend, store,
+                 real_time_slots: int = 0):
         self.spark = spark
+        self.real_time_slots = real_time_slots   # real-time queries at once (real_time.py)
+        self._rows_back: RowsBack | None = None
         self.spools = spools
         self.store = store                  # the tables a join with a table reads
         self.folder = os.path.join(data_dir, FOLDER)
@@ -172,14 +181,17 @@ class SparkStreams:
         with self.store.connect() as con:
             return con.sql(f"SELECT * FROM {quoted}").to_arrow_table()
 
-    def _reader_of(self, spark_session, reader: str | None, resume: bool = False):
+    def _reader_of(self, spark_session, reader: str | None, resume: bool = False,
+                   real_time: bool = False):
         def read(scan: P.StreamScan, ordered: bool = False):
             columns = _arrow_schema(scan)
             path = self.spools.path(scan.stream) if reader is None else self.spools.open(
                 scan.stream, columns, reader, resume)
-            r = (spark_session.readStream.format(NAME).option("path", path)
-                 .option("schema", _ddl(scan)).option("ts_column", scan.timestamp_column)
-                 .option("arrow_schema", schema_option(columns)))
+            r = (spark_session.readStream.format(REAL_TIME_SOURCE if real_time else NAME)
+                 .option("path", path).option("schema", _ddl(scan))
+                 .option("ts_column", scan.timestamp_column))
+            if not real_time:
+                r = r.option("arrow_schema", schema_option(columns))
             if ordered:         # each tuple's place in the stream, for ROWS and SESSION
                 r = r.option("order", "true")
             return (r.option("reader", reader) if reader else r).load()
@@ -187,23 +199,63 @@ class SparkStreams:
 
     def _start(self, sq: SparkQuery) -> None:
         session = self._session()
+        real_time = self._takes_real_time(sq)
         df = self._frame(sq.plan, sq.shape,
-                         self._reader_of(session, sq.reader, sq.feed is not None))
+                         self._reader_of(session, sq.reader, sq.feed is not None, real_time))
         sq.finish = T.finish(sq.plan, sq.shape, self._table_contents)
         os.makedirs(sq.checkpoint, exist_ok=True)
         writer = (df.writeStream.queryName(f"cqgate_{sq.reader}")
-                  .foreachBatch(lambda batch, batch_id: self._deliver(sq, batch, batch_id))
                   .option("checkpointLocation", sq.checkpoint))
+        if real_time:
+            writer = writer.outputMode("update").trigger(realTime=BATCH)
+            # Spark's real-time mode takes a JVM ForeachWriter, not foreachBatch: RowsBack
+            writer._jwrite = writer._jwrite.foreach(session._jvm.cqgate.spark.RowsBack(
+                self._rows_back.host, self._rows_back.port, sq.real_time, df.schema.json()))
+        else:
+            writer = writer.foreachBatch(
+                lambda batch, batch_id: self._deliver(sq, batch, batch_id))
         with self._lock:
             # a query takes the session's state store when it starts (and keeps it in its
             # checkpoint): RocksDB only where transformWithStateInPandas needs it (a RANGE
-            # aggregate, a ROWS or SESSION window), Spark's in-memory store elsewhere, which
+            # aggregate, a ROWS or SESSION window) or real-time mode, Spark's in-memory
+            # store elsewhere, which
             # writes a micro-batch's state about twice as fast (NEXMark q7's join: 9 s
-            # against 21 s for 368,000 bids)
-            session.conf.set(STATE_STORE, ROCKSDB if sq.shape.held else HDFS)
+            # against 21 s for 368,000 bids); real-time mode takes RocksDB alone
+            session.conf.set(STATE_STORE, ROCKSDB if sq.shape.held or real_time else HDFS)
             sq.query = writer.start()
         threading.Thread(target=self._watch, args=(sq,), daemon=True,
                          name=f"spark-{sq.reader}").start()
+
+    def real_time_allowed(self, p: P.Plan, shape: T.Shape) -> str | None:
+        """Why ``p`` cannot run in real-time mode (None: it can, given a free slot)."""
+        if not shape.real_time:
+            return ("Spark's real-time mode runs one stream's windowed rows, filtered and "
+                    "projected, without Python functions")
+        if not self.real_time_slots:
+            return "the server runs no query in real-time mode (--spark-real-time 0)"
+        odd = sorted({f"{c.name.split('.', 1)[1]} {c.type}"
+                      for scan in _stream_scans(p.root)
+                      for c, f in zip(scan.schema, _arrow_schema(scan))
+                      if not arrow_type_ok(f.type)})
+        if odd:
+            return "Spark's Arrow reader does not take column " + ", ".join(odd)
+        if jvm_parts.jar() is None:
+            return "the engine's JVM parts did not compile (see the server's log)"
+        return None
+
+    def _takes_real_time(self, sq: SparkQuery) -> bool:
+        """Whether a cursor's query runs in real-time mode: it can, and one of the server's
+        real-time slots is free (taken here: its token with RowsBack)."""
+        if sq.feed is not None or self.real_time_allowed(sq.plan, sq.shape) is not None:
+            return False
+        with self._lock:
+            if sum(1 for q in self.queries.values() if q.real_time and not q.stopped) \
+                    >= self.real_time_slots:
+                return False
+            if self._rows_back is None:
+                self._rows_back = RowsBack(os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
+            sq.real_time = self._rows_back.expect(lambda batch: self._take_real_time(sq, batch))
+        return True
 
     # ------------------------------------------------------------------ rows
     def _deliver(self, sq: SparkQuery, batch, batch_id: int) -> None:
@@ -256,6 +308,21 @@ class SparkStreams:
         sq.last_batch = batch_id
         # the batch's run, as foreachBatch sees it: toArrow runs the batch's plan
         _add(sq.spent, "foreachBatch", (time.perf_counter() - started) * 1000)
+
+    def _take_real_time(self, sq: SparkQuery, batch: pa.RecordBatch) -> None:
+        """A real-time task's rows, in RowsBack's thread: in the stream's order, which is
+        valid_from order; a watermark's row says how far the query has reached."""
+        if sq.stopped:
+            return
+        punct = batch.column(PUNCT).to_numpy(zero_copy_only=False).astype(bool)
+        rows = pa.Table.from_batches([batch.filter(pa.array(~punct))])
+        marks = batch.filter(pa.array(punct)).column(T.TS)
+        sq.rows_out += rows.num_rows
+        if rows.num_rows:
+            self.loop.call_soon_threadsafe(sq.live.put, client_table(sq.plan, rows))
+        if len(marks):
+            frontier = pc.max(pc.cast(marks, pa.int64())).as_py()
+            self.loop.call_soon_threadsafe(self._reached, sq, frontier)
 
     @staticmethod
     def _sorted(sq: SparkQuery, rows: pa.Table) -> pa.Table:
@@ -362,6 +429,8 @@ class SparkStreams:
         self._clean(sq)
 
     def _clean(self, sq: SparkQuery) -> None:
+        if sq.real_time:
+            self._rows_back.forget(sq.real_time)
         for stream in sq.shape.streams:
             self.spools.close(stream, sq.reader)
         shutil.rmtree(os.path.dirname(sq.rows_dir) if sq.rows_dir else sq.checkpoint,
@@ -408,14 +477,14 @@ class SparkStreams:
                  sq.failure) for sq in list(self.kept.values())]
 
     def counters(self, qid: int) -> dict:
-        """Rows out and micro-batches of a cursor's or a derived stream's query, and where
-        its time went (``time_profile``)."""
+        """Rows out and micro-batches of a cursor's or a derived stream's query, where its
+        time went (``time_profile``), how far it has reached, whether in real-time mode."""
         sq = self._by_qid(qid)
         if sq is None:
             return {}
         _note_progress(sq)
         return {"rows_out": sq.rows_out, "batches": sq.batches, "time": time_profile(sq),
-                "reached": sq.reached}
+                "reached": sq.reached, "real_time": bool(sq.real_time)}
 
     def kept_queries(self) -> list:
         """(qid, derived stream's name) of each derived stream's query."""
@@ -455,11 +524,20 @@ class SparkStreams:
                                                              "simple")
         except PySparkException as e:
             raise spark_error(e, "Spark cannot plan the query") from None
-        lines = [ln for ln in str(text).splitlines() if ln.strip()]
+        lines = [ln for ln in str(text).splitlines() if ln.strip()] + [self._trigger(p, shape)]
         end = T.finish(p, shape, self._table_contents)
         if end is not None:
             lines.append(end.explain())
         return lines
+
+    def _trigger(self, p: P.Plan, shape: T.Shape) -> str:
+        """EXPLAIN's line on how Spark would run ``p``: real-time mode or micro-batches."""
+        why = self.real_time_allowed(p, shape)
+        if why is None:
+            return (f"Trigger: real-time mode, a task reading the spool as it grows, if one "
+                    f"of the server's {self.real_time_slots} real-time slots is free when the "
+                    f"cursor opens (micro-batches otherwise)")
+        return f"Trigger: micro-batches ({why})"
 
     def stop(self) -> None:
         """Every query stopped (the server is shutting down); a derived stream's keeps its
@@ -468,6 +546,8 @@ class SparkStreams:
             sq = self.queries.pop(qid)
             sq.stopped = True
             self._stop_one(sq)
+        if self._rows_back is not None:
+            self._rows_back.close()
         for oid in list(self.kept):
             sq = self.kept.pop(oid)
             sq.stopped = True
@@ -527,6 +607,9 @@ def time_profile(sq: SparkQuery) -> str:
         parts.append(f"of which in foreachBatch {spent['foreachBatch'] / 1000:.2f} s")
     rows, size = sq.state
     held = f"; state {rows} rows, {size / 2 ** 20:.1f} MiB" if rows else ""
+    if sq.real_time:
+        return f"real-time mode; {sq.rows_out} rows" + ("; " if parts else "") + \
+            ", ".join(parts)
     return f"{sq.batches} micro-batches; " + ", ".join(parts) + held
 
 
@@ -615,6 +698,11 @@ def _order_of(p: P.Plan, shape: T.Shape) -> tuple:
 def _sortable(duck_type: str) -> bool:
     """Whether Arrow sorts a column of this type (not lists, structs or maps)."""
     return not any(m in duck_type.upper() for m in ("[", "STRUCT", "MAP", "UNION"))
+
+
+def _stream_scans(node) -> list:
+    below = [s for c in P.children(node) for s in _stream_scans(c)]
+    return [node] + below if isinstance(node, P.StreamScan) else below
 
 
 def _ddl(scan: P.StreamScan) -> str:

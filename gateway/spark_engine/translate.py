@@ -82,6 +82,8 @@ class Shape:
     #                             watermark
     held: bool = False          # state kept by Python (transformWithStateInPandas), which
     #                             needs the RocksDB state store
+    real_time: bool = False     # one stream's windowed rows, filtered and projected, no
+    #                             Python: what Spark's real-time mode runs (real_time.py)
 
 
 # ---------------------------------------------------------------------- check
@@ -262,8 +264,6 @@ def check(p: P.Plan) -> Shape:
         return _CHECKS[type(node)](node, [walk(c) for c in P.children(node)])
 
     kind = walk(p.root).name
-    if kind == "session_groups" and p.functions:    # grouped in the server's DuckDB
-        raise Refused("a Python function in a query that aggregates sessions")
     if kind == "scan":                    # the planner always puts a window there
         raise Refused("a stream read without a window")
     if kind == "keyless":
@@ -277,7 +277,8 @@ def check(p: P.Plan) -> Shape:
                  closes=P.contains(p.root, _grouping) or P.contains(p.root, _holding),
                  with_table=kind == "tabled", session_groups=kind == "session_groups",
                  ranged=P.contains(p.root, _indexed) or P.contains(p.root, _rows),
-                 held=P.contains(p.root, _indexed) or P.contains(p.root, _holding))
+                 held=P.contains(p.root, _indexed) or P.contains(p.root, _holding),
+                 real_time=kind in ("ranged", "unbounded", "slid") and not p.functions)
 
 
 def _grouping(node) -> bool:
@@ -332,15 +333,19 @@ def finish(p: P.Plan, shape: Shape, contents):
     """What the server makes of each micro-batch's rows from Spark (None: they are the
     plan's); ``contents(name)`` gives a table's committed rows."""
     if shape.with_table:
-        return TableFinish(p.root, contents)
+        return TableFinish(p.root, contents, p.functions)
     if shape.session_groups:
-        return SessionFinish(p.root)
+        return SessionFinish(p.root, p.functions)
     return None
 
 
-def _connect():
-    """A DuckDB connection for the plan's SQL, locked down as the back end's is."""
-    return P.expression_settings(duckdb.connect(config=dict(P.EXPRESSION_CONFIG)))
+def _connect(functions: tuple):
+    """A DuckDB connection for the plan's SQL, locked down as the back end's is, with the
+    plan's Python functions (the part of it made here may call them too)."""
+    con = duckdb.connect(config=dict(P.EXPRESSION_CONFIG))
+    for f in functions:
+        f.install(con)
+    return P.expression_settings(con)
 
 
 class SessionFinish:
@@ -350,7 +355,8 @@ class SessionFinish:
     group's tuples all hold for the same interval, so each group's row is its partials over
     them (a SUM of integers a BIGINT, as the back end's), then the finals."""
 
-    def __init__(self, root):
+    def __init__(self, root, functions: tuple = ()):
+        self.functions = functions
         self.above, self.aggregate = _split(root, P.Aggregate)
         n = self.aggregate
         keys = [f"{k.expr.sql} AS {_duck_name(k.name)}" for k in n.keys]
@@ -363,7 +369,7 @@ class SessionFinish:
 
     def __call__(self, rows: pa.Table) -> pa.Table:
         if self.con is None:
-            self.con = _connect()
+            self.con = _connect(self.functions)
         self.con.register("r", rows)
         try:
             return self.con.sql(self.sql).to_arrow_table()
@@ -389,9 +395,10 @@ class TableFinish:
     each batch with the table as it stands when the batch comes): the join, then the σ and
     μ above it. ``contents(name)`` gives a table's committed rows."""
 
-    def __init__(self, root, contents):
+    def __init__(self, root, contents, functions: tuple = ()):
         self.above, self.join = table_join(root)
         self.contents = contents
+        self.functions = functions
         self.con = None           # made at the first batch (EXPLAIN needs none)
         self.filters, scan = [], self.join.right
         while not isinstance(scan, P.TableScan):       # σ on the table's side
@@ -408,7 +415,7 @@ class TableFinish:
 
     def __call__(self, rows: pa.Table) -> pa.Table:
         if self.con is None:
-            self.con = _connect()
+            self.con = _connect(self.functions)
         table = self.contents(self.scan.table)
         by_name = {n.lower(): n for n in table.schema.names}
         names = [c.name for c in self.scan.schema]

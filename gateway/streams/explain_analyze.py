@@ -95,7 +95,8 @@ def spark_lines(services, running: Running) -> list[str]:
     if lines:
         lines[0] = "continuous query (Spark Structured Streaming) →" + lines[0].split("→", 1)[1]
     counters = spark.counters(running.qid) or {}
-    lines.append(f"Spark micro-batches: {counters.get('batches', 0)}")
+    lines.append("Spark trigger: real-time mode" if counters.get("real_time") else
+                 f"Spark micro-batches: {counters.get('batches', 0)}")
     if counters.get("time"):
         lines.append(f"Spark time: {counters['time']}")
     if progress:
