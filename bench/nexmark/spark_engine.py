@@ -7,8 +7,11 @@ events / (stream start → end), as ``peer_spark.py`` measures), CPU per event o
 workers together; on a cluster its master, worker and executors), peak memory, where the Spark
 engine's time went (Spark's phases, summed over its micro-batches, from the server's log), and
 latency at fixed rates (from the bid that closes a window leaving the source to the window's row
-reaching the client). Spark runs with n executor cores, in the server (``local[n]``) and, with
-``--standalone``, on a master and a worker with n cores started here with ``spark-class``.
+reaching the client; for q0 and q1, from the bid leaving the source to its row reaching the
+client). Spark runs with n executor cores, in the server (``local[n]``: in real-time mode
+where the query allows, and with ``--micro-batches`` once more in micro-batches only) and,
+with ``--standalone``, on a master and a worker with n cores started here with
+``spark-class``.
 Every Spark engine (in the server or plain) first runs q2 untimed: the first job pays for the
 JIT and loading.
 
