@@ -269,6 +269,8 @@ class Backend:
                        for name in reads if name in self.retained or name in history}
             at = [self.streams[n].watermark for n in reads
                   if n in self.streams and self.streams[n].watermark is not None]
+            if msg.at is not None:
+                at = [msg.at]
             return _settled(graph, graph.snapshot("q", batches, max(at) if at else None))
 
         self._one_time(msg, run)

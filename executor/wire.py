@@ -113,11 +113,13 @@ class Analyze(Control, kind=ANALYZE):
 @dataclass(frozen=True)
 class Snapshot(Control, kind=SNAPSHOT):
     """A one-time query at now; ``relations``: [name, plan] of the named windows it reads,
-    dependencies first."""
+    dependencies first; ``at``: the instant it answers for (None: its streams' newest
+    watermark)."""
     req: int
     qid: int
     plan: dict
     relations: list
+    at: int | None = None
 
 
 @dataclass(frozen=True)

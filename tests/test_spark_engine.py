@@ -306,9 +306,6 @@ def test_the_setting_is_checked_and_explain_names_the_engine(server):
         with pytest.raises(psycopg.errors.InvalidParameterValue) as e:
             c.execute(f"EXPLAIN {sql} WITH (engine = flink)")
         assert e.value.diag.statement_position == str(len(f"EXPLAIN {sql} WITH (") + 1)
-        with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
-            c.execute(f"CREATE WINDOW {s}_w AS {sql} WITH (engine = 'spark')")
-        assert "named window runs on the back end" in e.value.diag.message_primary
         # a stream PARTITIONED BY a key: its queries run on Spark unless they say otherwise
         ddl = f"CREATE STREAM {s}_p (k INT, v INT, t TIMESTAMP TIMESTAMPCOLUMN) PARTITIONED BY "
         with pytest.raises(psycopg.errors.UndefinedColumn) as e:
@@ -433,12 +430,77 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
         admin.execute(f"DROP STREAM {s}")
 
 
+def _answer_at(rows: list, instant: float, low: float, key: bool = True) -> list:
+    """DuckDB's answer over ``rows`` (k, v, seconds) at ``instant`` (seconds): per k, the
+    count and sum of the tuples with low < t <= instant."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE r (k INT, v INT, t DOUBLE)")
+    con.executemany("INSERT INTO r VALUES (?, ?, ?)", rows)
+    return con.execute("SELECT k, COUNT(*), SUM(v) FROM r WHERE t > ? AND t <= ? GROUP BY k "
+                       "ORDER BY k NULLS LAST", [low, instant]).fetchall()
+
+
+def test_a_named_window_on_spark_answers_from_the_rows_spark_gave(server):
+    """CREATE WINDOW … WITH (engine = 'spark'): Spark runs its query; a query of the window
+    answers from the rows Spark gave, at the last instant Spark has answered for (a
+    microsecond before its watermark, cq_queries.progress): DuckDB's answer over the tuples
+    at that instant, for a RANGE aggregate (all the tuples, NULL keys too) and a hopping one
+    (the last window closed then)."""
+    s, wr, wh = unique("spw"), unique("spwr"), unique("spwh")
+    rows = _rows(60, 5, nulls=True)
+    last = rows[-1][2]
+    end = int(last) + 3              # the last SLIDE window closed by then holds tuples
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        _stream(c, s)
+        c.execute(f"CREATE WINDOW {wr} AS SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM {s} "
+                  "[RANGE '1 hour'] GROUP BY k WITH (engine = 'spark')")
+        c.execute(f"CREATE WINDOW {wh} AS SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM {s} "
+                  "[RANGE '4 seconds' SLIDE '2 seconds'] GROUP BY k WITH (engine = 'spark')")
+        assert c.execute("SELECT name, kind, engine FROM cq_queries WHERE name IN (%s, %s) "
+                         "ORDER BY name", [wr, wh]).fetchall() == \
+            sorted([(wr, "window", "spark"), (wh, "window", "spark")])
+        lines = [r[0] for r in c.execute(f"EXPLAIN SELECT * FROM {wr}").fetchall()]
+        assert lines[-1] == (f"window {wr}: its rows from its query on Spark, at the last "
+                             "instant that query has answered for"), lines
+        _insert(c, {s: rows}, pause=0.3)
+        c.execute(f"ALTER STREAM {s} ADVANCE TO {lit(end)}")
+        # Spark's watermark reaches the stream's but for a millisecond or two (its watermark
+        # is in whole milliseconds, a microsecond short of the stream's)
+        for w in (wr, wh):
+            wait_for(lambda: (c.execute("SELECT progress FROM cq_queries WHERE name = %s",
+                                        [w]).fetchone()[0] or at(0)) >= at(end - 0.002), 90,
+                     f"{w}'s query on Spark at the stream's watermark")
+        for w, rng in ((wr, 3600), (wh, None)):
+            reached = c.execute("SELECT progress FROM cq_queries WHERE name = %s",
+                                [w]).fetchone()[0]
+            instant = (reached - at(0)).total_seconds() - 1e-6
+            if rng is None:            # the last SLIDE window closed by then: (E − 4, E]
+                closed = 2 * (instant // 2)
+                want = _answer_at(rows, closed, closed - 4)
+            else:
+                want = _answer_at(rows, instant, instant - rng)
+            assert want and c.execute(f"SELECT k, n, sv FROM {w} ORDER BY k NULLS LAST") \
+                .fetchall() == want, w
+        assert c.execute(f"SELECT SUM(n) FROM {wr} WHERE k IS NOT NULL").fetchone()[0] == \
+            sum(1 for k, *_ in rows if k is not None)
+        # read on its own: beside another input it would answer for another instant
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+            c.execute(f"SELECT * FROM {wr} a JOIN {wh} b ON a.k = b.k")
+        assert "runs on Spark and is read on its own" in e.value.diag.message_primary
+        for w in (wr, wh):
+            c.execute(f"DROP WINDOW {w}")
+        assert c.execute("SELECT count(*) FROM cq_queries WHERE name IN (%s, %s)",
+                         [wr, wh]).fetchone() == (0,)
+
+
 def _kept_rows(data_dir: str) -> list:
-    """Every row a derived stream on Spark has kept (its micro-batches' Parquet files)."""
+    """Every row a derived stream on Spark has kept (its micro-batches' Parquet files; not a
+    named window's, which has no column w)."""
     files = glob.glob(os.path.join(data_dir, "spark-streams", "d*", "rows", "*.parquet"))
     if not files:
         return []
-    return duckdb.sql(f"SELECT k, w, valid_from FROM read_parquet({files!r})").fetchall()
+    return duckdb.sql(f"SELECT k, w, valid_from FROM read_parquet({files!r}, "
+                      "union_by_name = true) WHERE w IS NOT NULL").fetchall()
 
 
 def _gone(pid: int) -> bool:
@@ -451,11 +513,12 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
-    """kill -9 of the server while a derived stream runs on Spark; after the restart the
-    rows it kept hold every input tuple exactly once, and a cursor on the back end follows
-    the derived stream as before."""
+    """kill -9 of the server while a derived stream and a named window run on Spark; after
+    the restart the rows the derived stream kept hold every input tuple exactly once, a
+    cursor on the back end follows it as before, and the window answers from the rows
+    Spark gave before the kill and after it."""
     data = str(tmp_path / "data")
-    base, out = unique("kin"), unique("kout")
+    base, out, win = unique("kin"), unique("kout"), unique("kwin")
     rows = [(i % 3, i, i * 0.1) for i in range(300)]
     want = sorted((k, v * 10, at(t)) for k, v, t in rows)
     srv = start_server(data_dir=data)
@@ -463,6 +526,8 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
         _stream(c, base)
         c.execute(f"CREATE STREAM {out} AS SELECT k, v * 10 AS w FROM {base} "
                   "[RANGE '1 second'] WITH (engine = 'spark')")
+        c.execute(f"CREATE WINDOW {win} AS SELECT k, COUNT(*) AS n, SUM(v) AS sv FROM {base} "
+                  "[RANGE '1 hour'] GROUP BY k WITH (engine = 'spark')")
         assert c.execute("SELECT kind, engine FROM cq_queries WHERE name = %s",
                          [out]).fetchall() == [("derived", "spark")]
         _insert(c, {base: rows[:100]})
@@ -475,6 +540,10 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
         assert "Rows out: 100" in lines, lines
         assert int(next(ln for ln in lines if ln.startswith("Spark micro-batches: "))
                    .split(": ")[1]) >= 1
+        wait_for(lambda: (c.execute("SELECT progress FROM cq_queries WHERE name = %s",
+                                    [win]).fetchone()[0] or at(0)) >= at(5), 60,
+                 f"{win} at 5 s")
+        _window_answers(c, win, rows)
         _insert(c, {base: rows[100:200]})
     doomed = _children(srv.proc.pid)                 # the back end and Spark's JVM too
     srv.proc.kill()
@@ -485,6 +554,8 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
     again = start_server(data_dir=data)
     with psycopg.connect(again.dsn, autocommit=True) as c, \
             psycopg.connect(again.dsn) as reader:
+        # what it answered for before the kill, or since (its rows then, kept, and after)
+        _window_answers(c, win, rows)
         reader.execute(f"DECLARE live CURSOR FOR SELECT k, w FROM {out}")
         _insert(c, {base: rows[200:]})
         c.execute(f"ALTER STREAM {base} ADVANCE TO {lit(40)}")
@@ -497,6 +568,22 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
                           time.monotonic() + 60, quiet="1s")
         assert len(set(followed)) == len(followed) >= len(after)
         assert set(after) <= set(followed) <= {(k, v * 10) for k, v, _ in rows[100:]}
+        wait_for(lambda: c.execute("SELECT progress FROM cq_queries WHERE name = %s",
+                                   [win]).fetchone()[0] >= at(40 - 0.002), 60,
+                 f"{win} at the stream's watermark")
+        assert _window_answers(c, win, rows) == _answer_at(rows, 40, -1)
+
+
+def _window_answers(c, win: str, rows: list) -> list:
+    """Named window ``win`` (per k, COUNT(*) and SUM(v) over [RANGE '1 hour'] of ``rows``)
+    as read, checked against DuckDB's answer at the instant its query on Spark has answered
+    for (a microsecond before its progress); it has answered for some instant already."""
+    reached = c.execute("SELECT progress FROM cq_queries WHERE name = %s", [win]).fetchone()[0]
+    assert reached is not None, f"{win} has answered for no instant"
+    got = c.execute(f"SELECT k, n, sv FROM {win} ORDER BY k NULLS LAST").fetchall()
+    assert got and got == _answer_at(rows, (reached - at(0)).total_seconds() - 1e-6, -1), \
+        (reached, got)
+    return got
 
 
 def _ran_state(work_dir: str) -> bool:

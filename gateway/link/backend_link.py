@@ -563,12 +563,14 @@ class BackendLink:
         await out.drain()
 
     async def snapshot(self, plan: P.Plan, relations: list, history: dict | None = None,
-                       seam: int | None = None) -> pa.Table | None:
+                       seam: int | None = None, at: int | None = None) -> pa.Table | None:
         """A one-time query at now over the back end's recent tuples; ``relations`` are
         (name, plan) of the named windows it reads, dependencies first; ``history``: the
-        archived streams' tuples up to the seam, read instead of the recent ones."""
+        archived streams' tuples up to the seam, read instead of the recent ones; ``at``:
+        the instant it answers for (None: the newest watermark of what it reads)."""
         return await self._one_time(wire.Snapshot, history, plan=P.to_dict(plan),
-                                    relations=[[n, P.to_dict(p)] for n, p in relations])
+                                    relations=[[n, P.to_dict(p)] for n, p in relations],
+                                    at=at)
 
     async def recompute(self, plan: P.Plan, history: dict, seam: int, spans: list,
                         by_start: bool = False) -> pa.Table | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import json
 import logging
 import os
@@ -40,7 +41,7 @@ from executor import wire
 from gateway.archive.spark import Spark, register_functions, spark_type
 from gateway.clearinghouse import spool
 from gateway.clearinghouse.spool import Spools
-from gateway.durable import fsync_dir
+from gateway.durable import fsync_dir, write_text
 from gateway.link.live_rows import UNBOUNDED, Bounds, LiveRows
 from gateway.pgwire import errors as E
 from gateway.spark_engine import jvm_parts
@@ -58,6 +59,7 @@ HDFS = _STATE_STORES + "HDFSBackedStateStoreProvider"      # Spark's default: in
 STATE_STORE = "spark.sql.streaming.stateStore.providerClass"
 NO_INFERRED_FILTERS = "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromConstraints"
 REAL_TIME_SOURCE = "cqgate.spark.SpoolRealTime"     # jvm/: the spool, read as it grows
+ANSWERED = "answered"       # a named window's last instant answered, beside its rows
 
 
 class Stopping(Exception):
@@ -103,6 +105,9 @@ class SparkQuery:
     noted: int = -1                      # the newest batch id whose progress is in ``spent``
     state: tuple = (0, 0)                # (rows, bytes) in its state stores, at the last batch
     real_time: str | None = None         # its token with RowsBack: it runs in real-time mode
+    current: pa.Table | None = None      # a named window's rows not ended at its watermark
+    kept_upto: int = -1                  # … which hold every kept batch up to this id
+    answered: int | None = None          # … the last instant they answer for (µs)
 
 
 class SparkStreams:
@@ -291,6 +296,9 @@ class SparkStreams:
         frontier = self._frontier(sq, batch_id)
         if sq.rows_dir is not None and rows.num_rows:      # kept before Spark commits it
             keep_rows(sq.rows_dir, batch_id, client_table(sq.plan, rows, intervals=True))
+        if sq.current is not None:    # a batch run again after a restart: its rows are there
+            self._hold_current(sq, internal_table(sq.plan, rows) if batch_id > sq.kept_upto
+                               else None, frontier)
         if sq.shape.hold:
             rows = self._hold(sq, rows, frontier)
         # valid_from order; ties in the columns' order, so a batch always reads the same
@@ -335,8 +343,9 @@ class SparkStreams:
         sq.reached = frontier if sq.reached is None else max(sq.reached, frontier)
 
     async def _feed(self, sq: SparkQuery, rows: pa.Table, frontier: int | None) -> None:
-        """A derived stream's rows and watermark to the back end, where the queries that read
-        the stream take them as its tuples (each with its interval)."""
+        """A derived stream's or named window's rows and watermark to the back end, where
+        the queries that read it take them as its tuples (each with its interval); a named
+        window also keeps those not ended at its watermark, its answer at now."""
         if rows.num_rows:
             await self.backend.send_data(sq.feed, internal_table(sq.plan, rows), None)
         if frontier is not None and (sq.promised is None or frontier > sq.promised):
@@ -437,16 +446,25 @@ class SparkStreams:
                       ignore_errors=True)
 
     # ------------------------------------------------------------------ derived streams
-    def keep(self, oid: int, name: str, p: P.Plan, shape: T.Shape, sql: str) -> None:
+    def keep(self, oid: int, name: str, p: P.Plan, shape: T.Shape, sql: str,
+             window: bool = False) -> None:
         """Run derived stream ``name``'s query (``p``, checked: ``shape``) for as long as the
         server keeps it, from its checkpoint if it has one (a restart): its rows go to the
-        back end as the stream's tuples and are kept under ``<FOLDER>/d<oid>/rows``."""
+        back end as the stream's tuples and are kept under ``<FOLDER>/d<oid>/rows``.
+        ``window``: ``name`` is a named window, whose answer at now is its rows that have not
+        ended (``window_rows``), kept here from its rows, and after a restart from those
+        kept."""
         self.loop = self.backend.loop
         home = os.path.join(self.folder, f"d{oid}")
         sq = SparkQuery(-oid, p, shape, None, f"d{oid}", os.path.join(home, "checkpoint"),
                         feed=name, rows_dir=os.path.join(home, "rows"),
                         order=_order_of(p, shape), sql=sql)
         os.makedirs(sq.rows_dir, exist_ok=True)
+        if window:
+            sq.current, sq.kept_upto = _kept_internal(p, sq.rows_dir)
+            with contextlib.suppress(FileNotFoundError):
+                with open(os.path.join(sq.rows_dir, ANSWERED)) as f:
+                    sq.answered = int(f.read())
         self.kept[oid] = sq
         try:
             self._start(sq)
@@ -457,6 +475,32 @@ class SparkStreams:
                 raise spark_error(e, "Spark could not start the query") from None
             raise
         log.info("query started on Spark: derived stream %s", name)
+
+    @staticmethod
+    def _hold_current(sq: SparkQuery, rows: pa.Table, frontier: int | None) -> None:
+        """A named window's rows valid at the last instant before its watermark (every row
+        beginning before the watermark has come: its answer there is whole), or later; that
+        instant is kept beside its rows (``ANSWERED``), for a restart."""
+        table = sq.current
+        if rows is not None and rows.num_rows:      # (types as Spark gives them, once any)
+            table = pa.concat_tables([table, rows], promote_options="permissive") \
+                if table.num_rows else rows
+        if frontier is not None and (sq.answered is None or frontier - 1 > sq.answered):
+            sq.answered = frontier - 1
+            write_text(os.path.join(sq.rows_dir, ANSWERED), str(sq.answered))
+        if sq.answered is not None:
+            table = table.filter(pc.greater(table.column("__te"),
+                                            pa.scalar(sq.answered, pa.int64())))
+        sq.current = table
+
+    def window_rows(self, oid: int) -> tuple:
+        """A named window on Spark: (its rows valid at the last instant its query has
+        answered for, or later, as the back end's operators carry them; that instant, µs,
+        or None before its first micro-batch)."""
+        sq = self.kept.get(oid)
+        if sq is None or sq.current is None:
+            return None, None
+        return sq.current, sq.answered
 
     def drop_kept(self, oid: int) -> None:
         """A derived stream dropped: its query stops, its checkpoint and rows go."""
@@ -471,10 +515,11 @@ class SparkStreams:
         return [sq.live for sq in list(self.queries.values())]
 
     def derived(self) -> list:
-        """(name, definition, counters, why it failed or None) of each derived stream's
-        query."""
-        return [(sq.feed, sq.sql, {"rows_out": sq.rows_out, "batches": sq.batches},
-                 sq.failure) for sq in list(self.kept.values())]
+        """(name, definition, counters, why it failed or None) of each derived stream's or
+        named window's query (``reached``: every row beginning before it was given)."""
+        return [(sq.feed, sq.sql, {"rows_out": sq.rows_out, "batches": sq.batches,
+                                   "reached": _reached_by(sq)}, sq.failure)
+                for sq in list(self.kept.values())]
 
     def counters(self, qid: int) -> dict:
         """Rows out and micro-batches of a cursor's or a derived stream's query, where its
@@ -554,6 +599,15 @@ class SparkStreams:
             if sq.query is not None:
                 with contextlib.suppress(PySparkException):
                     sq.query.stop()
+
+
+def _reached_by(sq: SparkQuery) -> int | None:
+    """Before which instant a derived stream's or named window's every row was given: its
+    last watermark; a named window started again has its last one's kept beside its rows
+    until its first micro-batch."""
+    if sq.promised is None and sq.answered is not None:
+        return sq.answered + 1
+    return sq.promised
 
 
 def _add(spent: dict, phase: str, ms: float) -> None:
@@ -669,6 +723,30 @@ def internal_table(p: P.Plan, rows: pa.Table) -> pa.Table:
     te = pc.fill_null(pc.cast(rows.column(T.TE), pa.int64()), wire.INF)
     names = [c.name for c in p.root.schema]
     return pa.table([rows.column(n) for n in names] + [ts, te], names=names + ["__ts", "__te"])
+
+
+def _kept_internal(p: P.Plan, folder: str) -> tuple:
+    """The rows a derived stream or named window kept (``keep_rows``: the client's columns
+    and the interval) as the back end's operators carry them (``internal_table``; none yet:
+    an empty table of those columns), and the newest batch id among them (-1: none)."""
+    files = sorted(glob.glob(os.path.join(folder, "batch-*.parquet")))
+    newest = int(os.path.basename(files[-1])[6:18]) if files else -1
+    names = [c.name for c in p.root.schema]
+    outputs = [c.name for c in p.output
+               if not (c.name in P.PSEUDO_COLUMNS and c.name in p.pseudo)]
+    if not files:
+        kinds = duckdb.connect().sql("SELECT " + ", ".join(
+            f"CAST(NULL AS {c.type}) AS " + exp.to_identifier(c.name, quoted=True).sql("duckdb")
+            for c in p.root.schema)).to_arrow_table().schema
+        return pa.table([pa.array([], f.type) for f in kinds] +
+                        [pa.array([], pa.int64()), pa.array([], pa.int64())],
+                        names=names + ["__ts", "__te"]), newest
+    table = pq.read_table(files)
+    ts = pc.cast(pc.cast(table.column("valid_from"), pa.timestamp("us")), pa.int64())
+    te = pc.fill_null(pc.cast(pc.cast(table.column("valid_to"), pa.timestamp("us")),
+                              pa.int64()), wire.INF)
+    return pa.table([table.column(o) for o in outputs] + [ts, te],
+                    names=names + ["__ts", "__te"]), newest
 
 
 def keep_rows(folder: str, batch_id: int, table: pa.Table) -> None:

@@ -267,12 +267,9 @@ def _keep(ctx: StatementContext, obj: StreamObject, p: P.Plan,
     except PlanError as e:
         raise plan_error(e) from None
     if engine == "spark":
-        if obj.kind == "window":
-            raise E.FeatureNotSupported(
-                "a named window runs on the back end, which answers what it holds at now",
-                hint="Create a derived stream (CREATE STREAM … AS) to run it on Spark.")
         ctx.services.spark_streams.keep(obj.oid, obj.relation().name, p,
-                                        spark_shape(ctx, p), obj.definition)
+                                        spark_shape(ctx, p), obj.definition,
+                                        window=obj.kind == "window")
         return
     link, services = ctx.services.backend, ctx.services
     # its reads that start with it read from where they began when it first started: so

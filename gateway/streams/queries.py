@@ -139,7 +139,7 @@ def explain_statement(ctx: StatementContext, tree: X.Explain,
         shape = spark_shape_for(ctx, inner, p) if p.mode == "continuous" else None
         if p.mode == "continuous" and shape is None:
             p = _as_it_runs(ctx, inner, p)
-        lines = explain(p)
+        lines = explain(p) + (_spark_window_lines(ctx, p) if p.mode != "continuous" else [])
         split = ctx.services.backend.split_by(p) if shape is None else None
         if split is not None:
             lines.append(f"Split {split} (unless its windows are primed from the archive)")
@@ -360,13 +360,16 @@ def whole_archive(ctx: StatementContext, p: P.Plan, read: set) -> list:
 
 
 def _relations(ctx: StatementContext, p: P.Plan) -> list:
-    """(name, plan) of the named windows and derived streams ``p`` reads, dependencies first."""
+    """(name, plan) of the named windows and derived streams ``p`` reads, dependencies first;
+    not the named windows Spark runs (``on_spark``), whose rows are Spark's."""
     out, reg = [], ctx.services.streams
     catalog = SessionCatalog(reg, ctx.columns)
 
     def visit(node):
         if isinstance(node, P.WindowRelationScan) and all(n != node.name for n, _ in out):
             obj = reg.by_relation(node.name, kinds=("window", "derived"))
+            if spark_window(obj):
+                return
             inner = plan(obj.query(), catalog, joins_in_order=True)   # as the relation runs
             inner = dataclasses.replace(inner, root=P.born_from(inner.root, obj.births))
             visit(inner.root)
@@ -376,6 +379,41 @@ def _relations(ctx: StatementContext, p: P.Plan) -> list:
 
     visit(p.root)
     return out
+
+
+def spark_window(obj) -> bool:
+    """Whether ``obj`` is a named window whose query runs on Spark."""
+    return obj is not None and obj.kind == "window" and query_engine(obj.query()) == "spark"
+
+
+def _spark_window(ctx: StatementContext, p: P.Plan) -> tuple:
+    """A named window on Spark that snapshot ``p`` reads: ({name: its rows valid at the last
+    instant its query on Spark has answered for}, that instant; None: it has answered for
+    none yet, or ``p`` reads no such window). The back end evaluates ``p`` over those rows
+    at that instant. Such a window is read on its own: its rows come a micro-batch after
+    the instants they answer for, so beside another input (answered at its own, later
+    watermark) it would answer for an instant Spark has not reached (0A000)."""
+    reg, read = ctx.services.streams, P.streams_read(p.root)
+    for name in sorted(read):
+        obj = reg.by_relation(name, kinds=("window", "derived"))
+        if not spark_window(obj):
+            continue
+        if len(read) > 1:
+            raise E.FeatureNotSupported(
+                f"named window {name} runs on Spark and is read on its own",
+                hint="Read it alone (SELECT … FROM it, with filters, projections, aggregates "
+                     "and ORDER BY), or read its query's streams instead.")
+        rows, answered = ctx.services.spark_streams.window_rows(obj.oid)
+        return ({name: rows} if rows is not None and rows.num_rows else {}), answered
+    return {}, None
+
+
+def _spark_window_lines(ctx: StatementContext, p: P.Plan) -> list:
+    """EXPLAIN's lines on the named windows on Spark that ``p`` reads."""
+    reg = ctx.services.streams
+    return [f"window {name}: its rows from its query on Spark, at the last instant that "
+            "query has answered for" for name in sorted(P.streams_read(p.root))
+            if spark_window(reg.by_relation(name, kinds=("window", "derived")))]
 
 
 def snapshot_query(ctx: StatementContext, tree) -> AwaitOnLoop:
@@ -388,6 +426,7 @@ def snapshot_query(ctx: StatementContext, tree) -> AwaitOnLoop:
     link = ctx.services.backend
     fields, schema = typed_fields(ctx, p)
     relations = _relations(ctx, p)
+    on_spark, answered = _spark_window(ctx, p)
     plans = [p, *(r for _, r in relations)]
     history = [h for q in plans for h in archive_reach(ctx, q)]
     read = {h.stream.lower() for h in history}
@@ -401,7 +440,9 @@ def snapshot_query(ctx: StatementContext, tree) -> AwaitOnLoop:
     async def evaluate(primed=None, seam=None):
         for name, table in tables.items():
             await link.send_table(name, table)
-        return await link.snapshot(p, relations, primed, seam)
+        if on_spark:        # a named window on Spark: its rows, as its history
+            primed = {**(primed or {}), **on_spark}
+        return await link.snapshot(p, relations, primed, seam, at=answered)
 
     def answer(table) -> Rows:
         table = schema.empty_table() if table is None else table.cast(schema)

@@ -71,8 +71,9 @@ async def gather(services, viewer: str, stats: dict | None = None) -> dict:
                      0, None))
     for name, sql, c, failure in spark.derived():
         listed.append(c)
-        rows.append((None, name, "derived", sql, "failed" if failure else "running", None, 0,
-                     c["rows_out"], 0, None, failure, 0, 0, 0, "spark", None, 0, None))
+        rows.append((None, name, kinds.get(name.lower(), "derived"), sql,
+                     "failed" if failure else "running", None, 0, c["rows_out"], 0, None,
+                     failure, 0, 0, 0, "spark", _micros(c.get("reached")), 0, None))
     store = services.store
     joins = store.live_table("cq_joins", _join_rows(rows, listed))
     queries = store.live_table("cq_queries", rows)

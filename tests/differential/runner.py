@@ -139,6 +139,12 @@ class Round:
                         outcomes.append(self._refusal(refused))
                         continue
                     cursors[f"dq{i}"] = (case, first)
+                    if self._spark and i % 2 == 0:     # every other one as a window too
+                        refused = self._spark_window(feed, i, case, names)
+                        if refused is not None:
+                            outcomes.append(self._refusal(refused))
+                        else:
+                            cursors[f"dw{i}"] = (case, "spark window")
                     how = None if self._spark else self._variant(i)
                     if how == "progress":
                         refused = self._declare(reader, f"dp{i}",
@@ -183,6 +189,9 @@ class Round:
                     if how == "spark":
                         outcomes.append(self._read_spark(reader, name, case))
                         continue
+                    if how == "spark window":
+                        outcomes.append(self._read_spark_window(reader, name, case))
+                        continue
                     if how not in MADE_OF.values():
                         outcomes.append(self._read(reader, name, case, how))
                         continue
@@ -192,8 +201,9 @@ class Round:
                     if declared:
                         cursors[f"dr{name[2:]}"] = (case, "resumed")
             finally:
-                for name in cursors:
-                    reader.execute(f"CLOSE {name}")
+                for name, (_, how) in cursors.items():
+                    reader.execute(f"DROP WINDOW {name}_{self.tag}" if how == "spark window"
+                                   else f"CLOSE {name}")
                 for r, rel in RELATIONS.items():
                     word = "TABLE" if rel.kind == "table" else "STREAM"
                     feed.execute(f"DROP {word} IF EXISTS {names[r]} CASCADE")
@@ -240,6 +250,43 @@ class Round:
         return self._declare(reader, f"d{how[0]}{i}", with_progress(_over(_rows_of(rel))),
                              case, how)
 
+    def _spark_window(self, feed, i: int, case: Case, names: dict) -> Outcome | None:
+        """The case as a named window on Spark (None: made)."""
+        return self._declare(feed, "", f"CREATE WINDOW dw{i}_{self.tag} AS "
+                             f"{case.plain(names)} WITH (engine = 'spark')", case,
+                             "spark window")
+
+    def _read_spark_window(self, reader, name: str, case: Case) -> Outcome:
+        """A named window on Spark, read once its query's progress has reached Spark's last
+        watermark: the answer at the instant before its progress."""
+        window, deadline = f"{name}_{self.tag}", time.monotonic() + SPARK_WAIT_S
+        upto, reached = self.data.end - SPARK_SHORT_US, None
+        while time.monotonic() < deadline:
+            got = reader.execute("SELECT progress, state FROM cq_queries WHERE name = %s",
+                                 [window]).fetchall()
+            reached = _us(got[0][0]) if got and got[0][0] is not None else None
+            if not got or got[0][1] == "failed" or (reached or upto - 1) >= upto:
+                break
+            time.sleep(0.5)
+        if reached is None:
+            return Outcome(case, "fetch", message=f"{window} answered for no instant in "
+                           f"{SPARK_WAIT_S} s", how="spark window")
+        try:
+            rows = reader.execute(f"SELECT * FROM {window}").fetchall()
+        except psycopg.Error as e:
+            state = e.diag.sqlstate or "?"
+            if state.startswith("22") and oracle_error(case, self.data):
+                return Outcome(case, "errored", state, str(e), how="spark window")
+            return Outcome(case, "fetch", state, e.diag.message_primary or str(e),
+                           how="spark window")
+        got = Counter(tuple(normal(v) for v in r) for r in rows)
+        try:
+            want = self._oracle(case).at(reached - 1)
+        except OracleError as e:
+            return Outcome(case, "oracle", message=str(e), how="spark window")
+        return _answered(case, got, want, "spark window",
+                         f"wrong answer at {_at(reached - 1)}")
+
     def _snapshot(self, case: Case, names: dict, at: int) -> Outcome:
         """The case in snapshot mode, every stream's watermark at ``at``: the snapshot's
         answer at that instant."""
@@ -258,13 +305,7 @@ class Round:
             want = self._oracle(case).at(at)
         except OracleError as e:
             return Outcome(case, "oracle", message=str(e), how="snapshot")
-        limit = case.limit
-        right = (not (got - want) and sum(got.values()) == min(limit, sum(want.values())))\
-            if case.check == "rows" else got == want
-        if right:
-            return Outcome(case, "ok", rows=sum(got.values()), how="snapshot")
-        return Outcome(case, "wrong", message=f"wrong snapshot at {_at(at)}",
-                       detail=_difference(want, got), how="snapshot")
+        return _answered(case, got, want, "snapshot", f"wrong snapshot at {_at(at)}")
 
     def _read(self, reader, name: str, case: Case, how: str) -> Outcome:
         rows, oids, failed = self._fetch(reader, name, case, how)
@@ -387,6 +428,16 @@ def with_progress(sql: str, more: str = "") -> str:
     if sql.endswith(")") and " WITH (state_ttl = " in sql[sql.rfind(" WITH ("):]:
         return f"{sql[:-1]}, progress = true{more})"
     return f"{sql} WITH (progress = true{more})"
+
+
+def _answered(case: Case, got: Counter, want: Counter, how: str, wrong: str) -> Outcome:
+    """An answer at one instant (``got``) judged against the oracle's (``want``): equal, or,
+    under a LIMIT without ORDER BY (check "rows"), as many of its rows as the limit allows."""
+    right = (not (got - want) and sum(got.values()) == min(case.limit, sum(want.values()))) \
+        if case.check == "rows" else got == want
+    if right:
+        return Outcome(case, "ok", rows=sum(got.values()), how=how)
+    return Outcome(case, "wrong", message=wrong, detail=_difference(want, got), how=how)
 
 
 def _us(v: dt.datetime) -> int:
@@ -565,7 +616,8 @@ def summary(outcomes: list) -> str:
              f"{sum(o.status == 'refused' for o in cursors)} refused; "
              + ", ".join(f"{sum(o.how == h for o in outcomes)} {h} readings"
                          for h in ("derived", "derived resumed", "window", "window resumed",
-                                   "snapshot", "progress", "resumed", "primed")),
+                                   "snapshot", "progress", "resumed", "primed",
+                                   "spark window")),
              f"{len(outcomes)} readings: {sum(count[k] for k in ACCEPTED)} accepted "
              f"({count['ok']} right at every instant, {count['errored']} ending with the "
              f"error SQL gives), {count['refused']} refused, "
