@@ -222,10 +222,9 @@ class SparkStreams:
         with self._lock:
             # a query takes the session's state store when it starts (and keeps it in its
             # checkpoint): RocksDB only where transformWithStateInPandas needs it (a RANGE
-            # aggregate, a ROWS or SESSION window) or real-time mode, Spark's in-memory
-            # store elsewhere, which
-            # writes a micro-batch's state about twice as fast (NEXMark q7's join: 9 s
-            # against 21 s for 368,000 bids); real-time mode takes RocksDB alone
+            # aggregate, a ROWS or SESSION window) and in real-time mode (which takes no
+            # other), Spark's in-memory store elsewhere, which writes a micro-batch's state
+            # about twice as fast (NEXMark q7's join: 9 s against 21 s for 368,000 bids)
             session.conf.set(STATE_STORE, ROCKSDB if sq.shape.held or real_time else HDFS)
             sq.query = writer.start()
         threading.Thread(target=self._watch, args=(sq,), daemon=True,
@@ -344,8 +343,7 @@ class SparkStreams:
 
     async def _feed(self, sq: SparkQuery, rows: pa.Table, frontier: int | None) -> None:
         """A derived stream's or named window's rows and watermark to the back end, where
-        the queries that read it take them as its tuples (each with its interval); a named
-        window also keeps those not ended at its watermark, its answer at now."""
+        the queries that read it take them as its tuples (each with its interval)."""
         if rows.num_rows:
             await self.backend.send_data(sq.feed, internal_table(sq.plan, rows), None)
         if frontier is not None and (sq.promised is None or frontier > sq.promised):
@@ -474,7 +472,8 @@ class SparkStreams:
             if isinstance(e, PySparkException):
                 raise spark_error(e, "Spark could not start the query") from None
             raise
-        log.info("query started on Spark: derived stream %s", name)
+        log.info("query started on Spark: %s %s", "named window" if window else
+                 "derived stream", name)
 
     @staticmethod
     def _hold_current(sq: SparkQuery, rows: pa.Table, frontier: int | None) -> None:
