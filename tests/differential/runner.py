@@ -271,41 +271,34 @@ class Round:
         if reached is None:
             return Outcome(case, "fetch", message=f"{window} answered for no instant in "
                            f"{SPARK_WAIT_S} s", how="spark window")
-        try:
-            rows = reader.execute(f"SELECT * FROM {window}").fetchall()
-        except psycopg.Error as e:
-            state = e.diag.sqlstate or "?"
-            if state.startswith("22") and oracle_error(case, self.data):
-                return Outcome(case, "errored", state, str(e), how="spark window")
-            return Outcome(case, "fetch", state, e.diag.message_primary or str(e),
-                           how="spark window")
-        got = Counter(tuple(normal(v) for v in r) for r in rows)
-        try:
-            want = self._oracle(case).at(reached - 1)
-        except OracleError as e:
-            return Outcome(case, "oracle", message=str(e), how="spark window")
-        return _answered(case, got, want, "spark window",
-                         f"wrong answer at {_at(reached - 1)}")
+        return self._answer_at(case, lambda: reader.execute(f"SELECT * FROM {window}")
+                               .fetchall(), reached - 1, "spark window",
+                               f"wrong answer at {_at(reached - 1)}")
 
     def _snapshot(self, case: Case, names: dict, at: int) -> Outcome:
         """The case in snapshot mode, every stream's watermark at ``at``: the snapshot's
         answer at that instant."""
-        try:
+        def read():
             with psycopg.connect(self.dsn, autocommit=True,
                                  options="-c cq.mode=snapshot") as c:
-                cur = c.execute(case.plain(names))
-                got = Counter(tuple(normal(v) for v in r) for r in cur.fetchall())
+                return c.execute(case.plain(names)).fetchall()
+        return self._answer_at(case, read, at, "snapshot", f"wrong snapshot at {_at(at)}")
+
+    def _answer_at(self, case: Case, read, at: int, how: str, wrong: str) -> Outcome:
+        """The case's answer at instant ``at``, its rows as ``read()`` gives them, judged
+        against the oracle's (``_answered``); an error reading them, as SQL's or not."""
+        try:
+            got = Counter(tuple(normal(v) for v in r) for r in read())
         except psycopg.Error as e:
             state = e.diag.sqlstate or "?"
             if state.startswith("22") and oracle_error(case, self.data):
-                return Outcome(case, "errored", state, str(e), how="snapshot")
-            return Outcome(case, "fetch", state, e.diag.message_primary or str(e),
-                           how="snapshot")
+                return Outcome(case, "errored", state, str(e), how=how)
+            return Outcome(case, "fetch", state, e.diag.message_primary or str(e), how=how)
         try:
             want = self._oracle(case).at(at)
         except OracleError as e:
-            return Outcome(case, "oracle", message=str(e), how="snapshot")
-        return _answered(case, got, want, "snapshot", f"wrong snapshot at {_at(at)}")
+            return Outcome(case, "oracle", message=str(e), how=how)
+        return _answered(case, got, want, how, wrong)
 
     def _read(self, reader, name: str, case: Case, how: str) -> Outcome:
         rows, oids, failed = self._fetch(reader, name, case, how)
