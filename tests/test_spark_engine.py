@@ -487,6 +487,13 @@ def test_a_named_window_on_spark_answers_from_the_rows_spark_gave(server):
         with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
             c.execute(f"SELECT * FROM {wr} a JOIN {wh} b ON a.k = b.k")
         assert "runs on Spark and is read on its own" in e.value.diag.message_primary
+        # … or read at now inside another window's query (the back end's, over its rows)
+        c.execute(f"CREATE WINDOW {wr}_over AS SELECT k, n FROM {wr} WHERE n > 1")
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+            c.execute(f"SELECT * FROM {wr}_over")
+        assert e.value.diag.message_primary == \
+            f"named window {wr} runs on Spark and is read on its own"
+        c.execute(f"DROP WINDOW {wr}_over")
         for w in (wr, wh):
             c.execute(f"DROP WINDOW {w}")
         assert c.execute("SELECT count(*) FROM cq_queries WHERE name IN (%s, %s)",

@@ -365,19 +365,21 @@ def _relations(ctx: StatementContext, p: P.Plan) -> list:
     out, reg = [], ctx.services.streams
     catalog = SessionCatalog(reg, ctx.columns)
 
-    def visit(node):
+    def visit(node, top: bool):
         if isinstance(node, P.WindowRelationScan) and all(n != node.name for n, _ in out):
             obj = reg.by_relation(node.name, kinds=("window", "derived"))
             if spark_window(obj):
+                if not top:         # (read by p itself: _spark_window)
+                    raise _read_alone(node.name)
                 return
             inner = plan(obj.query(), catalog, joins_in_order=True)   # as the relation runs
             inner = dataclasses.replace(inner, root=P.born_from(inner.root, obj.births))
-            visit(inner.root)
+            visit(inner.root, False)
             out.append((node.name, inner))
         for c in P.children(node):
-            visit(c)
+            visit(c, top)
 
-    visit(p.root)
+    visit(p.root, True)
     return out
 
 
@@ -392,20 +394,25 @@ def _spark_window(ctx: StatementContext, p: P.Plan) -> tuple:
     none yet, or ``p`` reads no such window). The back end evaluates ``p`` over those rows
     at that instant. Such a window is read on its own: its rows come a micro-batch after
     the instants they answer for, so beside another input (answered at its own, later
-    watermark) it would answer for an instant Spark has not reached (0A000)."""
+    watermark), or inside another named window's query read at now, it would answer for
+    an instant Spark has not reached (0A000)."""
     reg, read = ctx.services.streams, P.streams_read(p.root)
     for name in sorted(read):
         obj = reg.by_relation(name, kinds=("window", "derived"))
         if not spark_window(obj):
             continue
         if len(read) > 1:
-            raise E.FeatureNotSupported(
-                f"named window {name} runs on Spark and is read on its own",
-                hint="Read it alone (SELECT … FROM it, with filters, projections, aggregates "
-                     "and ORDER BY), or read its query's streams instead.")
+            raise _read_alone(name)
         rows, answered = ctx.services.spark_streams.window_rows(obj.oid)
         return ({name: rows} if rows is not None and rows.num_rows else {}), answered
     return {}, None
+
+
+def _read_alone(name: str) -> E.PgError:
+    return E.FeatureNotSupported(
+        f"named window {name} runs on Spark and is read on its own",
+        hint="Read it alone (SELECT … FROM it, with filters, projections, aggregates and "
+             "ORDER BY), or read its query's streams instead.")
 
 
 def _spark_window_lines(ctx: StatementContext, p: P.Plan) -> list:
