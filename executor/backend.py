@@ -267,10 +267,9 @@ class Backend:
             batches = {name: [b for t in history.get(name) or self.retained.get(name, ())
                               for b in t.to_batches()]
                        for name in reads if name in self.retained or name in history}
-            at = [self.streams[n].watermark for n in reads
-                  if n in self.streams and self.streams[n].watermark is not None]
-            if msg.at is not None:
-                at = [msg.at]
+            at = [msg.at] if msg.at is not None else [
+                self.streams[n].watermark for n in reads
+                if n in self.streams and self.streams[n].watermark is not None]
             return _settled(graph, graph.snapshot("q", batches, max(at) if at else None))
 
         self._one_time(msg, run)

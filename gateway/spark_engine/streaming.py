@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import glob
 import json
 import logging
@@ -727,19 +728,15 @@ def internal_table(p: P.Plan, rows: pa.Table) -> pa.Table:
 def _kept_internal(p: P.Plan, folder: str) -> tuple:
     """The rows a derived stream or named window kept (``keep_rows``: the client's columns
     and the interval) as the back end's operators carry them (``internal_table``; none yet:
-    an empty table of those columns), and the newest batch id among them (-1: none)."""
+    an empty table of the interval alone), and the newest batch id among them (-1: none)."""
     files = sorted(glob.glob(os.path.join(folder, "batch-*.parquet")))
-    newest = int(os.path.basename(files[-1])[6:18]) if files else -1
+    if not files:       # (the first rows Spark gives take its place, with their columns)
+        return pa.table({"__ts": pa.array([], pa.int64()),
+                         "__te": pa.array([], pa.int64())}), -1
+    newest = int(os.path.basename(files[-1])[6:18])
     names = [c.name for c in p.root.schema]
     outputs = [c.name for c in p.output
                if not (c.name in P.PSEUDO_COLUMNS and c.name in p.pseudo)]
-    if not files:
-        kinds = duckdb.connect().sql("SELECT " + ", ".join(
-            f"CAST(NULL AS {c.type}) AS " + exp.to_identifier(c.name, quoted=True).sql("duckdb")
-            for c in p.root.schema)).to_arrow_table().schema
-        return pa.table([pa.array([], f.type) for f in kinds] +
-                        [pa.array([], pa.int64()), pa.array([], pa.int64())],
-                        names=names + ["__ts", "__te"]), newest
     table = pq.read_table(files)
     ts = pc.cast(pc.cast(table.column("valid_from"), pa.timestamp("us")), pa.int64())
     te = pc.fill_null(pc.cast(pc.cast(table.column("valid_to"), pa.timestamp("us")),
@@ -791,7 +788,13 @@ def _ddl(scan: P.StreamScan) -> str:
 def _arrow_schema(scan: P.StreamScan) -> pa.Schema:
     """The stream's columns as Arrow types (DuckDB's mapping: the spool keeps what ingest
     gives)."""
-    casts = ", ".join(f"CAST(NULL AS {c.type}) AS "
-                      + exp.to_identifier(c.name.split('.', 1)[1], quoted=True).sql("duckdb")
-                      for c in scan.schema)
+    return _arrow_types(tuple((c.name.split('.', 1)[1], c.type) for c in scan.schema))
+
+
+@functools.lru_cache(maxsize=256)
+def _arrow_types(columns: tuple) -> pa.Schema:
+    """(name, DuckDB type) pairs as an Arrow schema, by DuckDB (a connection each: a query
+    asks when it starts, when it is explained and whether real-time mode takes it)."""
+    casts = ", ".join(f"CAST(NULL AS {t}) AS " + exp.to_identifier(n, quoted=True).sql("duckdb")
+                      for n, t in columns)
     return duckdb.connect().sql(f"SELECT {casts}").to_arrow_table().schema
