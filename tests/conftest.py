@@ -17,9 +17,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class ServerProcess:
-    def __init__(self, data_dir: str, *args: str, env: dict | None = None):
+    def __init__(self, data_dir: str, *args: str, env: dict | None = None,
+                 python: tuple = ("-m", "gateway")):
+        """``python``: what runs the server's command line (a test may wrap it)."""
         self.data_dir = data_dir
-        cmd = [sys.executable, "-m", "gateway", "serve", "--port", "0", "--ingest-port", "0",
+        cmd = [sys.executable, *python, "serve", "--port", "0", "--ingest-port", "0",
                "--data-dir", data_dir, *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True,

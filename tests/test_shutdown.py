@@ -5,6 +5,7 @@ Waits here are generous, for a busy machine: how fast is a benchmark's question.
 import asyncio
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -205,3 +206,72 @@ def test_a_worker_that_ignores_its_interrupt_does_not_hold_the_shutdown(tmp_path
         stuck.set()
     assert abandoned and not waited_for_it         # the call was still running at the end
     assert "worker threads still busy" in caplog.text
+
+
+# The server's command line, with a thread that reads the process's SIGTERM action (the C
+# function the kernel calls) every 0.1 ms and says on stderr whenever it is not the one
+# Python installed for the server's loop.
+WATCHED = r"""
+import ctypes, sys, threading, time
+libc = ctypes.CDLL(None)
+def action():
+    buf = ctypes.create_string_buffer(256)   # struct sigaction, its handler first
+    libc.sigaction(15, None, buf)
+    return int.from_bytes(buf.raw[:8], sys.byteorder)
+def watch():
+    while not action():                      # until the server's loop takes SIGTERM
+        time.sleep(0.001)
+    own, told = action(), 0
+    while told < 3:
+        if action() != own:
+            print("SIGTERM action replaced", file=sys.stderr, flush=True)
+            told += 1
+        time.sleep(0.0001)
+threading.Thread(target=watch, daemon=True).start()
+from gateway.process.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_while_copy_and_a_source_parse_csv_stops_the_server(tmp_path):
+    """COPY and stream sources parse CSV on the server's loop; pyarrow used to put its own
+    SIGTERM handler in place around each parse, and a SIGTERM that came then could be lost
+    (the server ran on). The handler stays the server's, and SIGTERM mid-COPY stops it."""
+    s = ServerProcess(str(tmp_path / "data"), python=("-c", WATCHED))
+    try:
+        with psycopg.connect(s.dsn, autocommit=True) as c:
+            c.execute("CREATE STREAM parsed (a INT, t TIMESTAMP TIMESTAMPCOLUMN)")
+        source = socket.create_connection(("127.0.0.1", s.ingest_port), timeout=30)
+        source.sendall(b"csvwrapper,parsed\n")
+        copying = threading.Event()
+
+        def copy():
+            """COPYs of 1,000 rows a chunk, until the server goes."""
+            chunk = "".join(f"{i}\t2026-01-01 00:00:{i % 60:02d}\n" for i in range(1000))
+            try:
+                with psycopg.connect(s.dsn, autocommit=True) as conn:
+                    while True:
+                        with conn.cursor().copy("COPY parsed (a, t) FROM STDIN") as cp:
+                            for _ in range(20):
+                                cp.write(chunk)
+                                source.sendall(b"1,2026-01-01 00:00:00\n" * 100)
+                        copying.set()
+            except (psycopg.Error, OSError):
+                return
+        t = threading.Thread(target=copy, daemon=True)
+        t.start()
+        assert copying.wait(60)
+        time.sleep(2.0)                               # many parses, each watched
+        s.proc.send_signal(signal.SIGTERM)
+        try:
+            code = s.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            code = None
+        t.join(30)
+        source.close()
+        assert code == 0, "".join(s.lines[-30:])
+        assert not any("SIGTERM action replaced" in ln for ln in s.lines), "".join(s.lines)
+        wait_for(lambda: any("shutdown: worker threads and DuckDB closed" in ln
+                             for ln in s.lines), 30, "the shutdown's last log line")
+    finally:
+        s.stop()

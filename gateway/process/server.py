@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
+import pyarrow as pa
 
 from executor import checkpoints
 from executor import plan as P
@@ -324,6 +325,10 @@ async def _bounded(fn, seconds: float) -> bool:
 
 async def serve(config: Config, ready=print) -> None:
     """Run until SIGTERM/SIGINT; calls ``ready`` with a line containing 'ready' once listening."""
+    # pyarrow swaps its own SIGINT/SIGTERM handler in around each CSV parse on this thread
+    # (COPY, stream sources); a signal that lands then is kept for Arrow's cancellation, which
+    # may drop it, and the loop never hears of it: the server would not stop
+    pa.enable_signal_handlers(False)
     server = Server(config)
     port = await server.start()
     stop = asyncio.Event()
