@@ -430,7 +430,12 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
         admin.execute(f"DROP STREAM {s}")
 
 
-def _answer_at(rows: list, instant: float, low: float, key: bool = True) -> list:
+def _progress(c, name: str):
+    """cq_queries.progress of query ``name`` (None: it has answered for no instant yet)."""
+    return c.execute("SELECT progress FROM cq_queries WHERE name = %s", [name]).fetchone()[0]
+
+
+def _answer_at(rows: list, instant: float, low: float) -> list:
     """DuckDB's answer over ``rows`` (k, v, seconds) at ``instant`` (seconds): per k, the
     count and sum of the tuples with low < t <= instant."""
     con = duckdb.connect()
@@ -467,12 +472,10 @@ def test_a_named_window_on_spark_answers_from_the_rows_spark_gave(server):
         # Spark's watermark reaches the stream's but for a millisecond or two (its watermark
         # is in whole milliseconds, a microsecond short of the stream's)
         for w in (wr, wh):
-            wait_for(lambda: (c.execute("SELECT progress FROM cq_queries WHERE name = %s",
-                                        [w]).fetchone()[0] or at(0)) >= at(end - 0.002), 90,
+            wait_for(lambda: (_progress(c, w) or at(0)) >= at(end - 0.002), 90,
                      f"{w}'s query on Spark at the stream's watermark")
         for w, rng in ((wr, 3600), (wh, None)):
-            reached = c.execute("SELECT progress FROM cq_queries WHERE name = %s",
-                                [w]).fetchone()[0]
+            reached = _progress(c, w)
             instant = (reached - at(0)).total_seconds() - 1e-6
             if rng is None:            # the last SLIDE window closed by then: (E − 4, E]
                 closed = 2 * (instant // 2)
@@ -547,8 +550,7 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
         assert "Rows out: 100" in lines, lines
         assert int(next(ln for ln in lines if ln.startswith("Spark micro-batches: "))
                    .split(": ")[1]) >= 1
-        wait_for(lambda: (c.execute("SELECT progress FROM cq_queries WHERE name = %s",
-                                    [win]).fetchone()[0] or at(0)) >= at(5), 60,
+        wait_for(lambda: (_progress(c, win) or at(0)) >= at(5), 60,
                  f"{win} at 5 s")
         _window_answers(c, win, rows)
         _insert(c, {base: rows[100:200]})
@@ -575,8 +577,7 @@ def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
                           time.monotonic() + 60, quiet="1s")
         assert len(set(followed)) == len(followed) >= len(after)
         assert set(after) <= set(followed) <= {(k, v * 10) for k, v, _ in rows[100:]}
-        wait_for(lambda: c.execute("SELECT progress FROM cq_queries WHERE name = %s",
-                                   [win]).fetchone()[0] >= at(40 - 0.002), 60,
+        wait_for(lambda: (_progress(c, win) or at(0)) >= at(40 - 0.002), 60,
                  f"{win} at the stream's watermark")
         assert _window_answers(c, win, rows) == _answer_at(rows, 40, -1)
 
@@ -585,7 +586,7 @@ def _window_answers(c, win: str, rows: list) -> list:
     """Named window ``win`` (per k, COUNT(*) and SUM(v) over [RANGE '1 hour'] of ``rows``)
     as read, checked against DuckDB's answer at the instant its query on Spark has answered
     for (a microsecond before its progress); it has answered for some instant already."""
-    reached = c.execute("SELECT progress FROM cq_queries WHERE name = %s", [win]).fetchone()[0]
+    reached = _progress(c, win)
     assert reached is not None, f"{win} has answered for no instant"
     got = c.execute(f"SELECT k, n, sv FROM {win} ORDER BY k NULLS LAST").fetchall()
     assert got and got == _answer_at(rows, (reached - at(0)).total_seconds() - 1e-6, -1), \

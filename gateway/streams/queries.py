@@ -396,16 +396,20 @@ def _spark_window(ctx: StatementContext, p: P.Plan) -> tuple:
     the instants they answer for, so beside another input (answered at its own, later
     watermark), or inside another named window's query read at now, it would answer for
     an instant Spark has not reached (0A000)."""
-    reg, read = ctx.services.streams, P.streams_read(p.root)
-    for name in sorted(read):
-        obj = reg.by_relation(name, kinds=("window", "derived"))
-        if not spark_window(obj):
-            continue
-        if len(read) > 1:
+    for name, obj in _spark_windows(ctx, p):
+        if len(P.streams_read(p.root)) > 1:
             raise _read_alone(name)
         rows, answered = ctx.services.spark_streams.window_rows(obj.oid)
         return ({name: rows} if rows is not None and rows.num_rows else {}), answered
     return {}, None
+
+
+def _spark_windows(ctx: StatementContext, p: P.Plan) -> list:
+    """(name, object) of the named windows on Spark that ``p`` reads, by name."""
+    reg = ctx.services.streams
+    found = [(name, reg.by_relation(name, kinds=("window", "derived")))
+             for name in sorted(P.streams_read(p.root))]
+    return [(name, obj) for name, obj in found if spark_window(obj)]
 
 
 def _read_alone(name: str) -> E.PgError:
@@ -417,10 +421,8 @@ def _read_alone(name: str) -> E.PgError:
 
 def _spark_window_lines(ctx: StatementContext, p: P.Plan) -> list:
     """EXPLAIN's lines on the named windows on Spark that ``p`` reads."""
-    reg = ctx.services.streams
     return [f"window {name}: its rows from its query on Spark, at the last instant that "
-            "query has answered for" for name in sorted(P.streams_read(p.root))
-            if spark_window(reg.by_relation(name, kinds=("window", "derived")))]
+            "query has answered for" for name, _ in _spark_windows(ctx, p)]
 
 
 def snapshot_query(ctx: StatementContext, tree) -> AwaitOnLoop:
