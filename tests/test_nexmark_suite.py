@@ -17,6 +17,11 @@ sys.path.insert(0, ROOT)
 from bench.nexmark import drive, generate  # noqa: E402
 from bench.nexmark.suite import SIDE_INPUT, SUITE, normalised, oracle  # noqa: E402
 
+# the first test here also sets up ``suite_run``: every query's cursor, six of them on Spark,
+# and their rows read to the end (about 80 s on two idle cores, half as much again on a busy
+# machine); its waits have their own bounds, this one is the backstop for a hang
+pytestmark = pytest.mark.timeout(300)
+
 EVENTS, RATE = 10_000, 250               # 40 s of event time: 4 tumbling, 20 hopping windows
 # the queries the Spark engine runs (cq.engine = spark; it refuses the others with 0A000),
 # each construct of Flink's they use once: MOD, DATE_FORMAT, a Python function and HOUR, a

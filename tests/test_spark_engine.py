@@ -522,6 +522,13 @@ def _gone(pid: int) -> bool:
         return True
 
 
+# Two servers' Spark sessions in turn (or a cluster of three JVMs and a server's): 70-125 s
+# on two idle cores, up to half as much again on a busy machine; each wait inside has its own
+# bound and names what it waited for, so this bound is only the backstop for a hang.
+SLOW_SPARK = pytest.mark.timeout(360)
+
+
+@SLOW_SPARK
 def test_a_derived_stream_on_spark_resumes_after_kill_9(start_server, tmp_path):
     """kill -9 of the server while a derived stream and a named window run on Spark; after
     the restart the rows the derived stream kept hold every input tuple exactly once, a
@@ -604,6 +611,7 @@ def _ran_state(work_dir: str) -> bool:
     return False
 
 
+@SLOW_SPARK
 def test_a_keyed_aggregate_on_two_workers_survives_a_killed_worker(start_server, tmp_path):
     """A standalone cluster of two workers, one core each, started here: a keyed hopping
     aggregate runs on Spark with its state split across both workers' executors; one worker
