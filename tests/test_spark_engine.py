@@ -430,6 +430,58 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
         admin.execute(f"DROP STREAM {s}")
 
 
+def _source_runners(server) -> set:
+    """The server's processes that read a query's spool for Spark's driver (pyspark's
+    streaming source runner: one Python process a query, started with it)."""
+    found = set()
+    for pid in _children(server.proc.pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"python_streaming_source_runner" in f.read():
+                    found.add(pid)
+        except OSError:                 # ended meanwhile
+            continue
+    return found
+
+
+def test_a_spark_query_that_loses_a_python_worker_goes_on_from_its_checkpoint(server):
+    """One of Spark's Python workers lost (here the one that reads the query's spool for
+    Spark's driver, SIGKILLed as an out-of-memory killer would; on a busy machine, one that
+    does not connect back within Spark's fixed 10 s ends the query alike) ends the streaming
+    query; the server starts it again from its checkpoint, and the cursor's rows are the
+    back end's for the same query over the same tuples: none lost, none twice."""
+    s = unique("spw")
+    sql = (f"SELECT k, COUNT(*) AS n, SUM(v) AS sv, wtime(*) FROM {s} "
+           "[RANGE '4 seconds' SLIDE '2 seconds'] GROUP BY k")
+    rows = _rows(160, seed=44)
+    half = len(rows) // 2
+    with psycopg.connect(server.dsn, autocommit=True) as admin, \
+            psycopg.connect(server.dsn) as spark, psycopg.connect(server.dsn) as backend:
+        _stream(admin, s)
+        spark.execute("SET cq.engine = spark")
+        before = _source_runners(server)
+        spark.execute(f"DECLARE a CURSOR FOR {sql}")
+        backend.execute(f"DECLARE a CURSOR FOR {sql}")
+        _insert(admin, {s: rows[:half]}, chunk=20, pause=0.3)
+        # Spark has answered for some of it: a micro-batch ran and was committed
+        got = _drain(spark.cursor(), "a", 1, time.monotonic() + 60, quiet="0.2s")
+        runner = wait_for(lambda: _source_runners(server) - before, 30,
+                          "the query's source runner")
+        assert len(runner) == 1, runner
+        os.kill(runner.pop(), 9)
+        _insert(admin, {s: rows[half:]}, chunk=20, pause=0.3)
+        admin.execute(f"ALTER STREAM {s} ADVANCE TO {lit(rows[-1][2] + 10)}")
+        want = _drain(backend.cursor(), "a", None, time.monotonic() + 60, quiet="1s")
+        got += _drain(spark.cursor(), "a", len(want) - len(got), time.monotonic() + 90,
+                      quiet="1s")
+        assert len(want) >= 60
+        assert sorted(got) == sorted(want)
+        lines = [r[0] for r in spark.execute("EXPLAIN ANALYZE a").fetchall()]
+        assert "Spark restarts: 1 (a Python worker died)" in lines, lines
+        spark.execute("CLOSE a")
+        backend.execute("CLOSE a")
+
+
 def _progress(c, name: str):
     """cq_queries.progress of query ``name`` (None: it has answered for no instant yet)."""
     return c.execute("SELECT progress FROM cq_queries WHERE name = %s", [name]).fetchone()[0]

@@ -61,6 +61,9 @@ STATE_STORE = "spark.sql.streaming.stateStore.providerClass"
 NO_INFERRED_FILTERS = "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromConstraints"
 REAL_TIME_SOURCE = "cqgate.spark.SpoolRealTime"     # jvm/: the spool, read as it grows
 ANSWERED = "answered"       # a named window's last instant answered, beside its rows
+# a query that lost a Python worker of Spark's (one that did not start in time on a busy
+# machine, or died) starts again from its checkpoint, this many times at most
+RESTARTS = 3
 
 
 class Stopping(Exception):
@@ -109,6 +112,7 @@ class SparkQuery:
     current: pa.Table | None = None      # a named window's rows not ended at its watermark
     kept_upto: int = -1                  # … which hold every kept batch up to this id
     answered: int | None = None          # … the last instant they answer for (µs)
+    restarts: list = field(default_factory=list)    # why Spark's query was started again
 
 
 class SparkStreams:
@@ -203,11 +207,13 @@ class SparkStreams:
             return (r.option("reader", reader) if reader else r).load()
         return read
 
-    def _start(self, sq: SparkQuery) -> None:
+    def _start(self, sq: SparkQuery, again: bool = False) -> None:
+        """Start ``sq``'s streaming query; ``again``: once more, from its checkpoint, as it
+        ran (in micro-batches), its readers reading on from where Spark committed."""
         session = self._session()
-        real_time = self._takes_real_time(sq)
-        df = self._frame(sq.plan, sq.shape,
-                         self._reader_of(session, sq.reader, sq.feed is not None, real_time))
+        real_time = not again and self._takes_real_time(sq)
+        df = self._frame(sq.plan, sq.shape, self._reader_of(
+            session, sq.reader, again or sq.feed is not None, real_time))
         sq.finish = T.finish(sq.plan, sq.shape, self._table_contents)
         os.makedirs(sq.checkpoint, exist_ok=True)
         writer = (df.writeStream.queryName(f"cqgate_{sq.reader}")
@@ -387,7 +393,9 @@ class SparkStreams:
         return rows.filter(early)
 
     def _watch(self, sq: SparkQuery) -> None:
-        """Wait for the streaming query to end; one that failed ends its cursor's query."""
+        """Wait for the streaming query to end; one that lost a Python worker starts again
+        from its checkpoint (``RESTARTS`` times at most), one that failed otherwise ends its
+        cursor's query."""
         try:
             sq.query.awaitTermination()
             err = None
@@ -395,6 +403,20 @@ class SparkStreams:
             err = e
         if err is None or sq.stopped:
             return
+        lost = worker_lost(err)
+        if lost and sq.real_time is None and len(sq.restarts) < RESTARTS:
+            sq.restarts.append(lost)
+            log.warning("query on Spark %s lost a Python worker (%s): started again from its "
+                        "checkpoint (%d of at most %d)", sq.feed or sq.reader, lost,
+                        len(sq.restarts), RESTARTS)
+            try:
+                self._start(sq, again=True)      # (its own watcher follows it from here)
+            except Exception as e:               # Spark's session stopping, its analysis
+                err = e
+            else:
+                if sq.stopped:                   # stopped while it started again
+                    self._stop_one(sq)
+                return
         failure = spark_error(err, "the query failed on Spark")
         log.error("query failed on Spark: %s: %s", sq.feed or (
             f"{sq.live.name or 'query'} of pid {sq.live.owner}"), failure.message)
@@ -529,7 +551,8 @@ class SparkStreams:
             return {}
         _note_progress(sq)
         return {"rows_out": sq.rows_out, "batches": sq.batches, "time": time_profile(sq),
-                "reached": sq.reached, "real_time": bool(sq.real_time)}
+                "reached": sq.reached, "real_time": bool(sq.real_time),
+                "restarts": list(sq.restarts)}
 
     def kept_queries(self) -> list:
         """(qid, derived stream's name) of each derived stream's query."""
@@ -683,6 +706,32 @@ def clean_start(data_dir: str) -> None:
 
 # the exception a Python function raised, as a worker's traceback ends with it
 _PYTHON_FUNCTION_ERROR = re.compile(r"^(\w+(?:Error|Exception): .*)$", re.M)
+
+
+# what ends a query when one of Spark's Python workers is lost, by its Java cause: the worker
+# did not connect back in time (Spark waits 10 s, fixed), or it died: its pipe, read or
+# written in Spark's Python runners, closed
+_WORKER_LOST = (("Python worker failed to connect back", "did not start in time"),
+                ("Timed out while waiting for the Python worker", "did not start in time"),
+                ("Python worker exited unexpectedly", "died"))
+_PIPE_CLOSED = ("java.io.EOFException", "java.net.SocketException")
+
+
+def worker_lost(err: Exception) -> str | None:
+    """Why ``err`` (a failed streaming query's) is a Python worker of Spark's lost, not the
+    query's own failure (None): read off its chain of Java causes."""
+    cause = getattr(err, "_origin", None)
+    while cause is not None:
+        name = cause.getClass().getName()
+        text = f"{name}: {cause.getMessage()}"
+        for said, why in _WORKER_LOST:
+            if said in text:
+                return why
+        if name in _PIPE_CLOSED and any(".python." in frame.getClassName()
+                                        for frame in cause.getStackTrace()):
+            return "died"
+        cause = cause.getCause()
+    return None
 
 
 def spark_error(err: Exception, what: str) -> E.PgError:

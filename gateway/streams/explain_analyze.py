@@ -99,6 +99,9 @@ def spark_lines(services, running: Running) -> list[str]:
                  f"Spark micro-batches: {counters.get('batches', 0)}")
     if counters.get("time"):
         lines.append(f"Spark time: {counters['time']}")
+    if counters.get("restarts"):        # it lost a Python worker: from its checkpoint
+        lines.append(f"Spark restarts: {len(counters['restarts'])} "
+                     f"(a Python worker {counters['restarts'][-1]})")
     if progress:
         lines.append(f"Last micro-batch: {progress.get('numInputRows', 0)} input rows, "
                      f"{progress.get('processedRowsPerSecond', 0.0):.1f} rows/s, "
