@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import uuid
+import warnings
 
 import pytest
 
@@ -83,6 +84,13 @@ def server(tmp_path_factory):
     tracebacks = logged_tracebacks(s.lines)
     if tracebacks:
         pytest.fail("the shared server logged a traceback:\n" + tracebacks[0], pytrace=False)
+    # a query on Spark whose Python worker missed Spark's 10 s to connect back (a busy
+    # machine) went on from its checkpoint: the tests saw the right rows, and the run's
+    # summary says it happened (the worker a test kills on purpose is not counted)
+    late = [line.strip() for line in s.lines if "lost a Python worker (did not start" in line]
+    if late:
+        warnings.warn(f"the shared server started {len(late)} Spark queries again: "
+                      + "; ".join(late))
 
 
 # a record of the server's own log, which another process's traceback may be cut by (Spark's

@@ -23,6 +23,7 @@ import glob
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import threading
@@ -62,8 +63,11 @@ NO_INFERRED_FILTERS = "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromC
 REAL_TIME_SOURCE = "cqgate.spark.SpoolRealTime"     # jvm/: the spool, read as it grows
 ANSWERED = "answered"       # a named window's last instant answered, beside its rows
 # a query that lost a Python worker of Spark's (one that did not start in time on a busy
-# machine, or died) starts again from its checkpoint, this many times at most
+# machine, or died) starts again from its checkpoint, this many times at most, after a
+# pause of RESTART_PAUSE_S times its restarts so far, and up to as much again at random (the
+# queries a busy moment stopped together do not all start their workers at once again)
 RESTARTS = 3
+RESTART_PAUSE_S = 1.0
 
 
 class Stopping(Exception):
@@ -406,9 +410,13 @@ class SparkStreams:
         lost = worker_lost(err)
         if lost and sq.real_time is None and len(sq.restarts) < RESTARTS:
             sq.restarts.append(lost)
+            pause = RESTART_PAUSE_S * len(sq.restarts) * (1 + random.random())
             log.warning("query on Spark %s lost a Python worker (%s): started again from its "
-                        "checkpoint (%d of at most %d)", sq.feed or sq.reader, lost,
-                        len(sq.restarts), RESTARTS)
+                        "checkpoint in %.1f s (%d of at most %d)", sq.feed or sq.reader, lost,
+                        pause, len(sq.restarts), RESTARTS)
+            time.sleep(pause)
+            if sq.stopped:                       # its cursor closed meanwhile
+                return
             try:
                 self._start(sq, again=True)      # (its own watcher follows it from here)
             except Exception as e:               # Spark's session stopping, its analysis
