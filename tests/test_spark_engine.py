@@ -6,6 +6,7 @@ what Spark refuses (0A000 with a hint), the setting's check, EXPLAIN, cq_queries
 spool a Spark query reads going away with its cursor."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import json
@@ -430,6 +431,17 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
         admin.execute(f"DROP STREAM {s}")
 
 
+@contextlib.contextmanager
+def _engines_side_by_side(dsn: str, s: str):
+    """(admin, spark, backend): an autocommit connection that has created stream ``s``, one
+    whose queries run on Spark and one whose run on the back end."""
+    with psycopg.connect(dsn, autocommit=True) as admin, \
+            psycopg.connect(dsn) as spark, psycopg.connect(dsn) as backend:
+        _stream(admin, s)
+        spark.execute("SET cq.engine = spark")
+        yield admin, spark, backend
+
+
 def _source_runners(server) -> set:
     """The server's processes that read a query's spool for Spark's driver (pyspark's
     streaming source runner: one Python process a query, started with it)."""
@@ -455,10 +467,7 @@ def test_a_spark_query_that_loses_a_python_worker_goes_on_from_its_checkpoint(se
            "[RANGE '4 seconds' SLIDE '2 seconds'] GROUP BY k")
     rows = _rows(160, seed=44)
     half = len(rows) // 2
-    with psycopg.connect(server.dsn, autocommit=True) as admin, \
-            psycopg.connect(server.dsn) as spark, psycopg.connect(server.dsn) as backend:
-        _stream(admin, s)
-        spark.execute("SET cq.engine = spark")
+    with _engines_side_by_side(server.dsn, s) as (admin, spark, backend):
         before = _source_runners(server)
         spark.execute(f"DECLARE a CURSOR FOR {sql}")
         backend.execute(f"DECLARE a CURSOR FOR {sql}")
@@ -678,10 +687,7 @@ def test_a_keyed_aggregate_on_two_workers_survives_a_killed_worker(start_server,
                "[RANGE '4 seconds' SLIDE '2 seconds'] GROUP BY k")
         rows = _rows(480, seed=43)
         half = len(rows) // 2
-        with psycopg.connect(srv.dsn, autocommit=True) as admin, \
-                psycopg.connect(srv.dsn) as spark, psycopg.connect(srv.dsn) as backend:
-            _stream(admin, s)
-            spark.execute("SET cq.engine = spark")
+        with _engines_side_by_side(srv.dsn, s) as (admin, spark, backend):
             spark.execute(f"DECLARE a CURSOR FOR {sql}")
             backend.execute(f"DECLARE a CURSOR FOR {sql}")
             _insert(admin, {s: rows[:half]}, chunk=40, pause=1.0)
