@@ -432,13 +432,15 @@ def test_a_spark_query_reads_a_spool_that_goes_with_its_cursor(server):
 
 
 @contextlib.contextmanager
-def _engines_side_by_side(dsn: str, s: str):
-    """(admin, spark, backend): an autocommit connection that has created stream ``s``, one
-    whose queries run on Spark and one whose run on the back end."""
+def _engines_side_by_side(dsn: str, s: str, sql: str):
+    """(admin, spark, backend): an autocommit connection that has created stream ``s``, and
+    one connection on each engine with cursor ``a`` declared for ``sql`` (over ``s``)."""
     with psycopg.connect(dsn, autocommit=True) as admin, \
             psycopg.connect(dsn) as spark, psycopg.connect(dsn) as backend:
         _stream(admin, s)
         spark.execute("SET cq.engine = spark")
+        for conn in (spark, backend):
+            conn.execute(f"DECLARE a CURSOR FOR {sql}")
         yield admin, spark, backend
 
 
@@ -467,10 +469,8 @@ def test_a_spark_query_that_loses_a_python_worker_goes_on_from_its_checkpoint(se
            "[RANGE '4 seconds' SLIDE '2 seconds'] GROUP BY k")
     rows = _rows(160, seed=44)
     half = len(rows) // 2
-    with _engines_side_by_side(server.dsn, s) as (admin, spark, backend):
-        before = _source_runners(server)
-        spark.execute(f"DECLARE a CURSOR FOR {sql}")
-        backend.execute(f"DECLARE a CURSOR FOR {sql}")
+    before = _source_runners(server)
+    with _engines_side_by_side(server.dsn, s, sql) as (admin, spark, backend):
         _insert(admin, {s: rows[:half]}, chunk=20, pause=0.3)
         # Spark has answered for some of it: a micro-batch ran and was committed
         got = _drain(spark.cursor(), "a", 1, time.monotonic() + 60, quiet="0.2s")
@@ -687,9 +687,7 @@ def test_a_keyed_aggregate_on_two_workers_survives_a_killed_worker(start_server,
                "[RANGE '4 seconds' SLIDE '2 seconds'] GROUP BY k")
         rows = _rows(480, seed=43)
         half = len(rows) // 2
-        with _engines_side_by_side(srv.dsn, s) as (admin, spark, backend):
-            spark.execute(f"DECLARE a CURSOR FOR {sql}")
-            backend.execute(f"DECLARE a CURSOR FOR {sql}")
+        with _engines_side_by_side(srv.dsn, s, sql) as (admin, spark, backend):
             _insert(admin, {s: rows[:half]}, chunk=40, pause=1.0)
             # both workers' executors hold some of the keys' state
             wait_for(lambda: all(_ran_state(cluster.work_dir(i)) for i in (0, 1)), 120,
